@@ -1,0 +1,89 @@
+"""First thing on every Slurm task: derive the rank wiring, then run the rank command.
+
+    srun python -m hpc.launch [--launcher srun|torchrun] [--gpus-per-node G] -- CMD ARGS...
+
+With ``srun`` (one task per GPU) the task becomes rank RANK and execs CMD with
+RANK, WORLD_SIZE, LOCAL_RANK, ... set.  With ``torchrun`` (one task per node)
+it execs torchrun with this node's rank, read here on the node itself.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+from hpc.slurm_env import LAUNCHERS, RankError, RankInfo, derive
+
+
+def node_argv(launcher: str, command: Sequence[str], info: RankInfo) -> list[str]:
+    """The argv this task runs: the rank command itself, or torchrun around it."""
+    if launcher == "srun":
+        return list(command)
+    python, rest = command[0], [a for a in command[1:] if a != "-u"]
+    return [
+        python, "-u", "-m", "torch.distributed.run",
+        f"--nnodes={info.num_nodes}", f"--nproc-per-node={info.local_world_size}",
+        f"--node-rank={info.node_rank}", f"--master-addr={info.master_addr}",
+        f"--master-port={info.master_port}", *rest,
+    ]
+
+
+def prepare(launcher: str, command: Sequence[str], gpus_per_node: Optional[int],
+            environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """argv and environment for this task; raises RankError with what to change."""
+    info = derive(environ, launcher, gpus_per_node)
+    env = dict(environ)
+    if launcher == "srun":
+        env.update(info.torch_env())
+    node = environ.get("SLURMD_NODENAME") or socket.gethostname()
+    print(
+        f"[launch] {node} job {info.job_id} restart {info.restart_count}: "
+        + (f"rank {info.rank}/{info.world_size} local {info.local_rank}/{info.local_world_size} "
+           if launcher == "srun" else f"torchrun x{info.local_world_size} ")
+        + f"node {info.node_rank}/{info.num_nodes} master {info.master_addr}:{info.master_port}",
+        flush=True,
+    )
+    return node_argv(launcher, command, info), env
+
+
+@dataclass(frozen=True)
+class LaunchTask:
+    """The callable submitit runs on every task: the same wiring as `python -m hpc.launch`."""
+
+    launcher: str
+    command: tuple[str, ...]
+    gpus_per_node: Optional[int] = None
+
+    def __call__(self) -> int:
+        argv, env = prepare(self.launcher, self.command, self.gpus_per_node, os.environ)
+        rc = subprocess.call(argv, env=env)
+        if rc != 0:
+            raise RuntimeError(f"rank command exited with status {rc}: {' '.join(argv)}")
+        return rc
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m hpc.launch", description=__doc__.split("\n")[0])
+    p.add_argument("--launcher", default="srun", choices=LAUNCHERS)
+    p.add_argument("--gpus-per-node", type=int, default=None)
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    a = p.parse_args(argv)
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not command:
+        p.error("no command given after --")
+    try:
+        run_argv, env = prepare(a.launcher, command, a.gpus_per_node, os.environ)
+    except RankError as e:
+        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        print(f"hpc.launch: error on {node}: {e}", file=sys.stderr)
+        sys.exit(2)
+    sys.stdout.flush()
+    os.execvpe(run_argv[0], run_argv, env)
+
+
+if __name__ == "__main__":
+    main()

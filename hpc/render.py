@@ -1,0 +1,109 @@
+"""JobSpec -> sbatch text, from the jinja2 templates in sbatch_templates/.
+
+The same `#SBATCH` directives, preamble and rank command serve the written file
+(`--emit`, `--dry-run`) and the submitit path, so both run the same job.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import jinja2
+
+from hpc.network import network_env
+from hpc.spec import JobSpec, site_path
+from hpc.slurm_time import format_minutes
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "sbatch_templates"
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    autoescape=False,
+)
+_env.filters["q"] = lambda v: shlex.quote(str(v))
+
+
+def directives(spec: JobSpec) -> dict[str, str]:
+    """sbatch options (without output/error), in the order they are written."""
+    part, sub = spec.partition, spec.site.submission
+    gpus = f"{part.gpu_type}:{spec.gpus_per_node}" if part.gpu_type else str(spec.gpus_per_node)
+    d = {
+        "job-name": spec.job_name,
+        "partition": part.name,
+        "nodes": str(spec.nodes),
+        "ntasks-per-node": str(spec.tasks_per_node),
+        "gpus-per-node": gpus,
+        "cpus-per-task": str(spec.cpus_per_task),
+        "time": format_minutes(spec.minutes),
+        "chdir": str(spec.workdir),
+        "open-mode": "append",
+    }
+    if part.mem_per_node_gb:
+        d["mem"] = f"{int(part.mem_per_node_gb)}G"
+    if sub.account:
+        d["account"] = sub.account
+    if sub.qos:
+        d["qos"] = sub.qos
+    d.update(sub.extra_sbatch)
+    return d
+
+
+def job_env(spec: JobSpec) -> dict[str, str]:
+    """Every variable the preamble exports: network first, then the profile's, then the job's."""
+    env = network_env(spec.site.network)
+    env.update(spec.site.environment.variables)
+    env.update({
+        "OMP_NUM_THREADS": str(spec.cpus_per_task),
+        "HPC_SITE": spec.site.name,
+        "HPC_JOB_DIR": str(spec.job_dir),
+        "HPC_CHECKPOINT_DIR": str(site_path(spec.site.paths.checkpoint_root, spec.workdir) / spec.job_dir.name),
+    })
+    return env
+
+
+def preamble_lines(spec: JobSpec) -> list[str]:
+    """The environment/network preamble, one shell line each (the submitit path's `setup`)."""
+    env = spec.site.environment
+    text = _env.get_template("preamble.sh.j2").render(
+        site=spec.site.name, modules=env.modules, setup=env.setup, env=job_env(spec),
+    )
+    return text.rstrip("\n").split("\n")
+
+
+def srun_args(spec: JobSpec) -> list[str]:
+    """Options of the srun that starts the ranks (besides output, which each path sets)."""
+    args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}"]
+    container = spec.site.environment.container
+    if container:
+        args.append(f"--container-image={container.image}")
+        if container.mounts:
+            args.append(f"--container-mounts={','.join(container.mounts)}")
+    return args
+
+
+def launch_argv(spec: JobSpec) -> list[str]:
+    """What srun starts on each task: the node-side launcher, then the rank command."""
+    argv = [spec.python, "-u", "-m", "hpc.launch", "--launcher", spec.launcher]
+    if spec.launcher != "srun":
+        argv += ["--gpus-per-node", str(spec.gpus_per_node)]
+    return argv + ["--", *spec.command]
+
+
+def log_paths(spec: JobSpec) -> dict[str, str]:
+    return {"batch": str(spec.job_dir / "%j.log"), "ranks": str(spec.job_dir / "%j-rank%t.log")}
+
+
+def render_sbatch(spec: JobSpec) -> str:
+    """The complete sbatch file: `sbatch FILE` submits it unchanged."""
+    logs = log_paths(spec)
+    return _env.get_template("job.sbatch.j2").render(
+        spec=spec,
+        directives={**directives(spec), "output": logs["batch"]},
+        preamble=preamble_lines(spec),
+        srun=["srun", *srun_args(spec), f"--output={logs['ranks']}"],
+        launch=launch_argv(spec),
+    )

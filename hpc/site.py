@@ -1,0 +1,192 @@
+"""Site profiles: one YAML file per cluster, validated into `SiteProfile`.
+
+Lookup for ``--site NAME`` (first hit wins):
+  1. a path, when NAME ends in .yaml/.yml or contains a slash;
+  2. each directory in ``$HPC_SITE_DIRS`` (colon-separated);
+  3. ``~/.config/hpc/sites/NAME.yaml`` (the user's own profiles);
+  4. the project's ``site_configs/NAME.yaml``.
+Unknown keys are errors, so a typo never passes silently.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hpc.slurm_time import parse_minutes
+
+PROJECT_SITE_DIR = Path(__file__).resolve().parent.parent / "site_configs"
+USER_SITE_DIR = Path("~/.config/hpc/sites").expanduser()
+NAME_RE = r"^[A-Za-z0-9._-]+$"
+
+
+class SiteError(ValueError):
+    """A profile that cannot be found or does not validate; the message is one line."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Submission(Strict):
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    slurm_conf: Optional[str] = Field(None, description="SLURM_CONF for this site's client commands")
+    extra_sbatch: dict[str, str] = Field(default_factory=dict, description="more #SBATCH options, e.g. constraint")
+
+
+class Partition(Strict):
+    name: str = Field(pattern=NAME_RE)
+    default: bool = False
+    max_nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=1)
+    gpu_type: Optional[str] = Field(None, pattern=NAME_RE)
+    gpu_memory_gb: Optional[float] = Field(None, gt=0)
+    cpus_per_node: int = Field(ge=1)
+    mem_per_node_gb: Optional[float] = Field(None, gt=0)
+    max_time: str = "UNLIMITED"
+
+    @field_validator("max_time")
+    @classmethod
+    def _time(cls, v: str) -> str:
+        parse_minutes(v)
+        return v
+
+    @property
+    def max_minutes(self) -> Optional[int]:
+        return parse_minutes(self.max_time)
+
+
+class Bandwidth(Strict):
+    intra_node_gbps: Optional[float] = Field(None, gt=0, description="expected all_reduce bus bandwidth inside a node, GB/s")
+    inter_node_gbps: Optional[float] = Field(None, gt=0, description="expected all_reduce bus bandwidth across nodes, GB/s")
+
+
+class Network(Strict):
+    fabric: Literal["infiniband", "roce", "ethernet", "loopback"]
+    nccl_socket_ifname: str
+    gloo_socket_ifname: str
+    ib_hca: list[str] = Field(default_factory=list, description="HCAs NCCL may use, e.g. [mlx5_0, mlx5_1]")
+    ib_hca_exclude: list[str] = Field(default_factory=list, description="HCAs NCCL must not use")
+    roce_gid_index: Optional[int] = Field(None, ge=0)
+    gdr_level: Optional[Literal["LOC", "PIX", "PXB", "PHB", "SYS"]] = None
+    expected: Bandwidth = Bandwidth()
+    extra_env: dict[str, str] = Field(default_factory=dict, description="more NCCL_*/UCX_* settings")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Network":
+        if self.ib_hca and self.ib_hca_exclude:
+            raise ValueError("give ib_hca or ib_hca_exclude, not both")
+        if self.fabric in ("ethernet", "loopback") and (self.ib_hca or self.ib_hca_exclude or self.roce_gid_index is not None):
+            raise ValueError(f"fabric {self.fabric} takes no ib_hca, ib_hca_exclude or roce_gid_index")
+        if self.fabric == "roce" and self.roce_gid_index is None:
+            raise ValueError("fabric roce needs roce_gid_index (usually 3 for RoCE v2)")
+        return self
+
+
+class Container(Strict):
+    image: str
+    mounts: list[str] = Field(default_factory=list)
+
+
+class Environment(Strict):
+    modules: list[str] = Field(default_factory=list)
+    variables: dict[str, str] = Field(default_factory=dict)
+    setup: Optional[str] = Field(None, description="shell lines run before the launch, verbatim (e.g. activate a venv)")
+    python: Optional[str] = Field(None, description="python on the nodes; default: the interpreter that submits")
+    container: Optional[Container] = None
+
+    @field_validator("variables")
+    @classmethod
+    def _names(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise ValueError(f"{name!r} is not a shell variable name")
+        return v
+
+
+class Paths(Strict):
+    job_dir: str = "./jobs"
+    checkpoint_root: str = "./checkpoints"
+
+
+class Training(Strict):
+    config: str = Field("demo", description="default trainer config: a name in train/configs/ or a YAML path")
+
+
+class SiteProfile(Strict):
+    name: str = Field(pattern=NAME_RE)
+    description: str = ""
+    submission: Submission = Submission()
+    partitions: list[Partition] = Field(min_length=1)
+    network: Network
+    environment: Environment = Environment()
+    paths: Paths = Paths()
+    training: Training = Training()
+
+    @model_validator(mode="after")
+    def _one_default(self) -> "SiteProfile":
+        names = [p.name for p in self.partitions]
+        if len(set(names)) != len(names):
+            raise ValueError(f"partition names repeat: {names}")
+        if sum(p.default for p in self.partitions) > 1:
+            raise ValueError("more than one partition has default: true")
+        return self
+
+    def partition(self, name: Optional[str]) -> Partition:
+        """The named partition, or the default one (the first when none is marked)."""
+        if name is None:
+            return next((p for p in self.partitions if p.default), self.partitions[0])
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        allowed = ", ".join(p.name for p in self.partitions)
+        raise SiteError(f"site {self.name}: partition {name!r} is not in the profile; allowed: {allowed}")
+
+
+def site_dirs() -> list[Path]:
+    dirs = [Path(d).expanduser() for d in os.environ.get("HPC_SITE_DIRS", "").split(":") if d]
+    return dirs + [USER_SITE_DIR, PROJECT_SITE_DIR]
+
+
+def find_site(name: str) -> Path:
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise SiteError(f"site profile file {name} does not exist")
+        return path
+    for d in site_dirs():
+        path = d / f"{name}.yaml"
+        if path.is_file():
+            return path
+    known = sorted({p.stem for d in site_dirs() if d.is_dir() for p in d.glob("*.yaml")})
+    raise SiteError(f"site {name!r} not found in {', '.join(map(str, site_dirs()))}; known sites: {', '.join(known) or 'none'}")
+
+
+def _loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def load_site(name: str) -> SiteProfile:
+    """Find and validate a site profile; every problem is one `SiteError` line naming the file and key."""
+    path = find_site(name)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise SiteError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(data, dict):
+        raise SiteError(f"{path}: expected a mapping of keys at the top level")
+    try:
+        return SiteProfile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; see site_configs/README.md for the keys)"
+        raise SiteError(f"{path}: {_loc(err['loc'])}: {msg}") from None

@@ -1,0 +1,154 @@
+"""SLURM_* environment -> the rank wiring torch.distributed expects.
+
+One table maps Slurm's variables to properties; `derive` turns them into RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT
+for one of two launch styles:
+
+* ``srun``: one task per GPU; every task is one rank.
+* ``torchrun``: one task per node; torchrun starts the node's ranks itself and
+  needs only the node rank, node count and rendezvous address.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import hostlist
+
+# property -> Slurm variables, first one present wins (step values before job values)
+SLURM_VARS: dict[str, tuple[str, ...]] = {
+    "job_id": ("SLURM_JOB_ID", "SLURM_JOBID"),
+    "global_rank": ("SLURM_PROCID",),
+    "num_tasks": ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"),
+    "local_rank": ("SLURM_LOCALID",),
+    "node_rank": ("SLURM_NODEID",),
+    "num_nodes": ("SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"),
+    "nodelist": ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"),
+    "tasks_per_node": ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"),
+    "gpus_on_node": ("SLURM_GPUS_ON_NODE",),
+    "restart_count": ("SLURM_RESTART_COUNT",),
+}
+REQUIRED = {
+    "srun": ("job_id", "global_rank", "num_tasks", "local_rank", "node_rank", "num_nodes", "nodelist", "tasks_per_node"),
+    "torchrun": ("job_id", "num_tasks", "node_rank", "num_nodes", "nodelist"),
+}
+LAUNCHERS = tuple(REQUIRED)
+
+# Ports for the rendezvous: below Linux's default ephemeral range (32768-60999),
+# so a port the kernel handed to some client socket never collides with it.
+PORT_BASE = 15000
+PORT_SPAN = 17000
+
+
+class RankError(RuntimeError):
+    """The environment cannot give a consistent rank layout; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    job_id: int
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    num_nodes: int
+    master_addr: str
+    master_port: int
+    restart_count: int
+
+    def torch_env(self) -> dict[str, str]:
+        """The variables torch.distributed's env:// rendezvous reads."""
+        return {
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "NODE_RANK": str(self.node_rank),
+            "GROUP_RANK": str(self.node_rank),
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+        }
+
+
+def slurm_values(environ: Mapping[str, str]) -> dict[str, Optional[str]]:
+    """Each property of `SLURM_VARS` read from the environment (None when absent)."""
+    return {prop: next((environ[n] for n in names if environ.get(n)), None) for prop, names in SLURM_VARS.items()}
+
+
+def expand_tasks_per_node(text: str) -> list[int]:
+    """Slurm's compressed counts, e.g. '2(x3),1' -> [2, 2, 2, 1]."""
+    counts: list[int] = []
+    for part in text.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not m:
+            raise RankError(f"SLURM_TASKS_PER_NODE={text!r} is not in Slurm's form, e.g. '2(x3),1'")
+        counts += [int(m.group(1))] * int(m.group(2) or 1)
+    return counts
+
+
+def master_port(job_id: int, restart_count: int = 0) -> int:
+    """Deterministic per job (and restart), identical on all ranks, outside the ephemeral range."""
+    return PORT_BASE + (job_id + 1009 * restart_count) % PORT_SPAN
+
+
+def first_host(nodelist: str) -> str:
+    """First host of a compressed hostlist, e.g. 'gpu-a[001-003,010],gpu-b7' -> 'gpu-a001'."""
+    try:
+        hosts = hostlist.expand_hostlist(nodelist)
+    except hostlist.BadHostlist as e:
+        raise RankError(f"SLURM_JOB_NODELIST={nodelist!r} is not a valid hostlist ({e})") from None
+    if not hosts:
+        raise RankError("SLURM_JOB_NODELIST is empty")
+    return hosts[0]
+
+
+def derive(environ: Mapping[str, str], launcher: str = "srun", gpus_per_node: Optional[int] = None) -> RankInfo:
+    """Rank wiring from a Slurm task's environment.
+
+    `gpus_per_node` is how many ranks each node should run (defaults to
+    SLURM_GPUS_ON_NODE); under srun it must equal the tasks on the node.
+    """
+    if launcher not in REQUIRED:
+        raise RankError(f"launcher {launcher!r} is not known; allowed: {', '.join(LAUNCHERS)}")
+    v = slurm_values(environ)
+    missing = [SLURM_VARS[p][0] for p in REQUIRED[launcher] if v[p] is None]
+    if missing:
+        raise RankError(
+            f"missing {', '.join(missing)}: run this inside a Slurm job step (sbatch + srun), "
+            "not on the login node or in the batch shell alone"
+        )
+    job_id, num_tasks, node_rank, num_nodes = (int(v[k]) for k in ("job_id", "num_tasks", "node_rank", "num_nodes"))
+    restart = int(v["restart_count"] or 0)
+    gpus = gpus_per_node if gpus_per_node is not None else (int(v["gpus_on_node"]) if v["gpus_on_node"] else None)
+    addr, port = first_host(v["nodelist"]), master_port(job_id, restart)
+
+    if launcher == "torchrun":
+        if num_tasks != num_nodes:
+            raise RankError(
+                f"launcher torchrun needs one task per node, got {num_tasks} tasks on {num_nodes} nodes: "
+                "use --ntasks-per-node=1 (torchrun starts the node's ranks itself)"
+            )
+        if not gpus:
+            raise RankError("launcher torchrun needs the ranks per node: request --gpus-per-node or pass --gpus-per-node to hpc.launch")
+        return RankInfo(job_id, node_rank * gpus, num_nodes * gpus, 0, gpus, node_rank, num_nodes, addr, port, restart)
+
+    per_node = expand_tasks_per_node(v["tasks_per_node"])
+    if len(set(per_node)) != 1:
+        raise RankError(
+            f"tasks per node differ across nodes ({v['tasks_per_node']}): request --ntasks-per-node "
+            "so every node runs the same number of ranks"
+        )
+    local_world = per_node[0]
+    if gpus and local_world != gpus:
+        raise RankError(
+            f"{local_world} tasks per node but {gpus} GPUs per node: use --ntasks-per-node={gpus} "
+            "(one task per GPU) or the torchrun launcher with one task per node"
+        )
+    if local_world * num_nodes != num_tasks:
+        raise RankError(f"{num_tasks} tasks do not fill {num_nodes} nodes x {local_world} tasks per node")
+    return RankInfo(
+        job_id, int(v["global_rank"]), num_tasks, int(v["local_rank"]), local_world,
+        node_rank, num_nodes, addr, port, restart,
+    )

@@ -1,0 +1,50 @@
+"""A distributed smoke job: every rank records its wiring and joins a gloo all_reduce.
+
+    python -m hpc.smoke --out DIR      (under hpc.launch or torchrun)
+
+Each rank writes DIR/rank-<RANK>.json; the all_reduce of (rank + 1) must equal
+world_size * (world_size + 1) / 2 on every rank, else the job fails.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+FIELDS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m hpc.smoke")
+    p.add_argument("--out", required=True, help="directory for one JSON record per rank")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds for rendezvous and the collective")
+    a = p.parse_args()
+    dist.init_process_group("gloo", timeout=timedelta(seconds=a.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    expected = world * (world + 1) / 2
+    record = {k.lower(): os.environ.get(k) for k in FIELDS}
+    record["node_rank"] = os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK"))  # torchrun sets GROUP_RANK
+    record.update(
+        hostname=socket.gethostname(), slurmd_nodename=os.environ.get("SLURMD_NODENAME"),
+        job_id=os.environ.get("SLURM_JOB_ID"), allreduce=t.item(), expected=expected,
+    )
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank-{rank}.json").write_text(json.dumps(record, indent=1))
+    print(f"[smoke] rank {rank}/{world} all_reduce {t.item():g} (expected {expected:g})", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    if t.item() != expected:
+        raise SystemExit(f"all_reduce gave {t.item()}, expected {expected}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""JobSpec: the one validated description of a job (site, partition, shape, time, launcher, command)."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from hpc.site import Partition, SiteProfile, SiteError
+from hpc.slurm_env import LAUNCHERS
+from hpc.slurm_time import format_minutes, parse_minutes
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+TRAIN_CONFIG_DIR = PROJECT_ROOT / "train" / "configs"
+
+
+class SpecError(ValueError):
+    """Bad command-line input; the message names the flag and what is allowed."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    site: SiteProfile
+    partition: Partition
+    nodes: int
+    gpus_per_node: int
+    minutes: int
+    job_name: str
+    launcher: str
+    command: tuple[str, ...]
+    job_dir: Path
+    workdir: Path
+    python: str
+
+    @property
+    def tasks_per_node(self) -> int:
+        return self.gpus_per_node if self.launcher == "srun" else 1
+
+    @property
+    def cpus_per_task(self) -> int:
+        return max(1, self.partition.cpus_per_node // self.tasks_per_node)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def safe_name(name: str) -> str:
+    """A job name made safe to use as a directory name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "job"
+
+
+def site_path(text: str, workdir: Path) -> Path:
+    """A profile path with ~ and $VARS expanded, made absolute against the submit directory."""
+    path = Path(os.path.expandvars(os.path.expanduser(text)))
+    return path if path.is_absolute() else workdir / path
+
+
+def default_train_config(site: SiteProfile) -> str:
+    name = site.training.config
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        return name
+    return str(TRAIN_CONFIG_DIR / f"{name}.yaml")
+
+
+def rank_command(args: Sequence[str], site: SiteProfile, python: str) -> tuple[str, ...]:
+    """What every rank runs: a script (`x.py ARGS`), a module (`-m MOD ARGS`) or the trainer (`ARGS`)."""
+    args = list(args)
+    if args and args[0] == "-m":
+        if len(args) < 2:
+            raise SpecError("-- -m needs a module name, e.g. -- -m hpc.smoke")
+        return (python, "-u", *args)
+    if args and args[0].endswith(".py"):
+        if not Path(args[0]).is_file():
+            raise SpecError(f"script {args[0]} does not exist")
+        return (python, "-u", str(Path(args[0]).resolve()), *args[1:])
+    if not any(a == "--config" or a.startswith("--config=") for a in args):
+        args = ["--config", default_train_config(site), *args]
+    return (python, "-u", "-m", "train", *args)
+
+
+def build_spec(
+    site: SiteProfile,
+    nodes: int,
+    partition: Optional[str] = None,
+    gpus_per_node: Optional[int] = None,
+    time: Optional[str] = None,
+    job_name: Optional[str] = None,
+    launcher: str = "srun",
+    args: Sequence[str] = (),
+    workdir: Optional[Path] = None,
+    python: Optional[str] = None,
+) -> JobSpec:
+    """Check the request against the site profile; every problem is one `SpecError` line."""
+    try:
+        part = site.partition(partition)
+    except SiteError as e:
+        raise SpecError(f"--partition: {e}") from None
+    if nodes < 1:
+        raise SpecError(f"--nodes {nodes}: must be at least 1")
+    if nodes > part.max_nodes:
+        raise SpecError(f"--nodes {nodes}: partition {part.name} of site {site.name} has at most {part.max_nodes} nodes")
+    gpus = part.gpus_per_node if gpus_per_node is None else gpus_per_node
+    if not 1 <= gpus <= part.gpus_per_node:
+        raise SpecError(f"--gpus-per-node {gpus}: partition {part.name} allows 1 to {part.gpus_per_node}")
+    if launcher not in LAUNCHERS:
+        raise SpecError(f"--launcher {launcher}: allowed: {', '.join(LAUNCHERS)}")
+    limit = part.max_minutes
+    if time is None:
+        minutes = limit if limit is not None else 60
+    else:
+        try:
+            minutes = parse_minutes(time)
+        except ValueError as e:
+            raise SpecError(f"--time: {e}") from None
+        if minutes is None:
+            minutes = limit if limit is not None else 60 * 24 * 365
+        if limit is not None and minutes > limit:
+            raise SpecError(f"--time {time}: partition {part.name} allows at most {part.max_time} ({format_minutes(limit)})")
+    name = job_name if job_name is not None else "train"
+    if not name.strip() or "\n" in name:
+        raise SpecError("--job-name: must be one non-empty line")
+    workdir = (workdir or Path.cwd()).resolve()
+    python = python or site.environment.python or sys.executable
+    return JobSpec(
+        site=site, partition=part, nodes=nodes, gpus_per_node=gpus, minutes=minutes, job_name=name,
+        launcher=launcher, command=rank_command(args, site, python),
+        job_dir=site_path(site.paths.job_dir, workdir) / safe_name(name), workdir=workdir, python=python,
+    )

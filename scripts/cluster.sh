@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# A real Slurm cluster of several nodes on this one Debian 12 machine (run as root).
+#
+#   scripts/cluster.sh up      start munge, MariaDB + slurmdbd, slurmctld and NNODES slurmd
+#   scripts/cluster.sh down    stop all of it (by pid files), remove namespaces
+#   scripts/cluster.sh status  sinfo + squeue
+#
+# Settings (environment): LAB=/tmp/hpc-slurm  NNODES=4  CPUS=2 (per node)
+#   GPUS=2 (fake gres/gpu per node: --gpus-per-node and CUDA_VISIBLE_DEVICES behave
+#   as on a GPU cluster; the devices are /dev/null clones, there is no CUDA)
+#   ACCT=1 (MariaDB + slurmdbd, so sacct and submitit's state polling are real)
+#   MODE=multi (all slurmd on this host, one port each)
+#   MODE=netns (one network + UTS namespace per node: own hostname n1..nN, own
+#              address 10.250.0.1X on interface eth0 behind the private bridge slbr0)
+# Partitions: debug (default), low (preemptible, GraceTime 20 s), high (preempts low).
+# Clients need SLURM_CONF=$LAB/etc/slurm.conf (written to $LAB/env.sh).
+set -euo pipefail
+LAB=${LAB:-/tmp/hpc-slurm}
+MODE=${MODE:-multi}
+NNODES=${NNODES:-4}
+CPUS=${CPUS:-2}
+GPUS=${GPUS:-2}
+ACCT=${ACCT:-1}
+CRED_EXPIRE=${CRED_EXPIRE:-5}   # also the delay before a requeued job may start again
+NET=10.250.0
+export SLURM_CONF=$LAB/etc/slurm.conf
+T0=$(date +%s%N)
+ts() { local ms=$(( ($(date +%s%N) - T0) / 1000000 )); printf '[cluster %d.%03ds] %s\n' $((ms/1000)) $((ms%1000)) "$*"; }
+
+alive() { [ -r "/proc/$1/status" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+pids_of() { local f; for f in "$@"; do [ -s "$f" ] && alive "$(cat "$f")" && cat "$f"; done; return 0; }
+stop_pids() {  # TERM, wait up to 10 s, then KILL
+  local p any
+  [ $# -gt 0 ] || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  for _ in $(seq 1 100); do
+    any=0; for p in "$@"; do alive "$p" && any=1; done
+    [ $any = 0 ] && return 0; sleep 0.1
+  done
+  for p in "$@"; do alive "$p" && kill -KILL "$p" 2>/dev/null; done; return 0
+}
+
+down() {
+  if [ -n "$(pids_of "$LAB/run/slurmctld.pid")" ]; then
+    local jobs; jobs=$(squeue -h -o %i 2>/dev/null || true)
+    if [ -n "$jobs" ]; then
+      scancel --full $jobs 2>/dev/null || true
+      for _ in $(seq 1 50); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.2; done
+    fi
+  fi
+  stop_pids $(pids_of "$LAB"/run/slurmd-*.pid)
+  stop_pids $(pids_of "$LAB/run/slurmctld.pid")
+  stop_pids $(pids_of "$LAB/run/slurmdbd.pid")
+  stop_pids $(pids_of "$LAB/mysql/mariadbd.pid")
+  stop_pids $(pids_of "$LAB/munge/munged.pid")
+  rm -f "$LAB"/run/*.pid "$LAB/munge/munged.pid" "$LAB/mysql/mariadbd.pid"
+  for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^hpcslurm-n[0-9]+$/ {print $1}'); do ip netns del "$ns"; done
+  if ip link show slbr0 >/dev/null 2>&1; then ip link del slbr0; fi
+  ts "down"
+}
+
+start_munge() {
+  local sock=$LAB/munge/munge.socket.2
+  [ -f "$LAB/munge/munge.key" ] || mungekey -c -k "$LAB/munge/munge.key"
+  chmod 600 "$LAB/munge/munge.key"
+  munged --key-file="$LAB/munge/munge.key" --socket="$sock" --pid-file="$LAB/munge/munged.pid" \
+         --log-file="$LAB/munge/munged.log" --seed-file="$LAB/munge/munged.seed"
+  for _ in $(seq 1 50); do [ -S "$sock" ] && break; sleep 0.1; done
+  munge -S "$sock" -n | unmunge -S "$sock" >/dev/null
+  ts "munged up"
+}
+
+start_accounting() {
+  local db=$LAB/mysql sock=$LAB/munge/munge.socket.2
+  mkdir -p "$db"
+  if [ ! -d "$db/data/mysql" ]; then
+    mariadb-install-db --no-defaults --user=root --datadir="$db/data" --skip-test-db >"$db/install.log" 2>&1
+  fi
+  setsid mariadbd --no-defaults --user=root --datadir="$db/data" --socket="$db/mysqld.sock" \
+    --bind-address=127.0.0.1 --port=3306 --skip-name-resolve --innodb-buffer-pool-size=64M \
+    --pid-file="$db/mariadbd.pid" --log-error="$db/mariadbd.err" </dev/null >/dev/null 2>&1 &
+  for _ in $(seq 1 150); do mariadb --no-defaults -S "$db/mysqld.sock" -u root -e 'select 1' >/dev/null 2>&1 && break; sleep 0.1; done
+  mariadb --no-defaults -S "$db/mysqld.sock" -u root -e \
+    "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurmpw'; CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmpw'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+  ts "mariadbd up"
+  cat > "$LAB/etc/slurmdbd.conf" <<CONF
+AuthType=auth/munge
+AuthInfo=socket=$sock
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=6819
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=3306
+StorageUser=slurm
+StoragePass=slurmpw
+StorageLoc=slurm_acct_db
+PidFile=$LAB/run/slurmdbd.pid
+LogFile=$LAB/log/slurmdbd.log
+CONF
+  chmod 600 "$LAB/etc/slurmdbd.conf"
+  slurmdbd
+  for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/6819) 2>/dev/null && break; sleep 0.1; done
+  ts "slurmdbd up"
+}
+
+write_conf() {
+  local host=$1 ctl=$2 nodeline=$3 acct gres="" node_gres="" sock=$LAB/munge/munge.socket.2
+  acct="AccountingStorageType=accounting_storage/none"
+  if [ "$ACCT" = 1 ]; then
+    acct="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=6819
+AccountingStoragePass=$sock"
+  fi
+  rm -f "$LAB/etc/gres.conf"
+  if [ "$GPUS" -gt 0 ]; then
+    mkdir -p "$LAB/fakedev"
+    for g in $(seq 0 $((GPUS-1))); do rm -f "$LAB/fakedev/gpu$g"; mknod "$LAB/fakedev/gpu$g" c 1 3; done
+    gres="GresTypes=gpu"; node_gres="Gres=gpu:$GPUS"
+    echo "Name=gpu File=$LAB/fakedev/gpu[0-$((GPUS-1))]" > "$LAB/etc/gres.conf"
+  fi
+  cat > "$SLURM_CONF" <<CONF
+ClusterName=local
+SlurmctldHost=$ctl
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$sock,cred_expire=$CRED_EXPIRE
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=$LAB/state
+SlurmdSpoolDir=$LAB/spool/%n
+SlurmctldPidFile=$LAB/run/slurmctld.pid
+SlurmdPidFile=$LAB/run/slurmd-%n.pid
+SlurmctldLogFile=$LAB/log/slurmctld.log
+SlurmdLogFile=$LAB/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+$acct
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=2
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+JobRequeue=1
+KillWait=5
+MinJobAge=3600
+MailProg=/bin/true
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+SlurmctldParameters=preempt_send_user_signal
+$gres
+$nodeline CPUs=$CPUS RealMemory=4000 $node_gres State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=02:00:00 State=UP PriorityTier=1
+PartitionName=low   Nodes=ALL MaxTime=02:00:00 State=UP PriorityTier=1 GraceTime=20
+PartitionName=high  Nodes=ALL MaxTime=02:00:00 State=UP PriorityTier=10 PreemptMode=OFF
+CONF
+  cat > "$LAB/etc/cgroup.conf" <<CONF
+CgroupPlugin=autodetect
+IgnoreSystemdOnFailure=yes
+CONF
+}
+
+up() {
+  for cmd in slurmctld slurmd munged; do
+    command -v "$cmd" >/dev/null || { echo "cluster.sh: $cmd not found; run scripts/install.sh first" >&2; exit 1; }
+  done
+  down >/dev/null 2>&1 || true
+  local host; host=$(hostname -s)
+  mkdir -p "$LAB"/{etc,state,log,run,munge}
+  rm -f "$LAB"/log/*.log "$LAB/munge/munged.log"
+  rm -rf "$LAB/state"/* "$LAB/spool"
+  chmod 755 "$LAB" "$LAB/munge"
+  for i in $(seq 1 "$NNODES"); do mkdir -p "$LAB/spool/n$i"; done
+  start_munge
+  if [ "$MODE" = netns ]; then
+    ip link add slbr0 type bridge
+    ip addr add "$NET.1/24" dev slbr0
+    ip link set slbr0 up
+    { cat /etc/hosts; for i in $(seq 1 "$NNODES"); do echo "$NET.$((10+i)) n$i"; done; } > "$LAB/etc/hosts"
+    for i in $(seq 1 "$NNODES"); do
+      ip netns add "hpcslurm-n$i"
+      ip link add "slv$i" type veth peer name eth0 netns "hpcslurm-n$i"
+      ip link set "slv$i" master slbr0 up
+      ip -n "hpcslurm-n$i" addr add "$NET.$((10+i))/24" dev eth0
+      ip -n "hpcslurm-n$i" link set eth0 up
+      ip -n "hpcslurm-n$i" link set lo up
+    done
+    write_conf "$host" "$host($NET.1)" "NodeName=n[1-$NNODES] NodeAddr=$NET.[11-$((10+NNODES))]"
+  elif [ "$MODE" = multi ]; then
+    # node names resolve inside jobs through a private /etc/hosts bind-mounted for each slurmd
+    { cat /etc/hosts; echo "127.0.0.1 $(seq -f 'n%g' -s ' ' 1 "$NNODES")"; } > "$LAB/etc/hosts"
+    write_conf "$host" "$host(127.0.0.1)" \
+      "NodeName=n[1-$NNODES] NodeHostname=$host NodeAddr=127.0.0.1 Port=[6821-$((6820+NNODES))]"
+  else
+    echo "cluster.sh: MODE=$MODE is not known; allowed: multi, netns" >&2; exit 2
+  fi
+  if [ "$ACCT" = 1 ]; then
+    command -v slurmdbd >/dev/null || { echo "cluster.sh: slurmdbd not found (ACCT=1); run scripts/install.sh" >&2; exit 1; }
+    start_accounting
+  fi
+  echo "export SLURM_CONF=$SLURM_CONF" > "$LAB/env.sh"
+  slurmctld -f "$SLURM_CONF" -c
+  for _ in $(seq 1 50); do [ -s "$LAB/run/slurmctld.pid" ] && break; sleep 0.1; done
+  ts "slurmctld up"
+  for i in $(seq 1 "$NNODES"); do
+    if [ "$MODE" = netns ]; then
+      # nsenter, not "ip netns exec": that remounts /sys and slurmd loses /sys/fs/cgroup
+      nsenter --net="/run/netns/hpcslurm-n$i" unshare --uts --mount --propagation private sh -c \
+        "hostname n$i && mount --bind '$LAB/etc/hosts' /etc/hosts && exec slurmd -f '$SLURM_CONF' -N n$i"
+    else
+      unshare --mount --propagation private sh -c \
+        "mount --bind '$LAB/etc/hosts' /etc/hosts && exec slurmd -f '$SLURM_CONF' -N n$i"
+    fi
+  done
+  for _ in $(seq 1 150); do
+    [ "$(sinfo -h -p debug -t idle -o %D 2>/dev/null)" = "$NNODES" ] && break; sleep 0.2
+  done
+  if [ "$(sinfo -h -p debug -t idle -o %D)" != "$NNODES" ]; then
+    sinfo >&2; echo "cluster.sh: nodes did not become idle; see $LAB/log" >&2; exit 1
+  fi
+  ts "up: $NNODES nodes ($MODE, $GPUS fake GPUs and $CPUS CPUs each, accounting=$ACCT). Clients: source $LAB/env.sh"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) sinfo; squeue ;;
+  *) echo "usage: scripts/cluster.sh up|down|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install everything this project needs on a Debian 12 machine (run as root):
+# Debian's Slurm, munge and MariaDB for the local cluster, then a virtual
+# environment in .venv with the project and its test extra.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${VENV:-$ROOT/.venv}
+PYTHON=${PYTHON:-python3}
+
+need=()
+for cmd in slurmctld slurmd sbatch munged slurmdbd mariadbd ip nsenter; do
+  command -v "$cmd" >/dev/null 2>&1 || need+=("$cmd")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "[install] apt: Slurm, munge, MariaDB (missing: ${need[*]})"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends \
+    slurmctld slurmd slurm-client slurmdbd munge mariadb-server iproute2 util-linux >/dev/null
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[install] creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+echo "[install] pip install -e .[test] (torch 2.13.0 CPU wheel first, so no CUDA build is pulled)"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[test]" 2>&1 | grep -v "is ignored" || true
+"$VENV/bin/python" -c "import torch, transformers, submitit, hpc, train; print('[install] ok: torch', torch.__version__, 'transformers', transformers.__version__)"

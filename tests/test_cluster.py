@@ -1,0 +1,146 @@
+"""Submission, rank wiring and quoting proven on the real local Slurm cluster."""
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli, wait_job
+from hpc.slurm_env import master_port
+
+pytestmark = pytest.mark.slurm
+
+
+def queued() -> list[str]:
+    return subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout.split()
+
+
+def check_smoke_records(out: Path, job_id: str, nodes: int = 2, per_node: int = 2) -> None:
+    """Every rank derived a consistent wiring and the gloo all_reduce summed all ranks."""
+    world = nodes * per_node
+    recs = [json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))]
+    assert sorted(int(r["rank"]) for r in recs) == list(range(world))
+    by_node: dict[str, list[dict]] = {}
+    for r in recs:
+        assert r["world_size"] == str(world) and r["local_world_size"] == str(per_node)
+        assert r["master_addr"] == "n1" and r["master_port"] == str(master_port(int(job_id)))
+        assert r["job_id"] == job_id
+        assert r["allreduce"] == r["expected"] == world * (world + 1) / 2
+        assert int(r["rank"]) == int(r["node_rank"]) * per_node + int(r["local_rank"])
+        by_node.setdefault(r["slurmd_nodename"], []).append(r)
+    assert sorted(by_node) == [f"n{i + 1}" for i in range(nodes)]
+    for name, rs in by_node.items():
+        assert {r["node_rank"] for r in rs} == {str(int(name[1:]) - 1)}
+        assert sorted(r["local_rank"] for r in rs) == [str(i) for i in range(per_node)]
+
+
+def preamble(script: str) -> str:
+    lines = script.splitlines()
+    start = lines.index(next(l for l in lines if l.startswith("# --- environment and network")))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith('echo "[job]'))
+    return "\n".join(lines[start:end + 1])
+
+
+def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
+    out = tmp_path / "ranks"
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--wait", "--job-name", "smoke",
+                "--", "-m", "hpc.smoke", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
+    assert f"job {job_id} finished: COMPLETED" in r.stdout
+    assert "[smoke] rank 0/4 all_reduce 10 (expected 10)" in r.stdout  # rank 0's log followed live
+    check_smoke_records(out, job_id)
+
+    # the same job written with --emit and submitted by hand with plain sbatch
+    out2, script = tmp_path / "ranks2", tmp_path / "job.sbatch"
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke",
+                "--emit", str(script), "--", "-m", "hpc.smoke", "--out", str(out2), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert sb.returncode == 0, sb.stderr
+    job2 = sb.stdout.strip()
+    assert wait_job(job2) == "COMPLETED"
+    check_smoke_records(out2, job2)
+    assert (tmp_path / "jobs" / "smoke" / f"{job2}-rank3.log").read_text().count("[smoke] rank 3/4") == 1
+
+    # both paths carry the same environment/network preamble
+    submitit_script = (tmp_path / "jobs" / "smoke" / f"{job_id}_submission.sh").read_text()
+    emitted = script.read_text()
+    assert preamble(submitit_script) == preamble(emitted)
+    for directive in ("--job-name=smoke", "--nodes=2", "--ntasks-per-node=2", "--gpus-per-node=2", "--partition=debug"):
+        assert directive in submitit_script and directive in emitted
+
+
+def test_torchrun_launcher_one_task_per_node(slurm, tmp_path):
+    out = tmp_path / "ranks"
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--wait",
+                "--job-name", "smoke-torchrun", "--", "-m", "hpc.smoke", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
+    check_smoke_records(out, job_id)
+
+
+def test_hostile_job_name_is_only_a_name(slurm, tmp_path):
+    marker = tmp_path / "owned"
+    name = f"x; touch {marker}; $(touch {marker})"
+    script = tmp_path / "job.sbatch"
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", name, "--emit", str(script),
+                "--", "-m", "hpc.smoke", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path)
+    job_id = sb.stdout.strip()
+    assert wait_job(job_id) == "COMPLETED"
+    got = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobName"], capture_output=True, text=True).stdout.strip()
+    assert got == name
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("extra", [[], ["--launcher", "torchrun"], ["--partition", "low", "--gpus-per-node", "1"],
+                                   ["--job-name", "a b; c $(d)"]])
+def test_rendered_scripts_pass_sbatch_test_only(slurm, tmp_path, extra):
+    script = tmp_path / "job.sbatch"
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", *extra, "--emit", str(script), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    t = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert t.returncode == 0 and "to start at" in t.stderr, t.stderr
+
+
+BAD = [
+    (["--site", "nosuch", "--nodes", "1"], "site 'nosuch' not found"),
+    (["--site", "local", "--nodes", "1", "--partition", "gpu"], "--partition: site local: partition 'gpu' is not in the profile; allowed: debug, low, high"),
+    (["--site", "local", "--nodes", "5"], "--nodes 5: partition debug of site local has at most 4 nodes"),
+    (["--site", "local", "--nodes", "1", "--time", "3:00:00"], "--time 3:00:00: partition debug allows at most 02:00:00"),
+    (["--site", "local", "--nodes", "1", "--time", "soon"], "--time: time 'soon' is not a Slurm time"),
+    (["--site", "local", "--nodes", "1", "--gpus-per-node", "3"], "--gpus-per-node 3: partition debug allows 1 to 2"),
+    (["--site", "local", "--nodes", "1", "--", "missing.py"], "script missing.py does not exist"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD)
+def test_bad_input_exits_2_before_submitting(slurm, tmp_path, args, message):
+    before = queued()
+    r = run_cli("-m", "hpc.submit", *args, cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    assert queued() == before
+    assert not (tmp_path / "jobs").exists()
+
+
+def test_dry_run_submits_and_writes_nothing(slurm, tmp_path):
+    before = queued()
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in r.stdout
+    assert queued() == before and list(tmp_path.iterdir()) == []
+
+
+def test_rank_mismatch_fails_with_what_to_change(slurm, tmp_path):
+    from conftest import PYTHON
+
+    wrap = f"srun --ntasks-per-node=1 {PYTHON} -m hpc.launch -- {PYTHON} -c 'print(1)'"
+    sb = subprocess.run(["sbatch", "--parsable", "-N", "1", "--ntasks-per-node=1", "--gpus-per-node=2",
+                         "-o", str(tmp_path / "%j.log"), "--wrap", wrap], capture_output=True, text=True, cwd=tmp_path)
+    job_id = sb.stdout.strip()
+    assert wait_job(job_id) == "FAILED"
+    log = (tmp_path / f"{job_id}.log").read_text()
+    assert "hpc.launch: error on n1: 1 tasks per node but 2 GPUs per node: use --ntasks-per-node=2" in log
