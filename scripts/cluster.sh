@@ -9,14 +9,15 @@
 #   GPUS=2 (fake gres/gpu per node: --gpus-per-node and CUDA_VISIBLE_DEVICES behave
 #   as on a GPU cluster; the devices are /dev/null clones, there is no CUDA)
 #   ACCT=1 (MariaDB + slurmdbd, so sacct and submitit's state polling are real)
-#   MODE=multi (all slurmd on this host, one port each)
-#   MODE=netns (one network + UTS namespace per node: own hostname n1..nN, own
-#              address 10.250.0.1X on interface eth0 behind the private bridge slbr0)
+#   MODE=netns (default: one network + UTS namespace per node, with its own hostname
+#              n1..nN and address 10.250.0.1X on interface eth0 behind the private
+#              bridge slbr0, so traffic between nodes crosses a real interface)
+#   MODE=multi (all slurmd in this host's namespaces, one port each; everything on loopback)
 # Partitions: debug (default), low (preemptible, GraceTime 20 s), high (preempts low).
 # Clients need SLURM_CONF=$LAB/etc/slurm.conf (written to $LAB/env.sh).
 set -euo pipefail
 LAB=${LAB:-/tmp/hpc-slurm}
-MODE=${MODE:-multi}
+MODE=${MODE:-netns}
 NNODES=${NNODES:-4}
 CPUS=${CPUS:-2}
 GPUS=${GPUS:-2}
@@ -80,8 +81,9 @@ start_accounting() {
     --bind-address=127.0.0.1 --port=3306 --skip-name-resolve --innodb-buffer-pool-size=64M \
     --pid-file="$db/mariadbd.pid" --log-error="$db/mariadbd.err" </dev/null >/dev/null 2>&1 &
   for _ in $(seq 1 150); do mariadb --no-defaults -S "$db/mysqld.sock" -u root -e 'select 1' >/dev/null 2>&1 && break; sleep 0.1; done
+  # slurmctld starts with clean state (job ids from 1 again), so accounting starts empty too
   mariadb --no-defaults -S "$db/mysqld.sock" -u root -e \
-    "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurmpw'; CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmpw'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+    "DROP DATABASE IF EXISTS slurm_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurmpw'; CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmpw'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
   ts "mariadbd up"
   cat > "$LAB/etc/slurmdbd.conf" <<CONF
 AuthType=auth/munge

@@ -28,6 +28,7 @@ def check_smoke_records(out: Path, job_id: str, nodes: int = 2, per_node: int = 
         assert r["job_id"] == job_id
         assert r["allreduce"] == r["expected"] == world * (world + 1) / 2
         assert int(r["rank"]) == int(r["node_rank"]) * per_node + int(r["local_rank"])
+        assert r["hostname"] == r["slurmd_nodename"]  # every node has its own namespace and hostname
         by_node.setdefault(r["slurmd_nodename"], []).append(r)
     assert sorted(by_node) == [f"n{i + 1}" for i in range(nodes)]
     for name, rs in by_node.items():
