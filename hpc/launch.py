@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
+from hpc.requeue import REQUEUE_EXIT, stop_signals
 from hpc.slurm_env import LAUNCHERS, RankError, RankInfo, derive
+
+REQUEUE_GRACE_S = 120
 
 
 def node_argv(launcher: str, command: Sequence[str], info: RankInfo) -> list[str]:
@@ -60,7 +65,15 @@ class LaunchTask:
 
     def __call__(self) -> int:
         argv, env = prepare(self.launcher, self.command, self.gpus_per_node, os.environ)
+        # Slurm signals every process of the step; the rank command handles the stop itself
+        # (save together, requeue), so submitit's own handlers must not requeue or exit first.
+        for sig in stop_signals(os.environ):
+            signal.signal(sig, lambda signum, frame: print(f"[launch] got {signal.Signals(signum).name}; the ranks stop and save", flush=True))
         rc = subprocess.call(argv, env=env)
+        if rc == REQUEUE_EXIT:
+            print("[launch] ranks stopped for requeue; waiting for Slurm to end this run", flush=True)
+            time.sleep(REQUEUE_GRACE_S)
+            raise RuntimeError(f"the job was not requeued within {REQUEUE_GRACE_S} s after its ranks stopped")
         if rc != 0:
             raise RuntimeError(f"rank command exited with status {rc}: {' '.join(argv)}")
         return rc

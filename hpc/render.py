@@ -11,7 +11,7 @@ from pathlib import Path
 import jinja2
 
 from hpc.network import network_env
-from hpc.spec import JobSpec, site_path
+from hpc.spec import JobSpec
 from hpc.slurm_time import format_minutes
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "sbatch_templates"
@@ -27,8 +27,8 @@ _env = jinja2.Environment(
 _env.filters["q"] = lambda v: shlex.quote(str(v))
 
 
-def directives(spec: JobSpec) -> dict[str, str]:
-    """sbatch options (without output/error), in the order they are written."""
+def directives(spec: JobSpec) -> dict[str, str | bool]:
+    """sbatch options (without output/error), in the order they are written; True is a bare flag."""
     part, sub = spec.partition, spec.site.submission
     gpus = f"{part.gpu_type}:{spec.gpus_per_node}" if part.gpu_type else str(spec.gpus_per_node)
     d = {
@@ -41,6 +41,8 @@ def directives(spec: JobSpec) -> dict[str, str]:
         "time": format_minutes(spec.minutes),
         "chdir": str(spec.workdir),
         "open-mode": "append",
+        "signal": f"{spec.signal}@{spec.signal_lead_s}",
+        "requeue": True,
     }
     if part.mem_per_node_gb:
         d["mem"] = f"{int(part.mem_per_node_gb)}G"
@@ -60,7 +62,9 @@ def job_env(spec: JobSpec) -> dict[str, str]:
         "OMP_NUM_THREADS": str(spec.cpus_per_task),
         "HPC_SITE": spec.site.name,
         "HPC_JOB_DIR": str(spec.job_dir),
-        "HPC_CHECKPOINT_DIR": str(site_path(spec.site.paths.checkpoint_root, spec.workdir) / spec.job_dir.name),
+        "HPC_CHECKPOINT_DIR": str(spec.checkpoint_dir),
+        "HPC_STOP_SIGNAL": spec.signal,
+        "HPC_MAX_REQUEUES": str(spec.max_requeues),
     })
     return env
 

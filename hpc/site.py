@@ -109,6 +109,23 @@ class Environment(Strict):
         return v
 
 
+STOP_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
+
+
+class Preemption(Strict):
+    signal: str = Field("USR2", description="pre-stop signal Slurm sends every rank before the time limit or on preemption")
+    lead_s: int = Field(120, ge=10, description="seconds before the time limit the signal comes (Slurm may send it up to 60 s earlier)")
+    max_requeues: int = Field(5, ge=0, description="requeues after which a stopped job ends instead")
+
+    @field_validator("signal")
+    @classmethod
+    def _signal(cls, v: str) -> str:
+        name = v.upper().removeprefix("SIG")
+        if name not in STOP_SIGNALS:
+            raise ValueError(f"signal {v!r} is not allowed; allowed: {', '.join(STOP_SIGNALS)} (USR2 by default: NCCL may use USR1)")
+        return name
+
+
 class Paths(Strict):
     job_dir: str = "./jobs"
     checkpoint_root: str = "./checkpoints"
@@ -126,6 +143,7 @@ class SiteProfile(Strict):
     network: Network
     environment: Environment = Environment()
     paths: Paths = Paths()
+    preemption: Preemption = Preemption()
     training: Training = Training()
 
     @model_validator(mode="after")

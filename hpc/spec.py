@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hpc.site import Partition, SiteProfile, SiteError
+from pydantic import ValidationError
+
+from hpc.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.slurm_env import LAUNCHERS
 from hpc.slurm_time import format_minutes, parse_minutes
 
@@ -31,8 +33,12 @@ class JobSpec:
     launcher: str
     command: tuple[str, ...]
     job_dir: Path
+    checkpoint_dir: Path
     workdir: Path
     python: str
+    signal: str
+    signal_lead_s: int
+    max_requeues: int
 
     @property
     def tasks_per_node(self) -> int:
@@ -65,8 +71,12 @@ def default_train_config(site: SiteProfile) -> str:
     return str(TRAIN_CONFIG_DIR / f"{name}.yaml")
 
 
-def rank_command(args: Sequence[str], site: SiteProfile, python: str) -> tuple[str, ...]:
-    """What every rank runs: a script (`x.py ARGS`), a module (`-m MOD ARGS`) or the trainer (`ARGS`)."""
+def rank_command(args: Sequence[str], site: SiteProfile, python: str, job_dir: Path, checkpoint_dir: Path) -> tuple[str, ...]:
+    """What every rank runs: a script (`x.py ARGS`), a module (`-m MOD ARGS`) or the trainer (`ARGS`).
+
+    The trainer logs into the job directory and checkpoints under the site's checkpoint
+    root, both named after the job: a job of the same name resumes the same run.
+    """
     args = list(args)
     if args and args[0] == "-m":
         if len(args) < 2:
@@ -78,6 +88,9 @@ def rank_command(args: Sequence[str], site: SiteProfile, python: str) -> tuple[s
         return (python, "-u", str(Path(args[0]).resolve()), *args[1:])
     if not any(a == "--config" or a.startswith("--config=") for a in args):
         args = ["--config", default_train_config(site), *args]
+    for key, value in (("log.dir", job_dir), ("checkpoint.dir", checkpoint_dir)):
+        if not any(a.startswith(f"{key}=") for a in args):
+            args.append(f"{key}={value}")
     return (python, "-u", "-m", "train", *args)
 
 
@@ -92,6 +105,9 @@ def build_spec(
     args: Sequence[str] = (),
     workdir: Optional[Path] = None,
     python: Optional[str] = None,
+    signal: Optional[str] = None,
+    signal_lead_s: Optional[int] = None,
+    max_requeues: Optional[int] = None,
 ) -> JobSpec:
     """Check the request against the site profile; every problem is one `SpecError` line."""
     try:
@@ -122,10 +138,25 @@ def build_spec(
     name = job_name if job_name is not None else "train"
     if not name.strip() or "\n" in name:
         raise SpecError("--job-name: must be one non-empty line")
+    try:
+        pre = Preemption(
+            signal=signal or site.preemption.signal,
+            lead_s=site.preemption.lead_s if signal_lead_s is None else signal_lead_s,
+            max_requeues=site.preemption.max_requeues if max_requeues is None else max_requeues,
+        )
+    except ValidationError as e:
+        err = e.errors()[0]
+        flag = {"signal": "--signal", "lead_s": "--signal-lead", "max_requeues": "--max-requeues"}[err["loc"][0]]
+        raise SpecError(f"{flag}: {err['msg'].removeprefix('Value error, ')}") from None
+    if pre.lead_s >= minutes * 60:
+        raise SpecError(f"--signal-lead {pre.lead_s}: must be shorter than the time limit ({minutes * 60} s)")
     workdir = (workdir or Path.cwd()).resolve()
     python = python or site.environment.python or sys.executable
+    job_dir = site_path(site.paths.job_dir, workdir) / safe_name(name)
+    checkpoint_dir = site_path(site.paths.checkpoint_root, workdir) / safe_name(name)
     return JobSpec(
         site=site, partition=part, nodes=nodes, gpus_per_node=gpus, minutes=minutes, job_name=name,
-        launcher=launcher, command=rank_command(args, site, python),
-        job_dir=site_path(site.paths.job_dir, workdir) / safe_name(name), workdir=workdir, python=python,
+        launcher=launcher, command=rank_command(args, site, python, job_dir, checkpoint_dir),
+        job_dir=job_dir, checkpoint_dir=checkpoint_dir, workdir=workdir, python=python,
+        signal=pre.signal, signal_lead_s=pre.lead_s, max_requeues=pre.max_requeues,
     )

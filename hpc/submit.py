@@ -39,6 +39,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--time", help="time limit, Slurm form (e.g. 30, 2:00:00, 1-00:00:00); default: the partition's")
     p.add_argument("--job-name", help="job name (default: train)")
     p.add_argument("--launcher", default="srun", choices=LAUNCHERS, help="srun: one task per GPU; torchrun: one task per node")
+    p.add_argument("--signal", help="pre-stop signal for every rank, e.g. USR2 (default: the profile's preemption.signal)")
+    p.add_argument("--signal-lead", type=int, metavar="SECONDS", help="send it this long before the time limit (default: the profile's)")
+    p.add_argument("--max-requeues", type=int, metavar="N", help="requeues after which a stopped job ends (default: the profile's)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
     out.add_argument("--emit", metavar="FILE", help="write the sbatch script to FILE, submit nothing")
@@ -63,7 +66,8 @@ def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
     try:
         site = load_site(a.site)
         return build_spec(site, nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
-                          time=a.time, job_name=a.job_name, launcher=a.launcher, args=rank_args)
+                          time=a.time, job_name=a.job_name, launcher=a.launcher, args=rank_args,
+                          signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues)
     except (SiteError, SpecError) as e:
         fail(str(e))
         raise

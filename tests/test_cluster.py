@@ -115,6 +115,9 @@ BAD = [
     (["--site", "local", "--nodes", "1", "--time", "soon"], "--time: time 'soon' is not a Slurm time"),
     (["--site", "local", "--nodes", "1", "--gpus-per-node", "3"], "--gpus-per-node 3: partition debug allows 1 to 2"),
     (["--site", "local", "--nodes", "1", "--", "missing.py"], "script missing.py does not exist"),
+    (["--site", "local", "--nodes", "1", "--signal", "KILL"], "--signal: signal 'KILL' is not allowed; allowed: USR1, USR2, TERM"),
+    (["--site", "local", "--nodes", "1", "--time", "2", "--signal-lead", "120"], "--signal-lead 120: must be shorter than the time limit (120 s)"),
+    (["--site", "local", "--nodes", "1", "--max-requeues", "-1"], "--max-requeues: Input should be greater than or equal to 0"),
 ]
 
 

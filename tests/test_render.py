@@ -56,7 +56,8 @@ def test_hostile_job_name_stays_one_quoted_word(monkeypatch):
 def test_trainer_args_are_quoted_and_default_config_added(monkeypatch):
     text = render("local", monkeypatch, args=["optim.lr=1e-3", "run.name=a b;c"])
     launch = text.rstrip().splitlines()[-1]
-    assert shlex.split(launch)[-6:] == ["-m", "train", "--config", "{PROJECT}/train/configs/demo.yaml", "optim.lr=1e-3", "run.name=a b;c"]
+    assert shlex.split(launch)[-8:] == ["-m", "train", "--config", "{PROJECT}/train/configs/demo.yaml", "optim.lr=1e-3", "run.name=a b;c",
+                                        "log.dir=/home/alice/project/jobs/train", "checkpoint.dir=/home/alice/project/checkpoints/train"]
     assert "'run.name=a b;c'" in launch
 
 

@@ -13,7 +13,7 @@ SHIPPED = sorted(p.stem for p in PROJECT_SITE_DIR.glob("*.yaml"))
 def test_shipped_profiles():
     assert {"local", "ib-h200", "roce-h100", "eth-a100"} <= set(SHIPPED)
     fabrics = {load_site(n).network.fabric for n in SHIPPED}
-    assert {"infiniband", "roce", "ethernet", "loopback"} <= fabrics
+    assert {"infiniband", "roce", "ethernet"} <= fabrics
 
 
 @pytest.mark.parametrize("name", SHIPPED)
