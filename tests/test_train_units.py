@@ -1,0 +1,42 @@
+"""Pure pieces of the trainer: learning-rate schedule, FLOPs per token, checkpoint discovery and retention."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from train.checkpoint import META, complete_checkpoints, prune, step_dir
+from train.loop import lr_at
+from train.metrics import flops_per_token
+
+
+def test_lr_schedule_warmup_then_cosine():
+    lr, warm, floor, total = 1e-3, 10, 1e-4, 110
+    assert lr_at(1, lr, warm, floor, total) == pytest.approx(1e-4)
+    assert lr_at(10, lr, warm, floor, total) == pytest.approx(lr)
+    assert lr_at(60, lr, warm, floor, total) == pytest.approx((lr + floor) / 2)
+    assert lr_at(110, lr, warm, floor, total) == pytest.approx(floor)
+    values = [lr_at(s, lr, warm, floor, total) for s in range(10, 111)]
+    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert lr_at(1, lr, 0, floor, 1) == pytest.approx(floor)
+
+
+def test_flops_per_token_formula():
+    # Qwen3-0.6B at seq 4096: 6 x (non-embedding + lm_head) + 12 x layers x heads x head_dim x seq.
+    params = {"non_embedding": 440_000_000, "lm_head": 151936 * 1024}
+    expected = 6 * (440_000_000 + 151936 * 1024) + 12 * 28 * 16 * 128 * 4096
+    assert flops_per_token(params, 28, 16, 128, 4096) == expected
+    assert math.isclose(expected / 1e9, 6.3, rel_tol=0.05)
+
+
+def test_latest_complete_checkpoint_ignores_tmp_and_unmarked(tmp_path):
+    for step in (5, 10, 15):
+        step_dir(tmp_path, step).mkdir()
+        (step_dir(tmp_path, step) / META).write_text("{}")
+    (tmp_path / "step-00000020.tmp").mkdir()  # crashed while saving
+    step_dir(tmp_path, 25).mkdir()  # renamed but never marked complete
+    assert [s for s, _ in complete_checkpoints(tmp_path)] == [5, 10, 15]
+    assert complete_checkpoints(tmp_path / "missing") == []
+    assert prune(tmp_path, keep_last=2) == [step_dir(tmp_path, 5)]
+    assert [s for s, _ in complete_checkpoints(tmp_path)] == [10, 15]

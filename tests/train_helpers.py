@@ -1,0 +1,55 @@
+"""Launch the real trainer entry point (`python -m train`, alone or under torchrun) and read what it wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "train" / "configs" / "tiny.yaml"
+_DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "ROLE_RANK")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without any inherited rank variables, one thread per process, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in _DIST_VARS}
+    env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **extra)
+    return env
+
+
+def train_cmd(nproc: int, *overrides: str, config: Path = TINY) -> list[str]:
+    """`python -m train` for one process, `torchrun --standalone` for several."""
+    launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    return [*launcher, "-m", "train", "--config", str(config), *overrides]
+
+
+def launch(nproc: int, run_dir: Path, *overrides: str) -> subprocess.Popen:
+    """Start a training run writing to ``run_dir`` (output in run_dir/launch.log); pair with ``finish``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = (run_dir / "launch.log").open("w")
+    return subprocess.Popen(train_cmd(nproc, f"log.dir={run_dir}", *overrides), cwd=ROOT, env=clean_env(),
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen, run_dir: Path, timeout: float = 300) -> str:
+    """Wait for a launched run; fail with its output tail unless it exited 0. Returns its output."""
+    rc = proc.wait(timeout=timeout)
+    out = (run_dir / "launch.log").read_text()
+    assert rc == 0, f"training run in {run_dir} exited {rc}:\n{out[-4000:]}"
+    return out
+
+
+def metrics(run_dir: Path) -> dict[int, dict]:
+    """metrics.jsonl records by step (the last record wins if a step was logged twice)."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r for r in map(json.loads, lines)}
+
+
+def seed_checkpoint(src_run: Path, step: int, dst_run: Path) -> None:
+    """Copy src_run's complete checkpoint of ``step`` into dst_run, so a run there resumes from it."""
+    name = f"step-{step:08d}"
+    shutil.copytree(src_run / "checkpoints" / name, dst_run / "checkpoints" / name)

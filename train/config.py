@@ -1,0 +1,227 @@
+"""Training configuration: one YAML file plus ``key.sub=value`` overrides, validated once.
+
+Every section forbids unknown keys, so a typo is an error naming the key and the keys
+allowed there. ``load_config`` raises ``ConfigError`` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from train.data import DataConfig
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message is one line naming the file or key and what is allowed."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Dims(_Strict):
+    """Qwen3Config fields; a named shape fills them, ``model.dims`` overrides single ones."""
+
+    vocab_size: int | None = Field(None, ge=1)
+    hidden_size: int | None = Field(None, ge=1)
+    intermediate_size: int | None = Field(None, ge=1)
+    num_hidden_layers: int | None = Field(None, ge=1)
+    num_attention_heads: int | None = Field(None, ge=1)
+    num_key_value_heads: int | None = Field(None, ge=1)
+    head_dim: int | None = Field(None, ge=2)
+    max_position_embeddings: int | None = Field(None, ge=1)
+    rope_theta: float | None = Field(None, gt=0)
+    tie_word_embeddings: bool | None = None
+
+
+_QWEN3_COMMON = dict(head_dim=128, num_key_value_heads=8, vocab_size=151936, max_position_embeddings=40960, rope_theta=1e6)
+
+# The released Qwen3 dense models' dimensions; "tiny" is for tests and demos (vocab from the tokenizer).
+SHAPES: dict[str, Dims] = {
+    "tiny": Dims(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, rope_theta=1e6, tie_word_embeddings=False),
+    "0.6B": Dims(**_QWEN3_COMMON, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16, tie_word_embeddings=True),
+    "1.7B": Dims(**_QWEN3_COMMON, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16, tie_word_embeddings=True),
+    "4B": Dims(**_QWEN3_COMMON, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32, tie_word_embeddings=True),
+    "8B": Dims(**_QWEN3_COMMON, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32, tie_word_embeddings=False),
+    "14B": Dims(**_QWEN3_COMMON, hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40, tie_word_embeddings=False),
+    "32B": Dims(**_QWEN3_COMMON, hidden_size=5120, intermediate_size=25600, num_hidden_layers=64, num_attention_heads=64, tie_word_embeddings=False),
+}
+
+
+class ModelConfig(_Strict):
+    """Either ``shape`` (random init with that shape's dims, ``dims`` overriding single ones) or ``path`` (a local HF directory)."""
+
+    shape: Literal["tiny", "0.6B", "1.7B", "4B", "8B", "14B", "32B"] | None = None
+    path: str | None = None
+    dims: Dims = Dims()
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if (self.shape is None) == (self.path is None):
+            raise ValueError(f"set exactly one of model.shape ({', '.join(SHAPES)}) or model.path (a local Hugging Face directory)")
+        if self.path is not None and self.dims != Dims():
+            raise ValueError("model.dims applies only with model.shape; a model.path directory brings its own config.json")
+        if self.path is not None and not (Path(self.path) / "config.json").is_file():
+            raise ValueError(f"model.path: {self.path} has no config.json; give a local Hugging Face model directory")
+        return self
+
+    def dims_dict(self) -> dict:
+        """The Qwen3Config fields this model gets (vocab_size may be None: taken from the tokenizer)."""
+        if self.path is not None:
+            return json.loads((Path(self.path) / "config.json").read_text())
+        return SHAPES[self.shape].model_dump(exclude_none=True) | self.dims.model_dump(exclude_none=True)
+
+    def kv_heads(self) -> int:
+        dims = self.dims_dict()
+        return dims.get("num_key_value_heads") or dims["num_attention_heads"]
+
+
+class ParallelConfig(_Strict):
+    """dp x tp degrees; dp None means world_size // tp."""
+
+    dp: int | None = Field(None, ge=1)
+    tp: int = Field(1, ge=1)
+
+
+class OptimConfig(_Strict):
+    lr: float = Field(3e-4, gt=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = Field(0.1, ge=0)
+    eps: float = Field(1e-8, gt=0)
+
+
+class ScheduleConfig(_Strict):
+    """Linear warmup from 0 to optim.lr over warmup_steps, then cosine decay to min_lr at the last step."""
+
+    warmup_steps: int = Field(0, ge=0)
+    min_lr: float = Field(0.0, ge=0)
+
+
+class CheckpointConfig(_Strict):
+    """dir None = <log.dir>/checkpoints; interval 0 = only at the last step."""
+
+    dir: str | None = None
+    interval: int = Field(0, ge=0)
+    keep_last: int = Field(2, ge=1)
+
+
+class LogConfig(_Strict):
+    dir: str = "runs/default"
+    log_every: int = Field(10, ge=1)
+
+
+class TrainConfig(_Strict):
+    """Everything one training run needs. global_batch counts samples of seq_len tokens per
+    optimizer step (gradient accumulation = global_batch / (micro_batch x dp)); dtype auto means
+    bf16 compute on GPU and fp32 on CPU (parameters and optimizer state stay fp32); steps is the
+    last step, over which the schedule runs; export is a directory for the final HF model (relative: inside log.dir) or null."""
+
+    model: ModelConfig
+    data: DataConfig = DataConfig()
+    parallel: ParallelConfig = ParallelConfig()
+    activation_checkpointing: bool = False
+    compile: bool = False
+    seq_len: int = Field(ge=1)
+    micro_batch: int = Field(ge=1)
+    global_batch: int = Field(ge=1)
+    optim: OptimConfig = OptimConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    grad_clip: float | None = Field(1.0, gt=0)
+    dtype: Literal["auto", "bf16", "fp32"] = "auto"
+    seed: int = 0
+    steps: int = Field(ge=1)
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    log: LogConfig = LogConfig()
+    export: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        if self.global_batch % self.micro_batch:
+            raise ValueError(f"global_batch={self.global_batch} must be a multiple of micro_batch={self.micro_batch}")
+        if self.schedule.warmup_steps > self.steps:
+            raise ValueError(f"schedule.warmup_steps={self.schedule.warmup_steps} must be <= steps={self.steps}")
+        if self.schedule.min_lr > self.optim.lr:
+            raise ValueError(f"schedule.min_lr={self.schedule.min_lr} must be <= optim.lr={self.optim.lr}")
+        return self
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return Path(self.checkpoint.dir) if self.checkpoint.dir else Path(self.log.dir) / "checkpoints"
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Set ``a.b=value`` pairs in a nested dict; values are parsed as YAML scalars (1e-3, true, null, [0.9, 0.95])."""
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected key.sub=value, e.g. parallel.tp=2")
+        parts = key.split(".")
+        node = raw
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {'.'.join(parts[: i + 1])} is a value, not a section")
+            node = child
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ConfigError(f"override {item!r}: value is not valid YAML") from None
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        node[parts[-1]] = value
+    return raw
+
+
+def _field_model(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model class at ``loc`` inside ``model`` (for listing allowed keys)."""
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        ann = field.annotation if field else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model
+
+
+def _one_line(err: ValidationError, source: str) -> str:
+    e = err.errors()[0]
+    loc = tuple(e["loc"])
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    if e["type"] == "extra_forbidden":
+        parent = _field_model(TrainConfig, loc[:-1])
+        allowed = ", ".join(parent.model_fields) if parent else "none"
+        return f"{source}: unknown key {key} (allowed here: {allowed})"
+    if e["type"] == "missing":
+        return f"{source}: {key} is required"
+    msg = e["msg"].removeprefix("Value error, ")
+    if e["type"] == "value_error":  # raised by our validators, whose messages name the keys
+        return f"{source}: {msg}"
+    return f"{source}: {key}={e.get('input')!r}: {msg}"
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> TrainConfig:
+    """Read a YAML config, apply overrides, validate; raises ConfigError with a one-line message."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except OSError as e:
+        raise ConfigError(f"--config {path}: cannot read ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--config {path}: invalid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--config {path}: top level must be a mapping of keys, e.g. 'steps: 100'")
+    raw = apply_overrides(raw, list(overrides))
+    source = f"{path}" + (f" (with overrides {' '.join(overrides)})" if overrides else "")
+    try:
+        return TrainConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(_one_line(e, source)) from None

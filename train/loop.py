@@ -1,0 +1,160 @@
+"""The training run: set up (data, model, parallelism, optimizer, resume), then the step loop.
+
+``Trainer.run`` checks ``stop_requested`` once per step boundary; when it returns True the
+trainer saves a checkpoint and returns, so a preemption handler only has to set a flag.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import yaml
+
+from train import checkpoint
+from train.config import TrainConfig
+from train.data import TokenStream, load_tokenizer, load_tokens
+from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
+from train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights
+from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, parallelize
+
+
+def lr_at(step: int, lr: float, warmup_steps: int, min_lr: float, total_steps: int) -> float:
+    """Learning rate for optimizer step ``step`` (1-based): linear warmup to ``lr``, then cosine to ``min_lr`` at ``total_steps``."""
+    if step <= warmup_steps:
+        return lr * step / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _log0(msg: str) -> None:
+    if dist.get_rank() == 0:
+        print(msg, flush=True)
+
+
+class Trainer:
+    """One training run on this rank; the process group must already be initialized."""
+
+    def __init__(self, cfg: TrainConfig, dims: ParallelDims, env: WorldEnv, device: torch.device):
+        self.cfg, self.dims, self.device = cfg, dims, device
+        self.rank = env.rank
+        self.run_dir = Path(cfg.log.dir)
+        self.mesh = build_mesh(dims, device)
+        self.grad_accum = dims.grad_accum(cfg.global_batch, cfg.micro_batch)
+        _log0(f"[train] layout dp={dims.dp} x tp={dims.tp} on {env.world_size} ranks, mesh (rows: dp, columns: tp) {self.mesh.mesh.tolist()}; "
+              f"grad accumulation {self.grad_accum} x micro_batch {cfg.micro_batch}; device {device.type}")
+        self._setup_data()
+        self._setup_model(env.world_size)
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
+                                           foreach=device.type == "cuda")
+        self.step = 0
+        self._resume()
+        if self.rank == 0:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        self.metrics = MetricsLog(self.run_dir, self.rank == 0, cfg.log.log_every, cfg.steps, resume_step=self.step)
+
+    def _setup_data(self) -> None:
+        """Tokenizer (data.tokenizer, else model.path's, else the demo one), tokens (rank 0 fills the cache first), stream."""
+        cfg = self.cfg
+        self.tokenizer = load_tokenizer(cfg.data.tokenizer if cfg.data.tokenizer or cfg.model.path is None else cfg.model.path)
+        cache = str(self.run_dir / "cache")
+        if self.rank == 0:
+            tokens = load_tokens(cfg.data, self.tokenizer, cache_dir=cache)
+        dist.barrier()
+        if self.rank != 0:
+            tokens = load_tokens(cfg.data, self.tokenizer, cache_dir=cache)
+        self.stream = TokenStream(tokens, cfg.seq_len, cfg.global_batch, cfg.micro_batch,
+                                  self.mesh["dp"].get_local_rank(), self.dims.dp, cfg.seed)
+        _log0(f"[train] data: {tokens.numel():,} tokens, {self.stream.num_blocks:,} blocks of {cfg.seq_len + 1}, "
+              f"{self.stream.steps_per_epoch} steps per epoch")
+
+    def _setup_model(self, world_size: int) -> None:
+        """Meta-device Qwen3 -> parallelize (TP, AC, compile, FSDP2) -> materialize with the initial weights."""
+        cfg, device = self.cfg, self.device
+        c = self.hf_config = hf_config(cfg.model, self.tokenizer)
+        params = count_params(c)
+        self.flops_per_token = flops_per_token(params, c.num_hidden_layers, c.num_attention_heads, c.head_dim, cfg.seq_len)
+        peak = peak_flops(device)
+        self.peak_flops_total = None if peak is None else peak * world_size
+        source = f"shape {cfg.model.shape}" if cfg.model.shape else f"from {cfg.model.path}"
+        _log0(f"[train] model Qwen3 {source}: {params['total']:,} params ({params['non_embedding']:,} non-embedding), "
+              f"hidden {c.hidden_size}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads / {c.num_key_value_heads} kv, vocab {c.vocab_size}")
+        on_gpu = device.type == "cuda"
+        compute_dtype = torch.bfloat16 if cfg.dtype == "bf16" or (cfg.dtype == "auto" and on_gpu) else torch.float32
+        self.model = parallelize(build_meta_model(c), self.mesh, activation_checkpointing=cfg.activation_checkpointing,
+                                 compile=cfg.compile, param_dtype=compute_dtype)
+        load_initial_weights(self.model, cfg.model, c, cfg.seed, device)
+        self.model.train()
+
+    def _resume(self) -> None:
+        found = checkpoint.complete_checkpoints(self.cfg.checkpoint_dir)
+        latest = [str(found[-1][1]) if found else None]
+        dist.broadcast_object_list(latest, src=0)
+        if latest[0] is None:
+            _log0(f"[train] no checkpoint in {self.cfg.checkpoint_dir}: starting at step 0")
+            return
+        meta = checkpoint.load(Path(latest[0]), self.model, self.optimizer)
+        self.stream.load_state_dict(meta["data"])
+        self.step = meta["step"]
+        _log0(f"[train] resumed from {latest[0]} (step {self.step}, saved under dp={meta['dp']} x tp={meta['tp']})")
+
+    def save(self) -> Path:
+        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "data": self.stream.state_dict()}
+        path = checkpoint.save(self.cfg.checkpoint_dir, self.step, self.model, self.optimizer, meta, self.cfg.checkpoint.keep_last)
+        _log0(f"[train] saved checkpoint {path}")
+        return path
+
+    def train_step(self) -> dict:
+        """One optimizer step over this rank's micro-batches; returns the step's metrics record (global values)."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        lr = lr_at(self.step + 1, cfg.optim.lr, cfg.schedule.warmup_steps, cfg.schedule.min_lr, cfg.steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=self.device)
+        for input_ids, labels in self.stream.next_microbatches():
+            input_ids, labels = input_ids.to(self.device), labels.to(self.device)
+            logits = self.model(input_ids=input_ids).logits
+            loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten()) / self.grad_accum
+            loss.backward()
+            loss_sum += loss.detach()
+        grad_norm = clip_grad_norm_(list(self.model.parameters()), cfg.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        dist.all_reduce(loss_sum, group=self.mesh["dp"].get_group())
+        loss_value = loss_sum.item() / self.dims.dp
+        self.step += 1
+        dt = time.perf_counter() - t0
+        tokens_per_s = cfg.global_batch * cfg.seq_len / dt
+        mfu = None if self.peak_flops_total is None else tokens_per_s * self.flops_per_token / self.peak_flops_total
+        return {"step": self.step, "loss": loss_value, "grad_norm": grad_norm, "lr": lr, "step_time_s": dt,
+                "epoch": self.stream.epoch, "samples_consumed": self.stream.consumed,
+                "tokens_per_s": tokens_per_s, "mfu": mfu, "peak_mem_gib": peak_memory_gib(self.device)}
+
+    def run(self, stop_requested: Callable[[], bool] = lambda: False) -> int:
+        """Train to ``cfg.steps``, checkpointing every ``checkpoint.interval`` steps and at the end; returns the last step."""
+        cfg = self.cfg
+        interval = cfg.checkpoint.interval
+        saved_at = self.step
+        while self.step < cfg.steps:
+            self.metrics.log(self.train_step())
+            if interval and self.step % interval == 0:
+                self.save()
+                saved_at = self.step
+            if stop_requested():
+                break
+        if saved_at != self.step:
+            self.save()
+        self.metrics.close()
+        if cfg.export and self.step == cfg.steps:
+            target = self.run_dir / cfg.export  # a relative export path lives in the run directory
+            export_hf(self.model, self.hf_config, self.tokenizer, str(target))
+            _log0(f"[train] exported Hugging Face model to {target}")
+        return self.step

@@ -1,0 +1,81 @@
+"""Per-step metrics: FLOPs per token, MFU, peak memory; a JSONL file and a progress line on rank 0."""
+
+from __future__ import annotations
+
+import json
+import resource
+from pathlib import Path
+
+import torch
+
+# Dense peak FLOP/s per GPU for the 16-bit compute dtype (bf16), by a substring of the device name.
+PEAK_FLOPS_BF16 = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "L40S": 362e12,
+    "A10G": 70e12,
+}
+
+
+def flops_per_token(params: dict[str, int], num_layers: int, num_heads: int, head_dim: int, seq_len: int) -> float:
+    """Training FLOPs per token: 6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq_len."""
+    return 6 * (params["non_embedding"] + params["lm_head"]) + 12 * num_layers * num_heads * head_dim * seq_len
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """Peak dense bf16 FLOP/s of one accelerator, or None (CPU, or a GPU not in the table)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_FLOPS_BF16.items() if k in name), None)
+
+
+def peak_memory_gib(device: torch.device) -> float:
+    """CUDA max allocated memory on GPU, peak process RSS on CPU, in GiB."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss is in KiB on Linux
+
+
+class MetricsLog:
+    """Appends one JSON record per step to ``<run_dir>/metrics.jsonl`` and prints a progress line every ``log_every`` steps (rank 0 only)."""
+
+    def __init__(self, run_dir: Path, enabled: bool, log_every: int, total_steps: int, resume_step: int = 0):
+        self.enabled, self.log_every, self.total_steps = enabled, log_every, total_steps
+        self.path = Path(run_dir) / "metrics.jsonl"
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._keep_until(resume_step)
+            self._file = self.path.open("a", buffering=1)
+
+    def _keep_until(self, step: int) -> None:
+        """Drop records after the resumed step: a stopped run logged them past its last checkpoint."""
+        if not self.path.exists():
+            return
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short when the process was killed
+                continue
+            if record.get("step", 0) <= step:
+                kept.append(line + "\n")
+        self.path.write_text("".join(kept))
+
+    def log(self, record: dict) -> None:
+        if not self.enabled:
+            return
+        self._file.write(json.dumps(record) + "\n")
+        step = record["step"]
+        if step % self.log_every == 0 or step == self.total_steps:
+            mfu = "n/a" if record["mfu"] is None else f"{100 * record['mfu']:.1f}%"
+            print(
+                f"step {step}/{self.total_steps} | loss {record['loss']:.4f} | lr {record['lr']:.2e} | gnorm {record['grad_norm']:.3f} "
+                f"| {record['tokens_per_s']:,.0f} tok/s | mfu {mfu} | mem {record['peak_mem_gib']:.2f} GiB",
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self.enabled:
+            self._file.close()

@@ -1,0 +1,115 @@
+"""Qwen3 model: config from a named shape or a local HF directory, meta-device build, initial weights, HF export.
+
+The model is built on the meta device and parallelized before any memory is allocated;
+rank 0 alone materializes the full initial weights (seeded random init or the directory's
+safetensors) and ``load_initial_weights`` broadcasts them into the shards. Random init is
+thus identical for every dp x tp layout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+from train.config import ConfigError, ModelConfig
+
+_EXPORT_SHARD_SIZE = "5GB"
+
+
+def hf_config(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3Config:
+    """The Qwen3Config to train: the directory's config.json, or the shape's dims with the tokenizer's vocab and special tokens."""
+    if cfg.path is not None:
+        config = Qwen3Config.from_pretrained(cfg.path)
+    else:
+        dims = cfg.dims_dict()
+        rope_theta = dims.pop("rope_theta")
+        dims.setdefault("vocab_size", -(-len(tokenizer) // 64) * 64)
+        config = Qwen3Config(**dims, rope_parameters={"rope_type": "default", "rope_theta": rope_theta})
+        config.eos_token_id = tokenizer.eos_token_id
+        config.bos_token_id = tokenizer.bos_token_id
+    # No padding_idx: nn.Embedding would freeze that row, while packed blocks hold no padding
+    # and a tokenizer's pad is often its EOS, the document separator.
+    config.pad_token_id = None
+    if len(tokenizer) > config.vocab_size:
+        raise ConfigError(f"model: vocab_size={config.vocab_size} is smaller than the tokenizer's {len(tokenizer)} tokens; use a matching data.tokenizer")
+    config.use_cache = False
+    config._attn_implementation = cfg.attn_implementation
+    return config
+
+
+def build_meta_model(config: Qwen3Config) -> Qwen3ForCausalLM:
+    """The model skeleton on the meta device (no memory), ready to be parallelized."""
+    with torch.device("meta"):
+        return Qwen3ForCausalLM(config)
+
+
+def count_params(config: Qwen3Config) -> dict[str, int]:
+    """Parameter counts: total (tied weights once), embedding, lm_head (its matmul, tied or not), non_embedding (decoder layers + final norm)."""
+    model = build_meta_model(config)
+    return {
+        "total": sum(p.numel() for p in model.parameters()),
+        "embedding": model.model.embed_tokens.weight.numel(),
+        "lm_head": model.lm_head.weight.numel(),
+        "non_embedding": sum(p.numel() for p in model.model.layers.parameters()) + sum(p.numel() for p in model.model.norm.parameters()),
+    }
+
+
+def _full_initial_state(cfg: ModelConfig, config: Qwen3Config, seed: int) -> dict[str, torch.Tensor]:
+    """Rank 0's full fp32 state dict: a seeded random init, or the safetensors of ``cfg.path``."""
+    if cfg.path is None:
+        torch.manual_seed(seed)
+        return Qwen3ForCausalLM(config).float().state_dict()
+    files = sorted(Path(cfg.path).glob("*.safetensors"))
+    if not files:
+        raise ConfigError(f"model.path: {cfg.path} has no *.safetensors files")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update({k: v.float() for k, v in load_file(f).items()})
+    if config.tie_word_embeddings:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    return state
+
+
+def load_initial_weights(model: nn.Module, cfg: ModelConfig, config: Qwen3Config, seed: int, device: torch.device) -> None:
+    """Allocate the (parallelized, meta) model on ``device`` and fill it from rank 0's full initial state."""
+    model.to_empty(device=device)
+    model.model.rotary_emb = Qwen3RotaryEmbedding(config).to(device)  # non-persistent buffers: recompute
+    state = _full_initial_state(cfg, config, seed) if dist.get_rank() == 0 else {}
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+
+
+def export_hf(model: nn.Module, config: Qwen3Config, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> None:
+    """Gather the full weights to rank 0 and write a directory AutoModelForCausalLM.from_pretrained loads. Collective."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+
+    # Gathering dp x tp sharded weights warns once per tensor that it takes two all-gathers; expected here.
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.get_rank() != 0:
+        return
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    state = {k: v.contiguous() for k, v in state.items()}
+    split = split_torch_state_dict_into_shards(state, filename_pattern="model{suffix}.safetensors", max_shard_size=_EXPORT_SHARD_SIZE)
+    for filename, keys in split.filename_to_tensors.items():
+        save_file({k: state[k] for k in keys}, out / filename, metadata={"format": "pt"})
+    if split.is_sharded:
+        index = {"metadata": {"total_size": sum(v.numel() * v.element_size() for v in state.values())}, "weight_map": split.tensor_to_filename}
+        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    export_config = Qwen3Config.from_dict(config.to_dict())
+    export_config.use_cache = True
+    export_config.dtype = "float32"
+    export_config.save_pretrained(out)
+    GenerationConfig(eos_token_id=config.eos_token_id, bos_token_id=config.bos_token_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(out)
+    tokenizer.save_pretrained(out)

@@ -1,0 +1,167 @@
+"""Data x tensor parallelism, applied in one explicit order (as torchtitan does).
+
+1. ``ParallelDims`` validates dp x tp against the world from the environment, before any
+   process group exists.
+2. ``build_mesh`` makes a 2-D device mesh ("dp", "tp") with tp the inner, fastest-varying
+   dimension, so a TP group is consecutive ranks, i.e. GPUs of one node. TP all-reduces
+   activations in every layer, forward and backward, so it must ride on the fast intra-node
+   links (NVLink); DP/FSDP traffic (all-gather of parameters, reduce-scatter of gradients)
+   is per layer but overlaps compute and tolerates the slower inter-node network.
+3. ``parallelize``: tensor parallel per decoder layer, then activation checkpointing, then
+   torch.compile (optional), then FSDP2 over the "dp" mesh dimension.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
+
+from hpc.netcheck import dist_timeout_s
+from train.config import ConfigError, ParallelConfig
+
+
+@dataclass(frozen=True)
+class WorldEnv:
+    """This process's place in the job, from torchrun's variables (our Slurm launcher sets the same)."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+
+    @classmethod
+    def from_env(cls) -> WorldEnv:
+        def get(name: str, default: int) -> int:
+            value = os.environ.get(name)
+            if value is None:
+                return default
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigError(f"environment {name}={value!r}: must be an integer") from None
+
+        world = get("WORLD_SIZE", 1)
+        return cls(get("RANK", 0), get("LOCAL_RANK", 0), world, get("LOCAL_WORLD_SIZE", world))
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    """Validated parallel degrees: dp * tp == world_size, tp divides the KV heads and the ranks per node."""
+
+    dp: int
+    tp: int
+
+    @classmethod
+    def build(cls, cfg: ParallelConfig, env: WorldEnv, kv_heads: int) -> ParallelDims:
+        tp = cfg.tp
+        if kv_heads % tp:
+            allowed = [d for d in range(1, kv_heads + 1) if kv_heads % d == 0]
+            raise ConfigError(f"parallel.tp={tp} must divide the model's num_key_value_heads={kv_heads} (allowed: {allowed})")
+        if env.local_world_size % tp:
+            raise ConfigError(f"parallel.tp={tp} must divide the ranks per node LOCAL_WORLD_SIZE={env.local_world_size}, so a TP group stays on one node")
+        dp = cfg.dp if cfg.dp is not None else env.world_size // tp
+        if dp * tp != env.world_size:
+            raise ConfigError(f"parallel.dp={dp} x parallel.tp={tp} = {dp * tp} must equal WORLD_SIZE={env.world_size} (omit parallel.dp to use WORLD_SIZE // tp)")
+        return cls(dp, tp)
+
+    def grad_accum(self, global_batch: int, micro_batch: int) -> int:
+        """Micro-batches per rank per step; global_batch must split evenly over micro_batch x dp."""
+        if global_batch % (micro_batch * self.dp):
+            raise ConfigError(f"global_batch={global_batch} must be a multiple of micro_batch x dp = {micro_batch} x {self.dp}")
+        return global_batch // (micro_batch * self.dp)
+
+
+def init_distributed(env: WorldEnv) -> torch.device:
+    """Start the process group (nccl on GPU, gloo on CPU) and return this rank's device."""
+    if torch.cuda.is_available():
+        device = torch.device("cuda", env.local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if "MASTER_ADDR" in os.environ:
+        # bounded: a dead or missing rank ends the job with an error instead of a hang
+        timeout = timedelta(seconds=dist_timeout_s(os.environ))
+        dist.init_process_group(backend, rank=env.rank, world_size=env.world_size, timeout=timeout,
+                                device_id=device if backend == "nccl" else None)
+    else:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    return device
+
+
+def build_mesh(dims: ParallelDims, device: torch.device) -> DeviceMesh:
+    """2-D mesh ("dp", "tp"); rank = dp_index * tp + tp_index, so TP groups are consecutive ranks on one node."""
+    return init_device_mesh(device.type, (dims.dp, dims.tp), mesh_dim_names=("dp", "tp"))
+
+
+# Per decoder layer. The attention reshapes with -1 heads, so local head counts need no patching.
+# q_norm/k_norm (RMSNorm over head_dim) see only the local heads: SequenceParallel on the heads
+# dimension (2) makes their weights TP-replicated DTensors whose gradients are summed over TP.
+LAYER_TP_PLAN = {
+    "self_attn.q_proj": ColwiseParallel(),
+    "self_attn.k_proj": ColwiseParallel(),
+    "self_attn.v_proj": ColwiseParallel(),
+    "self_attn.q_norm": SequenceParallel(sequence_dim=2, use_local_output=True),
+    "self_attn.k_norm": SequenceParallel(sequence_dim=2, use_local_output=True),
+    "self_attn.o_proj": RowwiseParallel(),
+    "mlp.gate_proj": ColwiseParallel(),
+    "mlp.up_proj": ColwiseParallel(),
+    "mlp.down_proj": RowwiseParallel(),
+}
+
+
+def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing: bool, compile: bool, param_dtype: torch.dtype) -> nn.Module:
+    """TP -> activation checkpointing -> compile -> FSDP2, on a Qwen3ForCausalLM (typically on the meta device).
+
+    Embeddings, final norm and lm_head stay replicated over TP: their inputs and output
+    gradients are TP-replicated, so their gradients are exact on every TP rank.
+    """
+    layers = model.model.layers
+    if mesh["tp"].size() > 1:
+        for layer in layers:
+            parallelize_module(layer, mesh["tp"], LAYER_TP_PLAN)
+    for i, layer in enumerate(layers):
+        if activation_checkpointing:
+            layer = checkpoint_wrapper(layer)
+        if compile:
+            layer.compile()
+        layers[i] = layer
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for layer in layers:
+        fully_shard(layer, mesh=mesh["dp"], mp_policy=mp)
+    fully_shard(model, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)
+    return model
+
+
+def clip_grad_norm_(params: list[nn.Parameter], max_norm: float | None) -> float:
+    """Global L2 norm of the gradients (clipped to max_norm if given) of FSDP2 parameters (DTensors on the dp or dp x tp mesh).
+
+    Each rank sums the squares of its local shards, each divided by how many ranks hold a
+    copy of that shard (the replication degree), then one all-reduce over the world gives
+    the total. (Gradients are sharded or replicated here; FSDP has reduced any partial sums.)
+    """
+    world = dist.get_world_size()
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.zeros((), dtype=torch.float32, device=grads[0].device)
+    for g in grads:
+        replicas = world // g.device_mesh.size()  # ranks outside the grad's mesh hold copies
+        for dim, placement in enumerate(g.placements):
+            if placement.is_replicate():
+                replicas *= g.device_mesh.size(dim)
+        total += g.to_local().float().pow(2).sum() / replicas
+    dist.all_reduce(total)
+    norm = total.sqrt().item()
+    if max_norm is not None and norm > max_norm:
+        scale = max_norm / (norm + 1e-6)
+        for g in grads:
+            g.mul_(scale)
+    return norm

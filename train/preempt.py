@@ -1,0 +1,38 @@
+"""Stop together at a step boundary when Slurm says the job must end, then requeue.
+
+Slurm sends the pre-stop signal (``HPC_STOP_SIGNAL``, SIGUSR2 by default) to every
+rank before the time limit or on preemption, and SIGTERM when it ends the job.
+Each rank only records the signal; once per step all ranks take the MAX of their
+flags, so they stop after the same step, save one checkpoint together and exit.
+The flag is installed first thing in ``python -m train``, before the heavy imports,
+because Slurm may send the pre-stop signal up to a minute early.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+from hpc.requeue import stop_signals
+
+
+class StopFlag:
+    """Records stop signals on this rank; `agreed()` is the collective decision."""
+
+    def __init__(self, environ=os.environ):
+        self.received: str | None = None
+        for sig in stop_signals(environ):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame) -> None:
+        if self.received is None:
+            self.received = signal.Signals(signum).name
+            print(f"[preempt] rank {os.environ.get('RANK', '?')} got {self.received}: stopping at the next step boundary", flush=True)
+
+    def agreed(self, device) -> bool:
+        """True on every rank when any rank got a stop signal (one tiny all_reduce per step)."""
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([0 if self.received is None else 1], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
