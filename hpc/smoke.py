@@ -17,13 +17,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from hpc.netcheck import DIST_TIMEOUT_VAR, dist_timeout_s
+
 FIELDS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m hpc.smoke")
     p.add_argument("--out", required=True, help="directory for one JSON record per rank")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds for rendezvous and the collective")
+    p.add_argument("--timeout", type=float, default=dist_timeout_s(os.environ),
+                   help=f"seconds for rendezvous and the collective (default: ${DIST_TIMEOUT_VAR}, else 300)")
     a = p.parse_args()
     dist.init_process_group("gloo", timeout=timedelta(seconds=a.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -1,0 +1,269 @@
+"""Layout planner: dp x tp and activation checkpointing for a Qwen3 shape on a site's GPUs.
+
+    python -m hpc.plan --site ib-h200 --nodes 4 --model 8B [--seq-len 4096] [--micro-batch 1]
+
+Memory per GPU, for the trainer as it runs (train/parallel.py: tensor parallel inside
+each decoder layer, FSDP2 over dp with bf16 compute and fp32 gradient reduction, AdamW):
+
+* sharded state, 16 B/param: fp32 master weights 4 + fp32 grads 4 + AdamW m, v 8; decoder
+  layers are split by tp and sharded by FSDP over dp, embeddings/lm_head over dp only;
+* gathered: FSDP's unsharded layer (bf16 weights, current + prefetched, and bf16 grads with
+  their fp32 copy for the reduce-scatter: 10 B/param of one layer / tp) and the root module
+  (embeddings, lm_head, kept gathered: 8 B/param);
+* activations, bf16 per token per layer: 4h replicated (norm inputs/outputs) plus
+  ((3H + 3KV) d + 4I) / tp (q, k, v, normed q, k, attention output; gate, up, act, product);
+  with activation checkpointing only each layer's input (2h B) plus one layer recomputed;
+* logits: 10 B per token per vocab entry (bf16 logits, fp32 copy for the loss, fp32 grad);
+* headroom: 10% of GPU memory for the CUDA context, NCCL buffers and fragmentation.
+
+Rule: the smallest tp (dividing the GPUs per node and the KV heads, so a TP group stays
+on one node) that fits, activation checkpointing only when nothing fits without it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from hpc.bandwidth import bus_factor
+from hpc.site import Partition, SiteError, SiteProfile, load_site
+
+HEADROOM = 0.10
+STATE_B, LAYER_GATHER_B, ROOT_GATHER_B, LOGIT_B, ACT_B = 16, 10, 8, 10, 2
+
+
+class PlanError(ValueError):
+    """No layout fits, or the request cannot be planned; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied: bool
+
+    @classmethod
+    def from_dims(cls, name: str, d: dict, vocab: Optional[int] = None) -> "Shape":
+        return cls(name, d["hidden_size"], d["num_hidden_layers"], d["num_attention_heads"],
+                   d.get("num_key_value_heads") or d["num_attention_heads"],
+                   d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"],
+                   d["intermediate_size"], vocab or d["vocab_size"], bool(d.get("tie_word_embeddings")))
+
+    @property
+    def layer_params(self) -> int:
+        h, d = self.hidden, self.head_dim
+        attn = h * self.heads * d * 2 + h * self.kv_heads * d * 2 + 2 * d
+        return attn + 3 * h * self.intermediate + 2 * h
+
+    @property
+    def embed_params(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.layer_params + self.embed_params
+
+    def act_bytes_per_token_layer(self, tp: int) -> int:
+        sharded = (3 * self.heads + 3 * self.kv_heads) * self.head_dim + 4 * self.intermediate
+        return ACT_B * (4 * self.hidden + sharded // tp)
+
+
+def qwen3_shape(name: str) -> Shape:
+    """A released Qwen3 shape from the trainer's table (train.config.SHAPES)."""
+    from train.config import SHAPES
+
+    if name not in SHAPES or name == "tiny":
+        raise PlanError(f"--model {name}: allowed: {', '.join(n for n in SHAPES if n != 'tiny')}")
+    return Shape.from_dims(name, SHAPES[name].model_dump(exclude_none=True))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    tp: int
+    dp: int
+    ac: bool
+    state_gb: float
+    gathered_gb: float
+    act_gb: float
+    logits_gb: float
+    budget_gb: float
+
+    @property
+    def total_gb(self) -> float:
+        return self.state_gb + self.gathered_gb + self.act_gb + self.logits_gb
+
+    @property
+    def fits(self) -> bool:
+        return self.total_gb <= self.budget_gb
+
+
+def memory(shape: Shape, tp: int, dp: int, ac: bool, tokens: int, gpu_gb: float) -> Candidate:
+    """Per-GPU memory (GB) of one layout, by the model in the module docstring."""
+    state = STATE_B * (shape.layers * shape.layer_params / (tp * dp) + shape.embed_params / dp)
+    gathered = LAYER_GATHER_B * shape.layer_params / tp + ROOT_GATHER_B * shape.embed_params
+    per_layer = shape.act_bytes_per_token_layer(tp)
+    act = tokens * (shape.layers * ACT_B * shape.hidden + per_layer if ac else shape.layers * per_layer)
+    logits = tokens * shape.vocab * LOGIT_B
+    return Candidate(tp, dp, ac, state / 1e9, gathered / 1e9, act / 1e9, logits / 1e9, gpu_gb * (1 - HEADROOM))
+
+
+def tp_choices(shape: Shape, gpus_per_node: int) -> list[int]:
+    return [t for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0 and shape.kv_heads % t == 0]
+
+
+@dataclass(frozen=True)
+class Plan:
+    shape: Shape
+    nodes: int
+    gpus_per_node: int
+    gpu_gb: float
+    tokens: int
+    candidates: tuple[Candidate, ...]
+    chosen: Candidate
+
+
+def plan(shape: Shape, nodes: int, gpus_per_node: int, gpu_gb: float, seq_len: int, micro_batch: int) -> Plan:
+    """The smallest fitting tp, checkpointing only if needed; PlanError when nothing fits."""
+    world, tokens = nodes * gpus_per_node, seq_len * micro_batch
+    cands = tuple(memory(shape, t, world // t, ac, tokens, gpu_gb)
+                  for t in tp_choices(shape, gpus_per_node) for ac in (False, True))
+    chosen = next((c for c in cands if c.fits), None)
+    if chosen is None:
+        best = min(cands, key=lambda c: c.total_gb)
+        enough = next((n for n in range(nodes + 1, 1025) if any(
+            memory(shape, t, n * gpus_per_node // t, True, tokens, gpu_gb).fits for t in tp_choices(shape, gpus_per_node))), None)
+        raise PlanError(
+            f"Qwen3-{shape.name} does not fit {nodes} node(s) x {gpus_per_node} GPU(s) of {gpu_gb:g} GB at "
+            f"seq_len {seq_len} x micro_batch {micro_batch}: the best layout (tp={best.tp}, activation checkpointing "
+            f"{'on' if best.ac else 'off'}) needs {best.total_gb:.1f} GB of {best.budget_gb:.1f} GB usable; "
+            f"use more nodes (FSDP shards the state over them{f'; it fits from {enough}' if enough else ''}) "
+            "or a shorter seq_len / smaller micro_batch")
+    return Plan(shape, nodes, gpus_per_node, gpu_gb, tokens, cands, chosen)
+
+
+def tp_traffic_lines(p: Plan, intra_gbps: Optional[float], inter_gbps: Optional[float]) -> list[str]:
+    """Why TP stays inside a node: its per-layer all-reduces at intra- vs inter-node bandwidth."""
+    s = p.shape
+    tp = p.chosen.tp if p.chosen.tp > 1 else min((t for t in tp_choices(s, p.gpus_per_node) if t > 1), default=2)
+    msg = p.tokens * s.hidden * 2
+    count = s.layers * (6 if p.chosen.ac else 4)
+    lines = [f"TP traffic at tp={tp}: {count} all-reduces of {msg / 2**20:.0f} MiB per micro-batch "
+             f"(2 per layer forward, 2 backward{', 2 recomputed' if p.chosen.ac else ''}), each on the critical path"]
+    if intra_gbps and inter_gbps:
+        t_in = count * msg * bus_factor(tp) / (intra_gbps * 1e9)
+        t_out = count * msg * bus_factor(tp) / (inter_gbps * 1e9)
+        lines.append(f"  inside a node at {intra_gbps:g} GB/s: {t_in * 1e3:.0f} ms; across nodes at {inter_gbps:g} GB/s: "
+                     f"{t_out * 1e3:.0f} ms (x{intra_gbps / inter_gbps:.1f}), and it would compete with FSDP for the NICs")
+    else:
+        lines.append("  the profile gives no network.expected bandwidths; TP stays inside a node by rule")
+    lines.append("FSDP traffic (all-gather of weights, reduce-scatter of grads) is per layer but overlaps compute: it crosses nodes")
+    return lines
+
+
+def report(p: Plan, site: SiteProfile, part: Partition) -> str:
+    s, c = p.shape, p.chosen
+    exp = site.network.expected
+    out = [
+        f"plan for Qwen3-{s.name} on site {site.name}, partition {part.name}: {p.nodes} node(s) x {p.gpus_per_node} GPU(s) "
+        f"of {p.gpu_gb:g} GB, {p.tokens} tokens per micro-batch per GPU",
+        f"model: {s.params / 1e9:.2f} B params ({s.layers} layers x {s.layer_params / 1e6:.0f} M, embeddings "
+        f"{s.embed_params / 1e9:.2f} B{', tied' if s.tied else ''}), {s.heads} heads / {s.kv_heads} KV heads, hidden {s.hidden}",
+        "memory per GPU (GB): 16 B/param fp32 master+grad+AdamW sharded by FSDP over dp (layers also by tp), "
+        f"bf16 compute, {HEADROOM:.0%} headroom",
+        f"{'tp':>3} {'dp':>4} {'act.ckpt':>8} {'state':>7} {'gathered':>8} {'activ.':>7} {'logits':>7} {'total':>7} {'usable':>7}  fits",
+    ]
+    for x in p.candidates:
+        mark = "  <- chosen" if x == c else ""
+        out.append(f"{x.tp:>3} {x.dp:>4} {'on' if x.ac else 'off':>8} {x.state_gb:7.1f} {x.gathered_gb:8.1f} {x.act_gb:7.1f} "
+                   f"{x.logits_gb:7.1f} {x.total_gb:7.1f} {x.budget_gb:7.1f}  {'yes' if x.fits else 'no'}{mark}")
+    out.append(f"tp candidates divide {p.gpus_per_node} GPUs per node and {s.kv_heads} KV heads: "
+               f"{', '.join(map(str, tp_choices(s, p.gpus_per_node)))}; rule: smallest tp that fits, "
+               "activation checkpointing (one extra forward, ~1/3 more compute) only when needed")
+    out += tp_traffic_lines(p, exp.intra_node_gbps, exp.inter_node_gbps)
+    out.append(f"proposal: dp={c.dp} x tp={c.tp}, activation checkpointing {'on' if c.ac else 'off'}  "
+               f"->  {' '.join(overrides_for(c))}")
+    return "\n".join(out)
+
+
+def overrides_for(c: Candidate) -> list[str]:
+    """Trainer overrides (key.sub=value) for a chosen layout."""
+    return [f"parallel.tp={c.tp}"] + (["activation_checkpointing=true"] if c.ac else [])
+
+
+def plan_trainer_args(site: SiteProfile, part: Partition, nodes: int, gpus_per_node: int,
+                      rank_args: Sequence[str]) -> tuple[list[str], Optional[str]]:
+    """The trainer's args with the planner's layout added when the user gave none.
+
+    Only for the trainer (not `-m MODULE` or a script), when neither a parallel.tp=/parallel.dp=
+    override nor the config file sets the layout and the partition states its GPU memory;
+    returns (args, one-line note).
+    """
+    from hpc.spec import default_train_config
+
+    args = list(rank_args)
+    if (args and (args[0] == "-m" or args[0].endswith(".py"))) or part.gpu_memory_gb is None:
+        return args, None
+    if any(a.startswith(("parallel.tp=", "parallel.dp=")) for a in args):
+        return args, None
+    from train.config import ConfigError, load_config
+
+    config = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--config"), None)
+    config = config or next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), None)
+    overrides = [a for i, a in enumerate(args) if "=" in a and not a.startswith("-") and (i == 0 or args[i - 1] != "--config")]
+    try:
+        cfg = load_config(config or default_train_config(site), overrides)
+    except ConfigError as e:
+        raise PlanError(f"planning the layout: {e}") from None
+    if cfg.parallel.model_fields_set:  # the config file chose its layout
+        return args, None
+    dims = cfg.model.dims_dict()
+    vocab = dims.get("vocab_size")
+    if vocab is None:
+        from train.tokenizer import load_tokenizer
+
+        vocab = len(load_tokenizer(cfg.data.tokenizer))
+    shape = Shape.from_dims(cfg.model.shape or Path(cfg.model.path).name, dims, vocab)
+    p = plan(shape, nodes, gpus_per_node, part.gpu_memory_gb, cfg.seq_len, cfg.micro_batch)
+    c = p.chosen
+    added = [o for o in overrides_for(c) if not (o.startswith("activation_checkpointing") and cfg.activation_checkpointing)]
+    note = (f"planner: dp={c.dp} x tp={c.tp}, activation checkpointing {'on' if c.ac or cfg.activation_checkpointing else 'off'} "
+            f"({c.total_gb:.3g} of {c.budget_gb:.3g} GB per GPU); adding {' '.join(added)} "
+            "(give parallel.tp= to choose yourself; python -m hpc.plan explains)")
+    return args + added, note
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m hpc.plan", description=__doc__.split("\n")[0])
+    ap.add_argument("--site", required=True, help="site profile name or YAML path")
+    ap.add_argument("--nodes", type=int, required=True)
+    ap.add_argument("--model", required=True, help="Qwen3 size: 0.6B, 1.7B, 4B, 8B, 14B, 32B")
+    ap.add_argument("--partition", help="default: the profile's default partition")
+    ap.add_argument("--gpus-per-node", type=int, help="default: all of the partition's")
+    ap.add_argument("--seq-len", type=int, default=4096)
+    ap.add_argument("--micro-batch", type=int, default=1)
+    a = ap.parse_args(argv)
+    try:
+        site = load_site(a.site)
+        part = site.partition(a.partition)
+        gpus = a.gpus_per_node or part.gpus_per_node
+        if a.nodes < 1 or not 1 <= gpus <= part.gpus_per_node or a.seq_len < 1 or a.micro_batch < 1:
+            raise PlanError(f"--nodes, --seq-len, --micro-batch must be >= 1 and --gpus-per-node 1..{part.gpus_per_node}")
+        if part.gpu_memory_gb is None:
+            raise PlanError(f"site {site.name}: partition {part.name} has no gpu_memory_gb; add it to the profile to plan a layout")
+        p = plan(qwen3_shape(a.model), a.nodes, gpus, part.gpu_memory_gb, a.seq_len, a.micro_batch)
+    except (SiteError, PlanError) as e:
+        print(f"hpc.plan: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(report(p, site, part))
+
+
+if __name__ == "__main__":
+    main()

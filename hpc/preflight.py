@@ -1,0 +1,269 @@
+"""python -m hpc.preflight: is the network of these nodes what the site profile says?
+
+    python -m hpc.preflight --site ib-h200 --nodes 4 [--partition P] [--gpus-per-node G]
+        [--min-fraction 0.5] [--out DIR] [--min-bytes B] [--max-bytes B] [--iters N]
+
+Submits a short job (the site's sbatch script, ranks started by hpc.launch, which first
+checks each node's interfaces and HCAs) running hpc.preflight_node on every rank; follows
+it; prints per-node facts and all_reduce bus bandwidth per message size over all ranks,
+each node and each node pair; flags slow nodes and links; writes DIR/preflight-<job>.json
+and .png. Exit 0: passed; 1: the job failed or bandwidth is below --min-fraction of the
+profile's network.expected; 2: bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from hpc.bandwidth import human_bytes
+from hpc.render import log_paths, render_sbatch
+from hpc.site import SiteError, load_site
+from hpc.spec import JobSpec, SpecError, build_spec, site_path
+
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+
+
+def fail(msg: str, code: int = 2) -> None:
+    print(f"hpc.preflight: error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def peak(rows: list[dict]) -> float:
+    """Bus bandwidth at the largest message size (GB/s)."""
+    return rows[-1]["busbw_gbps"]
+
+
+def outliers(values: dict[str, float], fraction: float) -> list[str]:
+    """Keys whose value is below fraction x the median of the others (needs at least two others)."""
+    return [k for k, v in values.items() if len(values) > 2
+            and v < fraction * statistics.median(x for j, x in values.items() if j != k)]
+
+
+def analyze(raw: dict, intra_expected: Optional[float], inter_expected: Optional[float], min_fraction: float) -> dict:
+    """Compare with the profile and with peers; `failed` when below min_fraction of the expected bandwidth."""
+    lines, failed, warnings = [], False, []
+    size = human_bytes(raw["sizes"][-1])
+    members = {f"{p['nodes'][0]}-{p['nodes'][1]}": p["nodes"] for p in raw["pairs"]}
+    pairs = {f"{p['nodes'][0]}-{p['nodes'][1]}": peak(p["rows"]) for p in raw["pairs"]}
+    intra = {name: peak(rows) for name, rows in raw["intra"].items()}
+
+    def compare(what: str, measured: Optional[float], expected: Optional[float], key: str) -> None:
+        nonlocal failed
+        if measured is None:
+            return
+        if expected is None:
+            lines.append(f"{what}: {measured:.3g} GB/s at {size}; the profile has no network.expected.{key}: nothing to compare")
+        elif measured < min_fraction * expected:
+            failed = True
+            lines.append(f"{what}: {measured:.3g} GB/s at {size} is below {min_fraction:g} x the expected {expected:g} GB/s: FAIL")
+        else:
+            lines.append(f"{what}: {measured:.3g} GB/s at {size}, {measured / expected:.0%} of the expected {expected:g} GB/s: ok")
+
+    if len(raw["nodes"]) > 1:
+        worst = min([peak(raw["all"]), *pairs.values()])
+        compare("inter-node busbw (slowest of all ranks and node pairs)", worst, inter_expected, "inter_node_gbps")
+    else:
+        lines.append("one node: no inter-node link measured")
+    if intra:
+        name = min(intra, key=intra.get)
+        compare(f"intra-node busbw (slowest node, {name})", intra[name], intra_expected, "intra_node_gbps")
+    else:
+        lines.append("one rank per node: no intra-node bandwidth measured")
+
+    names = [n["name"] for n in raw["nodes"]]
+    link_score = {n: statistics.median(v for k, v in pairs.items() if n in members[k]) for n in names if len(names) > 1}
+    slow_links = outliers(pairs, min_fraction)
+    slow_nodes = [n for n in names if n in outliers(intra, min_fraction) or n in outliers(link_score, min_fraction)]
+    for k in slow_links:
+        warnings.append(f"slow link {k}: {pairs[k]:.3g} GB/s, below {min_fraction:g} x the other pairs' median")
+    for n in slow_nodes:
+        warnings.append(f"slow node {n}: its intra-node bandwidth or its links are below {min_fraction:g} x the other nodes' median")
+    if len(pairs) == 1:
+        lines.append("one node pair: no peers to compare links with")
+    return {"pairs_peak_gbps": pairs, "intra_peak_gbps": intra, "slow_links": slow_links, "slow_nodes": slow_nodes,
+            "verdict": lines, "warnings": warnings, "failed": failed, "min_fraction": min_fraction}
+
+
+def tables(raw: dict) -> str:
+    """Per-node facts, then busbw per size (all ranks, each node), then node pairs."""
+    out = [f"{'node':<8} {'host':<10} {'interfaces with an address':<44} {'HCA ports':<18} {'GPUs':<16} uses"]
+    for n in raw["nodes"]:
+        f = n["facts"]
+        ifs = "; ".join(f"{i['name']} {','.join(i['addrs'])}" for i in f["interfaces"] if i["addrs"])
+        hcas = ", ".join(f"{p['device']}:{p['port']} {p['state']}" for p in f["hca_ports"]) or "-"
+        gpus = (f"{len(f['cuda_gpus'])}x {f['cuda_gpus'][0]['name']}" if f["cuda_gpus"]
+                else f"slurm: {f['slurm_gpus']}" if f["slurm_gpus"] else "-")
+        out.append(f"{n['name']:<8} {f['hostname']:<10} {ifs:<44} {hcas:<18} {gpus:<16} {f['selected']}")
+    cols = [(f"all {raw['world_size']} ranks", raw["all"])]
+    cols += [(f"{name} ({len(next(n for n in raw['nodes'] if n['name'] == name)['ranks'])})", rows)
+             for name, rows in raw["intra"].items()]
+    out += ["", f"all_reduce bus bandwidth, GB/s ({raw['backend']} on {raw['device']}, {raw['iters']} iterations per size)",
+            f"{'size':>8} " + " ".join(f"{c:>14}" for c, _ in cols)]
+    for i, size in enumerate(raw["sizes"]):
+        out.append(f"{human_bytes(size):>8} " + " ".join(f"{rows[i]['busbw_gbps']:14.3f}" for _, rows in cols))
+    if raw["pairs"]:
+        psizes = [r["bytes"] for r in raw["pairs"][0]["rows"]]
+        out += ["", "node pairs, busbw GB/s", f"{'pair':<12} " + " ".join(f"{human_bytes(s):>10}" for s in psizes)]
+        for p in raw["pairs"]:
+            out.append(f"{'-'.join(p['nodes']):<12} " + " ".join(f"{r['busbw_gbps']:10.3f}" for r in p["rows"]))
+    return "\n".join(out)
+
+
+def plot(raw: dict, intra_expected: Optional[float], inter_expected: Optional[float], path: Path) -> None:
+    """busbw against message size: all ranks, each node, each pair, and the expected lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    curves = [(f"all {raw['world_size']} ranks", raw["all"], "-o")]
+    curves += [(f"node {k}", v, "--.") for k, v in raw["intra"].items()]
+    curves += [(f"pair {'-'.join(p['nodes'])}", p["rows"], ":s") for p in raw["pairs"]]
+    for label, rows, style in curves:
+        ax.plot([r["bytes"] for r in rows], [r["busbw_gbps"] for r in rows], style, label=label)
+    for value, label in ((intra_expected, "expected intra-node"), (inter_expected, "expected inter-node")):
+        if value:
+            ax.axhline(value, color="gray", linestyle="-." if "intra" in label else "--", label=f"{label} {value:g} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(raw["sizes"], [human_bytes(s) for s in raw["sizes"]], rotation=45)
+    ax.set_xlabel("message size")
+    ax.set_ylabel("all_reduce bus bandwidth (GB/s)")
+    ax.set_title(f"preflight job {raw['job_id']}: {raw['backend']} on {raw['device']}, {len(raw['nodes'])} node(s)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def sbatch(spec: JobSpec) -> tuple[str, Path]:
+    """Write the job's sbatch script and submit it; returns (job id, script path)."""
+    conf = spec.site.submission.slurm_conf
+    if conf and "SLURM_CONF" not in os.environ:
+        os.environ["SLURM_CONF"] = conf
+    if shutil.which("sbatch") is None:
+        fail("sbatch is not on PATH: run on a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
+    spec.job_dir.mkdir(parents=True, exist_ok=True)
+    script = spec.job_dir / "preflight.sbatch"
+    script.write_text(render_sbatch(spec))
+    r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=spec.workdir)
+    if r.returncode != 0:
+        fail(f"sbatch {script}: {r.stderr.strip()}", 1)
+    return r.stdout.strip().split(";")[0], script
+
+
+def job_state(job_id: str) -> str:
+    r = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True, text=True)
+    return (r.stdout.strip().split("\n") or [""])[0].split(" ")[0] or "PENDING"
+
+
+def follow(job_id: str, rank0_log: Path, deadline_s: float, poll_s: float = 1.0) -> str:
+    """Print state changes and rank 0's output until the job ends; cancel it deadline_s after it started."""
+    start, shown, state, running = time.time(), 0, None, None
+    while True:
+        new = job_state(job_id)
+        if new != state:
+            state = new
+            print(f"[preflight] job {job_id}: {state} ({time.time() - start:.0f} s)", flush=True)
+        if running is None and state not in ("PENDING", "REQUEUED"):
+            running = time.time()
+        if rank0_log.exists():
+            text = rank0_log.read_text(errors="replace")
+            sys.stdout.write(text[shown:])
+            sys.stdout.flush()
+            shown = len(text)
+        if state in FINAL:
+            return state
+        if running is not None and time.time() - running > deadline_s:
+            subprocess.run(["scancel", job_id], capture_output=True)
+            return f"not finished within {deadline_s:.0f} s (cancelled)"
+        time.sleep(poll_s)
+
+
+def failure_line(logs: list[Path]) -> str:
+    """The most telling line of the job's logs: hpc.launch's own error, else the last error-looking line."""
+    texts = [p.read_text(errors="replace") for p in logs if p.exists()]
+    for text in texts:
+        for line in text.splitlines():
+            if line.startswith("hpc.launch: error on "):
+                return line
+    errors = [l.strip() for t in texts for l in t.splitlines() if "Error" in l or "error" in l]
+    return errors[-1] if errors else "no error message in the logs"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hpc.preflight", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--site", required=True, help="profile name or YAML path")
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--partition", help="default: the profile's default partition")
+    p.add_argument("--gpus-per-node", type=int, help="ranks per node (default: all GPUs of the partition)")
+    p.add_argument("--time", default="10", help="job time limit, Slurm form (default: 10 minutes)")
+    p.add_argument("--min-fraction", type=float, default=0.5,
+                   help="fail when measured busbw is below this fraction of network.expected (default 0.5)")
+    p.add_argument("--out", help="directory for the JSON and PNG (default: <job_dir>/preflight)")
+    p.add_argument("--min-bytes", type=int, help="smallest message (default: 8 KB on GPU, 4 KB on CPU)")
+    p.add_argument("--max-bytes", type=int, help="largest message (default: 1 GB on GPU, 16 MB on CPU)")
+    p.add_argument("--iters", type=int, help="timed all_reduces per size (default: 20 on GPU, 5 on CPU)")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    a = parser().parse_args(argv)
+    if not 0 < a.min_fraction <= 1:
+        fail(f"--min-fraction {a.min_fraction}: must be in (0, 1]")
+    for flag, v in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes), ("--iters", a.iters)):
+        if v is not None and v < 1:
+            fail(f"{flag} {v}: must be at least 1")
+    if a.min_bytes and a.max_bytes and a.min_bytes > a.max_bytes:
+        fail(f"--min-bytes {a.min_bytes} is larger than --max-bytes {a.max_bytes}")
+    try:
+        site = load_site(a.site)
+        out = Path(a.out).resolve() if a.out else site_path(site.paths.job_dir, Path.cwd()) / "preflight"
+        node_args = ["-m", "hpc.preflight_node", "--out", str(out)]
+        for flag, v in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes), ("--iters", a.iters)):
+            node_args += [flag, str(v)] if v else []
+        spec = build_spec(site, nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
+                          time=a.time, job_name="preflight", args=node_args)
+    except (SiteError, SpecError) as e:
+        fail(str(e))
+        raise
+    exp = site.network.expected
+    job_id, script = sbatch(spec)
+    logs = log_paths(spec)
+    rank_logs = [Path(logs["ranks"].replace("%j", job_id).replace("%t", str(t))) for t in range(spec.nodes * spec.tasks_per_node)]
+    print(f"submitted preflight job {job_id}: {spec.nodes} node(s) x {spec.tasks_per_node} rank(s), partition "
+          f"{spec.partition.name}, site {site.name}; script {script}", flush=True)
+    state = follow(job_id, rank_logs[0], spec.minutes * 60 + 120)
+    if state != "COMPLETED":
+        batch_log = Path(logs["batch"].replace("%j", job_id))
+        fail(f"job {job_id} {state}: {failure_line(rank_logs + [batch_log])} (logs: {spec.job_dir})", 1)
+    raw = json.loads((out / f"node-{job_id}.json").read_text())
+    result = analyze(raw, exp.intra_node_gbps, exp.inter_node_gbps, a.min_fraction)
+    print()
+    print(tables(raw))
+    print()
+    for line in result["verdict"] + [f"WARNING: {w}" for w in result["warnings"]]:
+        print(line)
+    report, png = out / f"preflight-{job_id}.json", out / f"preflight-{job_id}.png"
+    report.write_text(json.dumps({**raw, "site": site.name, "analysis": result}, indent=1))
+    plot(raw, exp.intra_node_gbps, exp.inter_node_gbps, png)
+    print(f"wrote {report} and {png}")
+    if result["failed"]:
+        print(f"hpc.preflight: FAILED: bandwidth below {a.min_fraction:g} x the profile's expected", file=sys.stderr)
+        sys.exit(1)
+    print("preflight passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Node network checks: NCCL/gloo interface and HCA selection, on this machine's real interfaces,
+through hpc.launch, and the bounded rendezvous timeout on the real cluster."""
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PYTHON, ROOT, wait_job
+from hpc.netcheck import (
+    DEFAULT_DIST_TIMEOUT_S, HcaPort, Interface, NodeCheckError, check_gloo_ifname, check_ib_hca,
+    check_nccl_ifname, check_node, dist_timeout_s, hca_ports, interfaces,
+)
+
+NODE = [Interface("lo", ("127.0.0.1",), True), Interface("eth0", ("10.0.0.5",), True),
+        Interface("eth1", ("10.1.0.5",), True), Interface("docker0", ("172.17.0.1",), True),
+        Interface("ib0", (), True), Interface("eth2", ("10.2.0.5",), False)]
+
+
+def names(ifaces):
+    return [i.name for i in ifaces]
+
+
+def test_real_interfaces_include_loopback():
+    lo = next(i for i in interfaces() if i.name == "lo")
+    assert lo.up and "127.0.0.1" in lo.addrs
+
+
+def test_gloo_wrong_name_on_this_machine_names_what_it_has():
+    ifaces = interfaces()
+    assert names(check_gloo_ifname("lo", ifaces)) == ["lo"]
+    with pytest.raises(NodeCheckError) as e:
+        check_gloo_ifname("nosuch9", ifaces)
+    msg = str(e.value)
+    assert msg.startswith("GLOO_SOCKET_IFNAME=nosuch9 but this node has no interface nosuch9; it has ")
+    assert "lo (127.0.0.1" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("value,chosen", [
+    ("eth", ["eth0", "eth1"]),          # prefix; eth2 is down
+    ("=eth0", ["eth0"]),
+    ("eth1,docker", ["eth1", "docker0"]),
+    ("^lo,docker", ["eth0", "eth1"]),
+    ("^=eth0", ["lo", "eth1", "docker0"]),
+])
+def test_nccl_socket_ifname_forms(value, chosen):
+    assert names(check_nccl_ifname(value, NODE)) == chosen
+
+
+@pytest.mark.parametrize("value,message", [
+    ("=eth", "NCCL_SOCKET_IFNAME==eth but it selects no interface of this node; this node has lo (127.0.0.1), eth0 (10.0.0.5)"),
+    ("ib", "NCCL_SOCKET_IFNAME=ib but it selects only ib0 (no address), none up with an address"),
+    ("=eth2", "eth2 (10.2.0.5, down), none up with an address"),
+    ("eth0:x", "NCCL_SOCKET_IFNAME='eth0:x' is not an NCCL list"),
+])
+def test_nccl_socket_ifname_errors(value, message):
+    with pytest.raises(NodeCheckError) as e:
+        check_nccl_ifname(value, NODE)
+    assert message in str(e.value)
+
+
+def test_gloo_list_needs_every_name_usable():
+    assert names(check_gloo_ifname("eth0,eth1", NODE)) == ["eth0", "eth1"]
+    with pytest.raises(NodeCheckError, match="interface ib0 \\(no address\\) is not up with an address"):
+        check_gloo_ifname("eth0,ib0", NODE)
+    with pytest.raises(NodeCheckError, match="no interface eth"):
+        check_gloo_ifname("eth", NODE)  # gloo takes exact names, no prefixes
+
+
+@pytest.fixture
+def sysfs(tmp_path: Path) -> Path:
+    """An /sys/class/infiniband layout: mlx5_0 port 1 active, mlx5_1 port 1 down."""
+    for dev, state in (("mlx5_0", "4: ACTIVE"), ("mlx5_1", "1: DOWN")):
+        port = tmp_path / dev / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "state").write_text(state + "\n")
+        (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
+    return tmp_path
+
+
+def test_hca_ports_from_sysfs(sysfs):
+    assert hca_ports(sysfs) == [HcaPort("mlx5_0", 1, "ACTIVE", "400 Gb/sec (4X NDR)"),
+                                HcaPort("mlx5_1", 1, "DOWN", "400 Gb/sec (4X NDR)")]
+    assert hca_ports(sysfs / "absent") == []
+
+
+@pytest.mark.parametrize("value,ok", [
+    ("mlx5_0", True), ("=mlx5_0:1", True), ("mlx5", True), ("^=mlx5_1", True),
+    ("mlx5_0:2", False), ("mlx5_1", False), ("mlx5_9", False), ("^mlx5_0", False), ("mlx5_0,mlx5_1", False),
+])
+def test_ib_hca_forms(sysfs, value, ok):
+    ports = hca_ports(sysfs)
+    if ok:
+        assert all(p.state == "ACTIVE" for p in check_ib_hca(value, ports))
+    else:
+        with pytest.raises(NodeCheckError) as e:
+            check_ib_hca(value, ports)
+        assert str(e.value).startswith(f"NCCL_IB_HCA={value} ") and "mlx5_0:1 ACTIVE, mlx5_1:1 DOWN" in str(e.value)
+
+
+def test_check_node_reads_the_environment(sysfs):
+    env = {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "^lo,docker", "NCCL_IB_HCA": "mlx5_9"}
+    with pytest.raises(NodeCheckError, match="no HCA mlx5_9"):
+        check_node(env, NODE, hca_ports(sysfs))
+    summary = check_node({**env, "NCCL_IB_DISABLE": "1"}, NODE, hca_ports(sysfs))  # sockets only: HCAs unused
+    assert summary == "gloo eth0 (10.0.0.5); nccl socket eth0 (10.0.0.5), eth1 (10.1.0.5)"
+    assert "nothing to check" in check_node({}, NODE, [])
+
+
+def test_dist_timeout():
+    assert dist_timeout_s({}) == DEFAULT_DIST_TIMEOUT_S
+    assert dist_timeout_s({"HPC_DIST_TIMEOUT_S": "7.5"}) == 7.5
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(NodeCheckError, match="HPC_DIST_TIMEOUT_S"):
+            dist_timeout_s({"HPC_DIST_TIMEOUT_S": bad})
+
+
+def slurm_task_env(**extra: str) -> dict:
+    """The variables Slurm gives the single task of a one-node step."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NCCL_", "GLOO_", "HPC_"))}
+    env.update(SLURM_JOB_ID="7", SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_LOCALID="0", SLURM_NODEID="0",
+               SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="here", SLURM_TASKS_PER_NODE="1", SLURMD_NODENAME="here")
+    env.update(extra)
+    return env
+
+
+def test_launch_fails_fast_naming_node_and_interfaces():
+    r = subprocess.run([PYTHON, "-m", "hpc.launch", "--", PYTHON, "-c", "print('ran')"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60, env=slurm_task_env(GLOO_SOCKET_IFNAME="ib0"))
+    assert r.returncode == 2 and "ran" not in r.stdout
+    assert r.stderr.startswith("hpc.launch: error on here: GLOO_SOCKET_IFNAME=ib0 but this node has no interface ib0; it has lo (127.0.0.1")
+    assert r.stderr.count("\n") == 1
+
+
+def test_launch_exports_the_timeout_and_reports_the_interfaces():
+    code = "import os; print('timeout', os.environ['HPC_DIST_TIMEOUT_S'])"
+    r = subprocess.run([PYTHON, "-m", "hpc.launch", "--", PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env=slurm_task_env(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="=lo"))
+    assert r.returncode == 0, r.stderr
+    assert "[netcheck] here: gloo lo (127.0.0.1" in r.stdout and f"timeout {DEFAULT_DIST_TIMEOUT_S}" in r.stdout
+    r = subprocess.run([PYTHON, "-m", "hpc.launch", "--", PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, env=slurm_task_env(HPC_DIST_TIMEOUT_S="never"))
+    assert r.returncode == 2 and "HPC_DIST_TIMEOUT_S='never' must be a positive number" in r.stderr
+
+
+@pytest.mark.slurm
+def test_missing_rank_ends_the_job_within_the_timeout(slurm, tmp_path):
+    """Rank 1 never joins: rank 0's rendezvous times out after HPC_DIST_TIMEOUT_S and srun ends the job."""
+    rank_cmd = f"if [ \"$RANK\" = 1 ]; then sleep 300; else exec {PYTHON} -m hpc.smoke --out {tmp_path}/r; fi"
+    script = tmp_path / "job.sbatch"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"#SBATCH -N 2 --ntasks-per-node=1 --gpus-per-node=1 --time=5 -o {tmp_path}/%j.log\n"
+        "export HPC_DIST_TIMEOUT_S=5 GLOO_SOCKET_IFNAME=eth0\n"
+        f"srun --kill-on-bad-exit=1 -o {tmp_path}/%j-rank%t.log {PYTHON} -m hpc.launch -- bash -c '{rank_cmd}'\n"
+    )
+    start = time.time()
+    sb = subprocess.run(["sbatch", "--parsable", "--chdir", str(ROOT), str(script)], capture_output=True, text=True)
+    assert sb.returncode == 0, sb.stderr
+    job = sb.stdout.strip()
+    assert wait_job(job, timeout=120) == "FAILED"
+    assert time.time() - start < 90  # the sleeping rank would hold the job for 300 s
+    log = (tmp_path / f"{job}-rank0.log").read_text()
+    assert "Timed out after" in log and "1/2 clients joined" in log
