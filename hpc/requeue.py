@@ -19,10 +19,27 @@ class RequeueRefused(RuntimeError):
     """The job stopped but will not come back; the message says why."""
 
 
-def stop_signals(environ: Mapping[str, str]) -> list[signal.Signals]:
-    """The profile's pre-stop signal (default SIGUSR2) and SIGTERM."""
+def prestop_signal(environ: Mapping[str, str]) -> signal.Signals:
+    """The profile's pre-stop signal (default SIGUSR2)."""
     name = environ.get("HPC_STOP_SIGNAL", "USR2").upper().removeprefix("SIG")
-    return sorted({signal.Signals[f"SIG{name}"], signal.SIGTERM})
+    return signal.Signals[f"SIG{name}"]
+
+
+def stop_signals(environ: Mapping[str, str]) -> list[signal.Signals]:
+    """The pre-stop signal and SIGTERM."""
+    return sorted({prestop_signal(environ), signal.SIGTERM})
+
+
+def ignore_prestop(environ: Mapping[str, str]) -> None:
+    """Ignore the pre-stop signal in this process and the programs it starts (until they catch it).
+
+    An ignored signal stays ignored across exec, so a rank program that is still
+    starting up is not killed by an early notice, and one that never asks for it
+    runs on; SIGTERM keeps its default.
+    """
+    sig = prestop_signal(environ)
+    if sig != signal.SIGTERM:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def requeue(environ: Mapping[str, str]) -> str:

@@ -2,11 +2,12 @@
 
 One table maps Slurm's variables to properties; `derive` turns them into RANK,
 WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT
-for one of two launch styles:
+for one of three launch styles:
 
 * ``srun``: one task per GPU; every task is one rank.
-* ``torchrun``: one task per node; torchrun starts the node's ranks itself and
-  needs only the node rank, node count and rendezvous address.
+* ``torchrun`` and ``accelerate``: one task per node; ``torchrun`` or
+  ``accelerate launch`` starts the node's ranks itself and needs only the node
+  rank, node count and rendezvous address.
 """
 from __future__ import annotations
 
@@ -32,8 +33,10 @@ SLURM_VARS: dict[str, tuple[str, ...]] = {
 REQUIRED = {
     "srun": ("job_id", "global_rank", "num_tasks", "local_rank", "node_rank", "num_nodes", "nodelist", "tasks_per_node"),
     "torchrun": ("job_id", "num_tasks", "node_rank", "num_nodes", "nodelist"),
+    "accelerate": ("job_id", "num_tasks", "node_rank", "num_nodes", "nodelist"),
 }
 LAUNCHERS = tuple(REQUIRED)
+PER_NODE = ("torchrun", "accelerate")  # launchers that run one task per node
 
 # Ports for the rendezvous: below Linux's default ephemeral range (32768-60999),
 # so a port the kernel handed to some client socket never collides with it.
@@ -124,14 +127,14 @@ def derive(environ: Mapping[str, str], launcher: str = "srun", gpus_per_node: Op
     gpus = gpus_per_node if gpus_per_node is not None else (int(v["gpus_on_node"]) if v["gpus_on_node"] else None)
     addr, port = first_host(v["nodelist"]), master_port(job_id, restart)
 
-    if launcher == "torchrun":
+    if launcher in PER_NODE:
         if num_tasks != num_nodes:
             raise RankError(
-                f"launcher torchrun needs one task per node, got {num_tasks} tasks on {num_nodes} nodes: "
-                "use --ntasks-per-node=1 (torchrun starts the node's ranks itself)"
+                f"launcher {launcher} needs one task per node, got {num_tasks} tasks on {num_nodes} nodes: "
+                f"use --ntasks-per-node=1 ({launcher} starts the node's ranks itself)"
             )
         if not gpus:
-            raise RankError("launcher torchrun needs the ranks per node: request --gpus-per-node or pass --gpus-per-node to hpc.launch")
+            raise RankError(f"launcher {launcher} needs the ranks per node: request --gpus-per-node or pass --gpus-per-node to hpc.launch")
         return RankInfo(job_id, node_rank * gpus, num_nodes * gpus, 0, gpus, node_rank, num_nodes, addr, port, restart)
 
     per_node = expand_tasks_per_node(v["tasks_per_node"])
@@ -144,7 +147,7 @@ def derive(environ: Mapping[str, str], launcher: str = "srun", gpus_per_node: Op
     if gpus and local_world != gpus:
         raise RankError(
             f"{local_world} tasks per node but {gpus} GPUs per node: use --ntasks-per-node={gpus} "
-            "(one task per GPU) or the torchrun launcher with one task per node"
+            "(one task per GPU) or a launcher with one task per node (torchrun, accelerate)"
         )
     if local_world * num_nodes != num_tasks:
         raise RankError(f"{num_tasks} tasks do not fill {num_nodes} nodes x {local_world} tasks per node")

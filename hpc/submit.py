@@ -1,7 +1,7 @@
 """python -m hpc.submit: render a job for a site profile and submit it through submitit.
 
     python -m hpc.submit --site local --nodes 2 [--partition P] [--gpus-per-node G]
-        [--time T] [--job-name N] [--launcher srun|torchrun] [--dry-run] [--emit FILE] [--wait]
+        [--time T] [--job-name N] [--launcher srun|torchrun|accelerate] [--dry-run] [--emit FILE] [--wait]
         [-- TRAINER ARGS | -- -m MODULE ARGS | -- SCRIPT.py ARGS]
 
 With nothing after ``--`` every rank runs the trainer with the site's default
@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 
 from hpc.launch import LaunchTask
 from hpc.render import directives, log_paths, preamble_lines, render_sbatch, srun_args
+from hpc.plan import PlanError, plan_trainer_args
 from hpc.site import SiteError, load_site
 from hpc.spec import JobSpec, SpecError, build_spec
 from hpc.slurm_env import LAUNCHERS
@@ -38,7 +39,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus-per-node", type=int, help="GPUs (ranks) per node (default: all of the partition's)")
     p.add_argument("--time", help="time limit, Slurm form (e.g. 30, 2:00:00, 1-00:00:00); default: the partition's")
     p.add_argument("--job-name", help="job name (default: train)")
-    p.add_argument("--launcher", default="srun", choices=LAUNCHERS, help="srun: one task per GPU; torchrun: one task per node")
+    p.add_argument("--launcher", default="srun", metavar="|".join(LAUNCHERS),
+                   help="srun: one task per GPU (default); torchrun, accelerate: one task per node running torchrun / accelerate launch")
     p.add_argument("--signal", help="pre-stop signal for every rank, e.g. USR2 (default: the profile's preemption.signal)")
     p.add_argument("--signal-lead", type=int, metavar="SECONDS", help="send it this long before the time limit (default: the profile's)")
     p.add_argument("--max-requeues", type=int, metavar="N", help="requeues after which a stopped job ends (default: the profile's)")
@@ -65,10 +67,16 @@ def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
     try:
         site = load_site(a.site)
-        return build_spec(site, nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
-                          time=a.time, job_name=a.job_name, launcher=a.launcher, args=rank_args,
-                          signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues)
-    except (SiteError, SpecError) as e:
+        kw = dict(nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
+                  time=a.time, job_name=a.job_name, launcher=a.launcher,
+                  signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues)
+        spec = build_spec(site, args=rank_args, **kw)
+        args, note = plan_trainer_args(site, spec.partition, spec.nodes, spec.gpus_per_node, rank_args)
+        if note:
+            print(note, file=sys.stderr)
+            spec = build_spec(site, args=args, **kw)
+        return spec
+    except (SiteError, SpecError, PlanError) as e:
         fail(str(e))
         raise
 

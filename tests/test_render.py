@@ -36,7 +36,7 @@ def test_golden(site, monkeypatch):
 
 @pytest.mark.parametrize("site", SITES)
 def test_bash_parses_every_rendering(site, monkeypatch, tmp_path):
-    for kw in ({}, {"launcher": "torchrun"}, {"job_name": HOSTILE}, {"args": ["-m", "hpc.smoke", "--out", "/a b/$(x)"]}):
+    for kw in ({}, {"launcher": "torchrun"}, {"launcher": "accelerate"}, {"job_name": HOSTILE}, {"args": ["-m", "hpc.smoke", "--out", "/a b/$(x)"]}):
         f = tmp_path / "job.sbatch"
         f.write_text(render(site, monkeypatch, **dict(kw)))
         r = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True)
@@ -61,10 +61,12 @@ def test_trainer_args_are_quoted_and_default_config_added(monkeypatch):
     assert "'run.name=a b;c'" in launch
 
 
-def test_torchrun_launch_is_one_task_per_node(monkeypatch):
-    text = render("ib-h200", monkeypatch, launcher="torchrun")
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
+def test_per_node_launch_is_one_task_per_node(monkeypatch, launcher):
+    text = render("ib-h200", monkeypatch, launcher=launcher)
     assert "#SBATCH --ntasks-per-node=1\n" in text
-    assert "--launcher torchrun --gpus-per-node 8 --" in text
+    assert f"--launcher {launcher} --gpus-per-node 8 --" in text
+    assert f"starts {launcher} with it" in text and f", {launcher} launch, site ib-h200." in text
     assert "$SLURM_NODEID" not in text  # the node rank is read on each node by hpc.launch, never expanded here
 
 

@@ -93,3 +93,23 @@ def test_restart_count_changes_port_consistently():
     env["SLURM_RESTART_COUNT"] = "2"
     info = derive(env)
     assert info.restart_count == 2 and info.master_port == master_port(123456, 2)
+
+
+@pytest.mark.parametrize("cuda,prefix", [(True, []), (False, ["env", "ACCELERATE_USE_CPU=true"])])
+def test_accelerate_one_task_per_node(cuda, prefix):
+    info = derive(task_env(1, 0, 1, ntasks=2, tpn="1(x2)", gpus="4"), "accelerate")
+    argv = node_argv("accelerate", ["/venv/bin/python", "-u", "train.py", "--lr", "1"], info, cuda=cuda)
+    assert argv == [*prefix, "/venv/bin/python", "-u", "-m", "accelerate.commands.launch", "--multi_gpu",
+                    "--num_machines=2", "--num_processes=8", "--machine_rank=1", "--main_process_ip=gpu-a001",
+                    f"--main_process_port={info.master_port}", "train.py", "--lr", "1"]
+
+
+def test_accelerate_single_rank_is_not_multi_gpu():
+    info = derive(task_env(0, 0, 0, ntasks=1, nnodes=1, tpn="1", gpus="1", nodelist="n1"), "accelerate")
+    argv = node_argv("accelerate", ["python", "-u", "-m", "pkg.mod"], info, cuda=True)
+    assert "--multi_gpu" not in argv and argv[-2:] == ["-m", "pkg.mod"] and "--num_processes=1" in argv
+
+
+def test_accelerate_refuses_several_tasks_per_node():
+    with pytest.raises(RankError, match="launcher accelerate needs one task per node, got 8 tasks on 2 nodes"):
+        derive(task_env(0, 0, 0), "accelerate")

@@ -1,0 +1,181 @@
+"""python -m hpc.jobs: see and manage Slurm jobs without hunting for their files.
+
+    python -m hpc.jobs list [--since TIME]
+    python -m hpc.jobs status JOB
+    python -m hpc.jobs logs JOB [-f] [--rank R]
+    python -m hpc.jobs cancel JOB
+    python -m hpc.jobs report JOB [--out PNG] [--tensorboard DIR]
+
+State, restarts and nodes come from Slurm; files from the job's directory (the
+directory of its batch output): rank logs (``<id>_<R>_log.out`` from submitit,
+``<id>-rank<R>.log`` from an emitted script; under torchrun/accelerate task R
+is node R) and the run's ``metrics.jsonl``. Unknown jobs exit with 2.
+"""
+from __future__ import annotations
+
+import argparse
+import getpass
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from hpc.metrics_report import METRICS_FILE, last_line, plot, read_metrics, summary_table, to_tensorboard
+from hpc.slurm_query import Job, JobError, get_job, restarts, sacct_rows
+
+POLL_S = 1.0
+NAME_WIDTH = 40
+
+
+def fail(msg: str) -> None:
+    print(f"hpc.jobs: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def require_dir(job: Job) -> Path:
+    if job.job_dir is None:
+        raise JobError(f"job {job.job_id}: Slurm no longer says where its output went (its script is gone)")
+    return job.job_dir
+
+
+def metrics_path(job: Job) -> Path:
+    return require_dir(job) / METRICS_FILE
+
+
+def rank_log(job: Job, rank: int) -> Path:
+    """Task `rank`'s log; for rank 0 of a job without per-rank logs, its batch output."""
+    d = require_dir(job)
+    for path in (d / f"{job.job_id}_{rank}_log.out", d / f"{job.job_id}-rank{rank}.log"):
+        if path.exists():
+            return path
+    if rank == 0 and job.stdout and job.stdout.exists():
+        return job.stdout
+    raise JobError(f"job {job.job_id} has no log for rank {rank} in {d} (yet)")
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def cmd_list(a: argparse.Namespace) -> int:
+    runs: dict[str, list[dict]] = {}
+    for row in sacct_rows("-u", getpass.getuser(), "-S", a.since):
+        runs.setdefault(row["JobIDRaw"], []).append(row)
+    rows = [("JOBID", "NAME", "STATE", "NODES", "ELAPSED", "RESTARTS")]
+    for job_id, rs in runs.items():
+        last = rs[-1]
+        name = last["JobName"] if len(last["JobName"]) <= NAME_WIDTH else last["JobName"][:NAME_WIDTH - 3] + "..."
+        rows.append((job_id, name, last["State"], last["NNodes"], last["Elapsed"], str(restarts(rs))))
+    print(table(rows))
+    return 0
+
+
+def cmd_status(a: argparse.Namespace) -> int:
+    job = get_job(a.job)
+    print(f"job {job.job_id} ({job.name}): {job.state}")
+    print(f"  partition {job.partition}, {job.nodes} node(s) {job.nodelist or '-'}, elapsed {job.elapsed}, restarts {job.restarts}")
+    print(f"  dir {job.job_dir or 'unknown'}")
+    if job.job_dir:
+        path = metrics_path(job)
+        records = read_metrics(path)
+        print(f"  last {last_line(records)}" if records else f"  no metrics yet ({path})")
+    return 0
+
+
+def cmd_logs(a: argparse.Namespace) -> int:
+    job = get_job(a.job)
+    if not a.follow:
+        sys.stdout.write(rank_log(job, a.rank).read_text(errors="replace"))
+        return 0
+    shown = 0
+    while True:
+        done = job.finished
+        try:
+            text = rank_log(job, a.rank).read_text(errors="replace")
+        except JobError:
+            if done:
+                raise
+            text = ""
+        sys.stdout.write(text[shown:])
+        sys.stdout.flush()
+        shown = max(shown, len(text))
+        if done:
+            break
+        time.sleep(POLL_S)
+        job = get_job(a.job)
+    print(f"[jobs] job {job.job_id} ended: {job.state}", file=sys.stderr)
+    return 0 if job.state.split()[0] == "COMPLETED" else 1
+
+
+def cmd_cancel(a: argparse.Namespace) -> int:
+    job = get_job(a.job)
+    if job.finished:
+        print(f"job {job.job_id} ({job.name}) already ended: {job.state}")
+        return 0
+    r = subprocess.run(["scancel", job.job_id], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise JobError(f"scancel {job.job_id} failed: {r.stderr.strip()}")
+    print(f"cancelled job {job.job_id} ({job.name}, was {job.state})")
+    return 0
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    job = get_job(a.job)
+    path = metrics_path(job)
+    records = read_metrics(path)
+    if not records:
+        raise JobError(f"job {job.job_id} has no metrics in {path} (yet)")
+    out = Path(a.out) if a.out else require_dir(job) / f"report-{job.job_id}.png"
+    plot(records, out, f"job {job.job_id} ({job.name}): {job.state}, restarts {job.restarts}")
+    print(f"job {job.job_id} ({job.name}): {job.state}, restarts {job.restarts}, "
+          f"steps {records[0]['step']}-{records[-1]['step']} ({len(records)} records) from {path}")
+    print(summary_table(records))
+    print(f"plot: {out}")
+    if a.tensorboard:
+        try:
+            n = to_tensorboard(records, Path(a.tensorboard))
+        except ModuleNotFoundError as e:
+            raise JobError(f"--tensorboard needs the tensorboard package ({e.name} is not installed): pip install tensorboard") from None
+        print(f"tensorboard: {n} scalars in {a.tensorboard} (tensorboard --logdir {a.tensorboard})")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hpc.jobs", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("list", help="your jobs: id, name, state, nodes, elapsed, restarts")
+    s.add_argument("--since", default="now-7days", help="sacct start time (default: now-7days)")
+    s.set_defaults(run=cmd_list)
+    s = sub.add_parser("status", help="Slurm state, restarts, nodes and the last step's metrics")
+    s.add_argument("job")
+    s.set_defaults(run=cmd_status)
+    s = sub.add_parser("logs", help="print a rank's log; -f follows it until the job ends")
+    s.add_argument("job")
+    s.add_argument("-f", "--follow", action="store_true")
+    s.add_argument("--rank", type=int, default=0, help="Slurm task (default 0); one task per node under torchrun/accelerate")
+    s.set_defaults(run=cmd_logs)
+    s = sub.add_parser("cancel", help="scancel the job")
+    s.add_argument("job")
+    s.set_defaults(run=cmd_cancel)
+    s = sub.add_parser("report", help="PNG of loss, tokens/s and MFU against the step, and a summary table")
+    s.add_argument("job")
+    s.add_argument("--out", help="PNG path (default: <job dir>/report-<id>.png)")
+    s.add_argument("--tensorboard", metavar="DIR", help="also write the metrics as TensorBoard scalars into DIR")
+    s.set_defaults(run=cmd_report)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    a = parser().parse_args(argv)
+    try:
+        rc = a.run(a)
+    except (JobError, ValueError) as e:
+        fail(str(e))
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""What Slurm knows about a job: state, restarts, nodes and where its files are.
+
+`scontrol show job` answers while slurmctld remembers the job (MinJobAge);
+accounting (`sacct`) answers after that. A job's directory is the directory of
+its batch output (StdOut), or, from accounting alone, of the ``--output`` in
+the script that its submit line names.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+SEP = "\x1f"  # sacct's field delimiter: job names and submit lines may contain "|"
+SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed", "Partition", "NodeList", "WorkDir", "SubmitLine")
+
+
+class JobError(LookupError):
+    """The job cannot be found or read; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: str
+    name: str
+    state: str
+    nodes: int
+    elapsed: str
+    partition: str
+    nodelist: str
+    restarts: int
+    stdout: Optional[Path]
+
+    @property
+    def job_dir(self) -> Optional[Path]:
+        """Where hpc.submit put the job's logs (and the trainer its metrics.jsonl)."""
+        return self.stdout.parent if self.stdout else None
+
+    @property
+    def finished(self) -> bool:
+        return self.state.split()[0] in FINAL
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise JobError(f"{argv[0]} is not on PATH: run this on a Slurm login node") from None
+
+
+def sacct_rows(*args: str) -> list[dict[str, str]]:
+    """`sacct -X -D` rows (one per run of a job, requeues included) as dicts of SACCT_FIELDS."""
+    r = _run(["sacct", "-X", "-D", "-n", "-P", f"--delimiter={SEP}", "-o", ",".join(SACCT_FIELDS), *args])
+    if r.returncode != 0:
+        raise JobError(f"sacct failed: {r.stderr.strip()}")
+    return [dict(zip(SACCT_FIELDS, line.split(SEP))) for line in r.stdout.splitlines() if line]
+
+
+def restarts(rows: list[dict[str, str]]) -> int:
+    """Requeues of one job from its sacct runs: every run but the last, and the last while it waits requeued."""
+    return max(len(rows) - 1, 0) + bool(rows and rows[-1]["State"].startswith("REQUEUED"))
+
+
+def scontrol_fields(job_id: str) -> dict[str, str]:
+    """`scontrol show job -o` as a dict, {} once slurmctld no longer remembers the job."""
+    r = _run(["scontrol", "show", "job", "-o", job_id])
+    if r.returncode != 0:
+        return {}
+    # KEY=VALUE pairs; values run until the next " Key=" (JobName and paths may contain spaces)
+    return dict(re.findall(r"(?:^| )([A-Za-z_:/]+)=(.*?)(?= [A-Za-z_:/]+=|$)", r.stdout.strip()))
+
+
+def script_stdout(submit_line: str, workdir: str, job_id: str, name: str) -> Optional[Path]:
+    """The ``#SBATCH --output`` file of the script a submit line names (while that script exists)."""
+    try:
+        words = shlex.split(submit_line)
+    except ValueError:
+        return None
+    for word in reversed(words[1:]):
+        script = Path(workdir) / word
+        if script.is_file():
+            m = re.search(r"^#SBATCH\s+(?:--output[= ]|-o\s*)(\S+)", script.read_text(errors="replace"), re.M)
+            if not m:
+                return None
+            pattern = shlex.split(m.group(1))[0]
+            return Path(workdir) / pattern.replace("%j", job_id).replace("%x", name).replace("%%", "%")
+    return None
+
+
+def get_job(job_id: str) -> Job:
+    """The job as Slurm sees it now; JobError when Slurm knows no such job."""
+    if not re.fullmatch(r"\d+", job_id):
+        raise JobError(f"job id {job_id!r} is not a number")
+    rows = sacct_rows("-j", job_id)
+    ctl = scontrol_fields(job_id)
+    if not rows and not ctl:
+        raise JobError(f"job {job_id} does not exist (neither squeue/scontrol nor sacct knows it)")
+    last = rows[-1] if rows else {}
+    name = last.get("JobName") or ctl.get("JobName", "")
+    if ctl.get("StdOut"):
+        stdout: Optional[Path] = Path(ctl["StdOut"])
+    else:
+        stdout = script_stdout(last.get("SubmitLine", ""), last.get("WorkDir", "/"), job_id, name)
+    return Job(
+        job_id=job_id,
+        name=name,
+        state=ctl.get("JobState") or last.get("State", "UNKNOWN"),
+        nodes=int(ctl.get("NumNodes", "").split("-")[0] or last.get("NNodes") or 0),
+        elapsed=ctl.get("RunTime") or last.get("Elapsed", ""),
+        partition=ctl.get("Partition") or last.get("Partition", ""),
+        nodelist=ctl.get("NodeList") or last.get("NodeList", ""),
+        restarts=int(ctl["Restarts"]) if "Restarts" in ctl else restarts(rows),
+        stdout=stdout,
+    )

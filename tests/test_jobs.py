@@ -1,0 +1,127 @@
+"""Users' own accelerate/torchrun scripts across 2 nodes, and hpc.jobs, on the real local cluster."""
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli, wait_job
+from hpc.metrics_report import fmt
+from hpc.slurm_env import master_port
+
+pytestmark = pytest.mark.slurm
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def check_records(out: Path, nodes: int = 2, per_node: int = 2) -> list[dict]:
+    """World size, rank layout over the nodes, the cross-node reduce and DDP-equal weights on every rank."""
+    recs = sorted((json.loads(p.read_text()) for p in out.glob("rank-*.json")), key=lambda r: r["rank"])
+    world = nodes * per_node
+    assert [r["rank"] for r in recs] == list(range(world))
+    for r in recs:
+        node = r["rank"] // per_node
+        assert r["world_size"] == world and r["allreduce"] == world * (world + 1) / 2
+        assert int(r.get("node_rank", r.get("group_rank"))) == node
+        assert r["hostname"] == r["slurmd_nodename"] == f"n{node + 1}"  # each node its own namespace
+    assert len({r["weights_checksum"] for r in recs}) == 1
+    return recs
+
+
+def test_accelerate_script_on_2_nodes_then_status_logs_report(slurm, tmp_path):
+    out = tmp_path / "ranks"
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "accelerate", "--wait",
+                "--job-name", "acc", "--", str(SCRIPTS / "accelerate_train.py"), "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = re.search(r"submitted job (\d+)", r.stdout).group(1)
+    recs = check_records(out)
+    assert {r["distributed_type"] for r in recs} == {"DistributedType.MULTI_CPU"}
+    assert recs[0]["gathered"] == [0, 1, 2, 3]
+
+    metrics = [json.loads(l) for l in (tmp_path / "jobs" / "acc" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, 9))
+    st = run_cli("-m", "hpc.jobs", "status", job)
+    assert st.returncode == 0, st.stderr
+    assert f"job {job} (acc): COMPLETED" in st.stdout and "2 node(s) n[1-2]" in st.stdout and "restarts 0" in st.stdout
+    assert f"last step 8: loss {fmt(metrics[-1]['loss'])}, {fmt(metrics[-1]['tokens_per_s'])} tokens/s, MFU n/a" in st.stdout
+
+    log0 = run_cli("-m", "hpc.jobs", "logs", job)
+    assert "[accelerate_train] 4 processes, DistributedType.MULTI_CPU, reduce 10" in log0.stdout
+    log1 = run_cli("-m", "hpc.jobs", "logs", job, "--rank", "1")
+    assert f"[launch] n2 job {job}" in log1.stdout and "[launch] n1" not in log1.stdout  # task 1 = node n2
+
+    png, tb = tmp_path / "report.png", tmp_path / "tb"
+    rep = run_cli("-m", "hpc.jobs", "report", job, "--out", str(png), "--tensorboard", str(tb))
+    assert rep.returncode == 0, rep.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    loss_row = next(l for l in rep.stdout.splitlines() if l.startswith("loss "))
+    assert loss_row.split()[1:3] == [fmt(metrics[0]["loss"]), fmt(metrics[-1]["loss"])]
+    assert next(l for l in rep.stdout.splitlines() if l.startswith("mfu ")).split()[1:] == ["n/a"] * 5
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(tb))
+    ea.Reload()
+    got = [(e.step, e.value) for e in ea.Scalars("train/loss")]
+    assert got == [(m["step"], pytest.approx(m["loss"])) for m in metrics]
+
+
+def test_torchrun_script_emitted_and_followed(slurm, tmp_path):
+    out, script = tmp_path / "ranks", tmp_path / "job.sbatch"
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--job-name", "tr run",
+                "--emit", str(script), "--", str(SCRIPTS / "torchrun_train.py"), "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "$SLURM_NODEID" not in script.read_text()
+    sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path)
+    job = sb.stdout.strip()
+    follow = run_cli("-m", "hpc.jobs", "logs", job, "-f", "--rank", "1", timeout=300)  # returns when the job ends
+    assert follow.returncode == 0, follow.stderr
+    assert f"[launch] n2 job {job}" in follow.stdout
+    assert "[torchrun_train] rank 2/4 all_reduce 10" in follow.stdout and "[torchrun_train] rank 3/4 all_reduce 10" in follow.stdout
+    assert follow.stderr.strip().endswith(f"job {job} ended: COMPLETED")
+    recs = check_records(out)
+    assert {(r["master_addr"], r["master_port"], r["local_world_size"]) for r in recs} == {("n1", str(master_port(int(job))), "2")}
+
+
+def test_requeue_counts_as_restart_and_cancel(slurm, tmp_path):
+    sb = subprocess.run(["sbatch", "--parsable", "-N", "1", "--requeue", "-J", "sleeper", "-o", str(tmp_path / "%j.log"),
+                         "--wrap", "sleep 300"], capture_output=True, text=True, cwd=tmp_path)
+    job = sb.stdout.strip()
+    try:
+        deadline = time.time() + 120
+        while subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip() != "RUNNING":
+            assert time.time() < deadline, "the job did not start"
+            time.sleep(0.5)
+        assert subprocess.run(["scontrol", "requeue", job]).returncode == 0
+        st = run_cli("-m", "hpc.jobs", "status", job)
+        assert f"job {job} (sleeper): PENDING" in st.stdout and "restarts 1" in st.stdout, st.stdout
+        row = next(l.split() for l in run_cli("-m", "hpc.jobs", "list").stdout.splitlines() if l.split()[0] == job)
+        assert row[1] == "sleeper" and row[-1] == "1"
+        c = run_cli("-m", "hpc.jobs", "cancel", job)
+        assert c.returncode == 0 and c.stdout.strip() == f"cancelled job {job} (sleeper, was PENDING)"
+        assert wait_job(job, timeout=60) == "CANCELLED"
+        again = run_cli("-m", "hpc.jobs", "cancel", job)
+        assert again.returncode == 0 and "already ended: CANCELLED" in again.stdout
+    finally:
+        subprocess.run(["scancel", job])
+
+
+UNKNOWN_JOB = "987654321"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-m", "hpc.jobs", "status", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
+    (["-m", "hpc.jobs", "logs", UNKNOWN_JOB, "-f"], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
+    (["-m", "hpc.jobs", "cancel", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
+    (["-m", "hpc.jobs", "report", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
+    (["-m", "hpc.jobs", "status", "12x"], "hpc.jobs: error: job id '12x' is not a number"),
+    (["-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "mpirun", "--", "x.py"],
+     "hpc.submit: error: --launcher mpirun: allowed: srun, torchrun, accelerate"),
+    (["-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "accelerate", "--", "nosuch.py"],
+     "hpc.submit: error: script nosuch.py does not exist"),
+])
+def test_errors_are_one_line_exit_2(slurm, tmp_path, args, message):
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith(message), r.stderr
+    assert not (tmp_path / "jobs").exists()

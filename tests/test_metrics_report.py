@@ -1,0 +1,33 @@
+"""metrics.jsonl reading and the summary table (pure; test_jobs.py reads a real job's file)."""
+import json
+
+import pytest
+
+from hpc.metrics_report import read_metrics, summary_table
+
+
+def rec(step, loss, tps=100.0, mfu=None):
+    return {"step": step, "loss": loss, "tokens_per_s": tps, "mfu": mfu, "lr": 1e-3, "grad_norm": 0.5}
+
+
+def test_requeued_steps_keep_the_last_record_and_a_partial_line_waits(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [rec(1, 3.0), rec(2, 2.5), rec(3, 2.2), rec(2, 2.4), rec(3, 2.1)]  # resumed from the step-1 checkpoint
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"step": 4, "lo')
+    assert [(r["step"], r["loss"]) for r in read_metrics(path)] == [(1, 3.0), (2, 2.4), (3, 2.1)]
+    assert read_metrics(tmp_path / "none.jsonl") == []
+
+
+def test_a_broken_line_is_an_error(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps(rec(1, 3.0)) + "\nnot json\n")
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        read_metrics(path)
+
+
+def test_summary_table():
+    rows = [l.split() for l in summary_table([rec(1, 3.0, 1000.0, 0.25), rec(2, 1.0, 3000.0, None)]).splitlines()]
+    assert rows[0] == ["metric", "first", "last", "min", "max", "mean"]
+    assert rows[1] == ["loss", "3", "1", "1", "3", "2"]
+    assert rows[2] == ["tokens_per_s", "1,000", "3,000", "1,000", "3,000", "2,000"]
+    assert rows[3] == ["mfu", "0.25", "n/a", "0.25", "0.25", "0.25"]
