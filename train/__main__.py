@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
+        stop.ignore_further()
         dist.destroy_process_group()
     if step == cfg.steps:
         return 0

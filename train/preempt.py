@@ -20,13 +20,20 @@ class StopFlag:
 
     def __init__(self, environ=os.environ):
         self.received: str | None = None
-        for sig in stop_signals(environ):
+        self._signals = stop_signals(environ)
+        for sig in self._signals:
             signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame) -> None:
         if self.received is None:
             self.received = signal.Signals(signum).name
             print(f"[preempt] rank {os.environ.get('RANK', '?')} got {self.received}: stopping at the next step boundary", flush=True)
+
+    def ignore_further(self) -> None:
+        """Ignore stop signals from now on: the run has decided (a late notice during
+        interpreter shutdown would otherwise kill the process with the default action)."""
+        for sig in self._signals:
+            signal.signal(sig, signal.SIG_IGN)
 
     def agreed(self, device) -> bool:
         """True on every rank when any rank got a stop signal (one tiny all_reduce per step)."""
