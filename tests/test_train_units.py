@@ -1,14 +1,17 @@
-"""Pure pieces of the trainer: learning-rate schedule, FLOPs per token, checkpoint discovery and retention."""
+"""Pure pieces of the trainer: learning-rate schedule, FLOPs per token, fused linear cross-entropy, checkpointed layers, checkpoint discovery and retention."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+import torch
 
 from train.checkpoint import META, complete_checkpoints, prune, step_dir
 from train.loop import lr_at
+from train.loss import linear_cross_entropy
 from train.metrics import flops_per_token
+from train.parallel import checkpointed_layers
 
 
 def test_lr_schedule_warmup_then_cosine():
@@ -40,3 +43,24 @@ def test_latest_complete_checkpoint_ignores_tmp_and_unmarked(tmp_path):
     assert complete_checkpoints(tmp_path / "missing") == []
     assert prune(tmp_path, keep_last=2) == [step_dir(tmp_path, 5)]
     assert [s for s, _ in complete_checkpoints(tmp_path)] == [10, 15]
+
+
+def test_linear_cross_entropy_matches_full_logits():
+    """Chunked loss and gradients equal cross_entropy on the full logits (fp32, a chunk size that leaves a remainder)."""
+    torch.manual_seed(0)
+    hidden = torch.randn(37, 16, requires_grad=True)
+    weight = (0.3 * torch.randn(50, 16)).requires_grad_()
+    labels = torch.randint(0, 50, (37,))
+    ref = torch.nn.functional.cross_entropy(hidden @ weight.t(), labels)
+    ref_grads = torch.autograd.grad(ref, (hidden, weight))
+    loss = linear_cross_entropy(hidden, weight, labels, chunk=8)
+    grads = torch.autograd.grad(0.5 * loss, (hidden, weight))
+    assert torch.allclose(loss, ref, atol=1e-6)
+    for g, r in zip(grads, ref_grads):
+        assert torch.allclose(2 * g, r, atol=1e-6)
+
+
+def test_checkpointed_layers_fraction():
+    assert checkpointed_layers(4, 1.0) == {0, 1, 2, 3}
+    assert checkpointed_layers(4, 0.0) == set()
+    assert len(checkpointed_layers(36, 0.75)) == 27

@@ -119,14 +119,17 @@ class LogConfig(_Strict):
 class TrainConfig(_Strict):
     """Everything one training run needs. global_batch counts samples of seq_len tokens per
     optimizer step (gradient accumulation = global_batch / (micro_batch x dp)); dtype auto means
-    bf16 compute on GPU and fp32 on CPU (parameters and optimizer state stay fp32); steps is the
+    bf16 compute on GPU and fp32 on CPU (parameters and optimizer state stay fp32); activation_checkpointing
+    is true, false or the fraction of layers checkpointed; sdpa_backend puts that attention kernel first on
+    GPU (auto: PyTorch's choice); steps is the
     last step, over which the schedule runs; export is a directory for the final HF model (relative: inside log.dir) or null."""
 
     model: ModelConfig
     data: DataConfig = DataConfig()
     parallel: ParallelConfig = ParallelConfig()
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool | float = Field(False, ge=0, le=1)
     compile: bool = False
+    sdpa_backend: Literal["auto", "cudnn", "flash"] = "auto"
     seq_len: int = Field(ge=1)
     micro_batch: int = Field(ge=1)
     global_batch: int = Field(ge=1)

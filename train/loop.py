@@ -6,8 +6,8 @@ trainer saves a checkpoint and returns, so a preemption handler only has to set 
 
 from __future__ import annotations
 
+import contextlib
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 import yaml
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from train import checkpoint
 from train.config import TrainConfig
@@ -32,13 +33,25 @@ def lr_at(step: int, lr: float, warmup_steps: int, min_lr: float, total_steps: i
     return min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+# The attention kernels tried first for sdpa_backend (PyTorch falls back along the list).
+_SDPA_ORDER = {
+    "cudnn": [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
+    "flash": [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
+}
+
+
 def _log0(msg: str) -> None:
     if dist.get_rank() == 0:
         print(msg, flush=True)
 
 
 class Trainer:
-    """One training run on this rank; the process group must already be initialized."""
+    """One training run on this rank; the process group must already be initialized.
+
+    On GPU the loss comes from the fused linear cross-entropy (no logits), AdamW is fused,
+    and the step loop waits for the device only every ``log.log_every`` steps (metrics and
+    the stop check); on CPU every step is read and checked, as before.
+    """
 
     def __init__(self, cfg: TrainConfig, dims: ParallelDims, env: WorldEnv, device: torch.device):
         self.cfg, self.dims, self.device = cfg, dims, device
@@ -49,16 +62,20 @@ class Trainer:
         _log0(f"[train] layout dp={dims.dp} x tp={dims.tp} on {env.world_size} ranks, mesh (rows: dp, columns: tp) {self.mesh.mesh.tolist()}; "
               f"grad accumulation {self.grad_accum} x micro_batch {cfg.micro_batch}; device {device.type}")
         self._setup_data()
+        self.on_gpu = device.type == "cuda"
         self._setup_model(env.world_size)
         o = cfg.optim
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
-                                           foreach=device.type == "cuda")
+        impl = {"fused": True} if self.on_gpu else {"foreach": False}
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, **impl)
+        self.sync_every = cfg.log.log_every if self.on_gpu else 1
         self.step = 0
         self._resume()
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-        self.metrics = MetricsLog(self.run_dir, self.rank == 0, cfg.log.log_every, cfg.steps, resume_step=self.step)
+        self.metrics = MetricsLog(self.run_dir, self.rank == 0, cfg.log.log_every, cfg.steps, tokens_per_step=cfg.global_batch * cfg.seq_len,
+                                  flops_per_token=self.flops_per_token, peak_flops_total=self.peak_flops_total,
+                                  resume_step=self.step, sync_every=self.sync_every)
 
     def _setup_data(self) -> None:
         """Tokenizer (data.tokenizer, else model.path's, else the demo one), tokens (rank 0 fills the cache first), stream."""
@@ -86,8 +103,7 @@ class Trainer:
         source = f"shape {cfg.model.shape}" if cfg.model.shape else f"from {cfg.model.path}"
         _log0(f"[train] model Qwen3 {source}: {params['total']:,} params ({params['non_embedding']:,} non-embedding), "
               f"hidden {c.hidden_size}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads / {c.num_key_value_heads} kv, vocab {c.vocab_size}")
-        on_gpu = device.type == "cuda"
-        compute_dtype = torch.bfloat16 if cfg.dtype == "bf16" or (cfg.dtype == "auto" and on_gpu) else torch.float32
+        compute_dtype = torch.bfloat16 if cfg.dtype == "bf16" or (cfg.dtype == "auto" and self.on_gpu) else torch.float32
         self.model = parallelize(build_meta_model(c), self.mesh, activation_checkpointing=cfg.activation_checkpointing,
                                  compile=cfg.compile, param_dtype=compute_dtype)
         load_initial_weights(self.model, cfg.model, c, cfg.seed, device)
@@ -111,48 +127,59 @@ class Trainer:
         _log0(f"[train] saved checkpoint {path}")
         return path
 
+    def _attention(self) -> contextlib.AbstractContextManager:
+        """The sdpa_backend preference (a GPU setting); a no-op for auto and on CPU."""
+        if self.cfg.sdpa_backend == "auto" or not self.on_gpu:
+            return contextlib.nullcontext()
+        return sdpa_kernel(_SDPA_ORDER[self.cfg.sdpa_backend], set_priority=True)
+
+    def _to_device(self, t: torch.Tensor) -> torch.Tensor:
+        return t.pin_memory().to(self.device, non_blocking=True) if self.on_gpu else t
+
     def train_step(self) -> dict:
-        """One optimizer step over this rank's micro-batches; returns the step's metrics record (global values)."""
+        """One optimizer step over this rank's micro-batches; returns the step's metrics record (global values; loss and
+        grad norm as device tensors, read by ``MetricsLog``)."""
         cfg = self.cfg
-        t0 = time.perf_counter()
         lr = lr_at(self.step + 1, cfg.optim.lr, cfg.schedule.warmup_steps, cfg.schedule.min_lr, cfg.steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         loss_sum = torch.zeros((), device=self.device)
-        for input_ids, labels in self.stream.next_microbatches():
-            input_ids, labels = input_ids.to(self.device), labels.to(self.device)
-            logits = self.model(input_ids=input_ids).logits
-            loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten()) / self.grad_accum
-            loss.backward()
-            loss_sum += loss.detach()
+        with self._attention():
+            for input_ids, labels in self.stream.next_microbatches():
+                input_ids, labels = self._to_device(input_ids), self._to_device(labels)
+                if self.on_gpu:
+                    loss = self.model(input_ids=input_ids, labels=labels) / self.grad_accum
+                else:
+                    logits = self.model(input_ids=input_ids).logits
+                    loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten()) / self.grad_accum
+                loss.backward()
+                loss_sum += loss.detach()
         grad_norm = clip_grad_norm_(list(self.model.parameters()), cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         dist.all_reduce(loss_sum, group=self.mesh["dp"].get_group())
-        loss_value = loss_sum.item() / self.dims.dp
         self.step += 1
-        dt = time.perf_counter() - t0
-        tokens_per_s = cfg.global_batch * cfg.seq_len / dt
-        mfu = None if self.peak_flops_total is None else tokens_per_s * self.flops_per_token / self.peak_flops_total
-        return {"step": self.step, "loss": loss_value, "grad_norm": grad_norm, "lr": lr, "step_time_s": dt,
-                "epoch": self.stream.epoch, "samples_consumed": self.stream.consumed,
-                "tokens_per_s": tokens_per_s, "mfu": mfu, "peak_mem_gib": peak_memory_gib(self.device)}
+        return {"step": self.step, "loss": loss_sum.double() / self.dims.dp, "grad_norm": grad_norm, "lr": lr,
+                "epoch": self.stream.epoch, "samples_consumed": self.stream.consumed, "peak_mem_gib": peak_memory_gib(self.device)}
 
     def run(self, stop_requested: Callable[[], bool] = lambda: False) -> int:
         """Train to ``cfg.steps``, checkpointing every ``checkpoint.interval`` steps and at the end; returns the last step."""
         cfg = self.cfg
         interval = cfg.checkpoint.interval
         saved_at = self.step
+        self.metrics.restart_clock()
         while self.step < cfg.steps:
             self.metrics.log(self.train_step())
             if interval and self.step % interval == 0:
+                self.metrics.flush()
                 self.save()
                 saved_at = self.step
-            if stop_requested():
+                self.metrics.restart_clock()
+            if self.step % self.sync_every == 0 and stop_requested():
                 break
+        self.metrics.close()
         if saved_at != self.step:
             self.save()
-        self.metrics.close()
         if cfg.export and self.step == cfg.steps:
             target = self.run_dir / cfg.export  # a relative export path lives in the run directory
             export_hf(self.model, self.hf_config, self.tokenizer, str(target))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import resource
+import time
 from pathlib import Path
 
 import torch
@@ -39,10 +40,20 @@ def peak_memory_gib(device: torch.device) -> float:
 
 
 class MetricsLog:
-    """Appends one JSON record per step to ``<run_dir>/metrics.jsonl`` and prints a progress line every ``log_every`` steps (rank 0 only)."""
+    """Appends one JSON record per step to ``<run_dir>/metrics.jsonl`` and prints a progress line every ``log_every`` steps (rank 0 only).
 
-    def __init__(self, run_dir: Path, enabled: bool, log_every: int, total_steps: int, resume_step: int = 0):
+    Records may hold device tensors (loss, grad norm). They are read, which waits for the
+    device, only every ``sync_every`` steps, at progress lines and on ``flush``; the wall time
+    since the previous read is split evenly over those steps for step time, tokens/s and MFU.
+    """
+
+    def __init__(self, run_dir: Path, enabled: bool, log_every: int, total_steps: int, *, tokens_per_step: int,
+                 flops_per_token: float, peak_flops_total: float | None, resume_step: int = 0, sync_every: int = 1):
         self.enabled, self.log_every, self.total_steps = enabled, log_every, total_steps
+        self.tokens_per_step, self.flops_per_token, self.peak_flops_total = tokens_per_step, flops_per_token, peak_flops_total
+        self.sync_every = sync_every
+        self._pending: list[dict] = []
+        self.restart_clock()
         self.path = Path(run_dir) / "metrics.jsonl"
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,9 +74,33 @@ class MetricsLog:
                 kept.append(line + "\n")
         self.path.write_text("".join(kept))
 
+    def restart_clock(self) -> None:
+        """Start the next timing window now (after work that is not training, e.g. a checkpoint save)."""
+        self._t0 = time.perf_counter()
+
     def log(self, record: dict) -> None:
-        if not self.enabled:
+        self._pending.append(record)
+        step = record["step"]
+        if len(self._pending) >= self.sync_every or step % self.log_every == 0 or step == self.total_steps:
+            self.flush()
+
+    def flush(self) -> None:
+        """Read the pending records' device values, time them, write them."""
+        if not self._pending:
             return
+        records = [{k: v.item() if isinstance(v, torch.Tensor) else v for k, v in r.items()} for r in self._pending]
+        now = time.perf_counter()
+        dt = (now - self._t0) / len(records)
+        self._t0 = now
+        self._pending.clear()
+        tokens_per_s = self.tokens_per_step / dt
+        mfu = None if self.peak_flops_total is None else tokens_per_s * self.flops_per_token / self.peak_flops_total
+        for record in records:
+            record.update(step_time_s=dt, tokens_per_s=tokens_per_s, mfu=mfu)
+            if self.enabled:
+                self._write(record)
+
+    def _write(self, record: dict) -> None:
         self._file.write(json.dumps(record) + "\n")
         step = record["step"]
         if step % self.log_every == 0 or step == self.total_steps:
@@ -77,5 +112,6 @@ class MetricsLog:
             )
 
     def close(self) -> None:
+        self.flush()
         if self.enabled:
             self._file.close()

@@ -21,6 +21,7 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen3Config,
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
 from train.config import ConfigError, ModelConfig
+from train.loss import linear_cross_entropy
 
 _EXPORT_SHARD_SIZE = "5GB"
 
@@ -46,10 +47,21 @@ def hf_config(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3Conf
     return config
 
 
-def build_meta_model(config: Qwen3Config) -> Qwen3ForCausalLM:
+class Qwen3ForTraining(Qwen3ForCausalLM):
+    """``Qwen3ForCausalLM`` (same modules and weights) whose forward with ``labels`` returns only the
+    mean next-token cross-entropy, through ``linear_cross_entropy``: the logits are never materialized."""
+
+    def forward(self, input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, **kwargs):
+        if labels is None:
+            return super().forward(input_ids=input_ids, **kwargs)
+        hidden = self.model(input_ids=input_ids, **kwargs).last_hidden_state
+        return linear_cross_entropy(hidden.flatten(0, 1), self.lm_head.weight, labels.flatten())
+
+
+def build_meta_model(config: Qwen3Config) -> Qwen3ForTraining:
     """The model skeleton on the meta device (no memory), ready to be parallelized."""
     with torch.device("meta"):
-        return Qwen3ForCausalLM(config)
+        return Qwen3ForTraining(config)
 
 
 def count_params(config: Qwen3Config) -> dict[str, int]:

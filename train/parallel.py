@@ -119,18 +119,21 @@ LAYER_TP_PLAN = {
 }
 
 
-def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing: bool, compile: bool, param_dtype: torch.dtype) -> nn.Module:
+def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing: bool | float, compile: bool, param_dtype: torch.dtype) -> nn.Module:
     """TP -> activation checkpointing -> compile -> FSDP2, on a Qwen3ForCausalLM (typically on the meta device).
 
-    Embeddings, final norm and lm_head stay replicated over TP: their inputs and output
-    gradients are TP-replicated, so their gradients are exact on every TP rank.
+    ``activation_checkpointing``: True (every layer), False, or the fraction of layers to
+    checkpoint, spread evenly over the depth. Embeddings, final norm and lm_head stay
+    replicated over TP: their inputs and output gradients are TP-replicated, so their
+    gradients are exact on every TP rank.
     """
     layers = model.model.layers
     if mesh["tp"].size() > 1:
         for layer in layers:
             parallelize_module(layer, mesh["tp"], LAYER_TP_PLAN)
+    checkpointed = checkpointed_layers(len(layers), float(activation_checkpointing))
     for i, layer in enumerate(layers):
-        if activation_checkpointing:
+        if i in checkpointed:
             layer = checkpoint_wrapper(layer)
         if compile:
             layer.compile()
@@ -142,12 +145,19 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing:
     return model
 
 
-def clip_grad_norm_(params: list[nn.Parameter], max_norm: float | None) -> float:
+def checkpointed_layers(num_layers: int, fraction: float) -> set[int]:
+    """Indices of round(fraction x num_layers) layers spread evenly over the depth."""
+    count = round(fraction * num_layers)
+    return {int(k * num_layers / count) for k in range(count)} if count else set()
+
+
+def clip_grad_norm_(params: list[nn.Parameter], max_norm: float | None) -> torch.Tensor:
     """Global L2 norm of the gradients (clipped to max_norm if given) of FSDP2 parameters (DTensors on the dp or dp x tp mesh).
 
     Each rank sums the squares of its local shards, each divided by how many ranks hold a
     copy of that shard (the replication degree), then one all-reduce over the world gives
     the total. (Gradients are sharded or replicated here; FSDP has reduced any partial sums.)
+    Returns the norm as a device tensor: nothing here waits for the device.
     """
     world = dist.get_world_size()
     grads = [p.grad for p in params if p.grad is not None]
@@ -159,9 +169,10 @@ def clip_grad_norm_(params: list[nn.Parameter], max_norm: float | None) -> float
                 replicas *= g.device_mesh.size(dim)
         total += g.to_local().float().pow(2).sum() / replicas
     dist.all_reduce(total)
-    norm = total.sqrt().item()
-    if max_norm is not None and norm > max_norm:
-        scale = max_norm / (norm + 1e-6)
+    norm = total.sqrt()
+    if max_norm is not None:
+        norm64 = norm.double()  # the scale in float64, as a Python float would be
+        scale = torch.where(norm64 > max_norm, max_norm / (norm64 + 1e-6), torch.ones_like(norm64))
         for g in grads:
-            g.mul_(scale)
+            g.to_local().mul_(scale)
     return norm

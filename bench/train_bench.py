@@ -1,0 +1,285 @@
+"""The project's trainer against a plain Hugging Face baseline on one GPU: same shape, sequence length and batch.
+
+    python bench/train_bench.py [--shapes 1.7B 4B 0.6B 8B] [--variants ours baseline] [--parity-shape 1.7B]
+                                [--parity-steps 50] [--checkpoint-shape 1.7B] [--out FILE]
+
+Variants (each (shape, variant) runs in its own process):
+  ours      train.loop.Trainer on one rank (dp=1 x tp=1): fp32 master weights, bf16 compute (FSDP2
+            mixed precision), per-block torch.compile, fused linear cross-entropy, fused AdamW
+  baseline  transformers' Qwen3ForCausalLM in bf16 (parameters and AdamW state), SDPA attention,
+            fused AdamW, the whole model plus the cross-entropy under one torch.compile
+            (8B: eager with transformers' gradient checkpointing, as it does not fit otherwise)
+  reference transformers' model with fp32 parameters under bf16 autocast, eager (for loss parity only)
+
+Both run the trainer's data stream, learning-rate schedule and gradient clipping from the same
+seed; in the parity shape the baseline also starts from the trainer's initial weights, and all
+steps' losses are kept. MFU = tokens/s x FLOPs per token / 989e12 (dense bf16 peak of an H100/H200),
+FLOPs per token = 6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq.
+Timing excludes the warm-up steps (compilation) and is taken between device synchronizations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SEQ = 4096
+PEAK = 989e12
+# shape: (micro batch, activation checkpointing of ours, baseline compiled)
+CASES = {"0.6B": (4, False, True), "1.7B": (4, False, True), "4B": (2, False, True), "8B": (1, True, False)}
+WARMUP, TIMED = 4, 10
+# The parity check's bar: per-step |loss difference| over the first steps, bf16 rounding noise.
+PARITY_ABS_TOL = 0.05
+
+
+def _config(shape: str, steps: int, run_dir: Path, ac: bool | float, sdpa: str):
+    from train.config import TrainConfig
+
+    batch = CASES[shape][0]
+    return TrainConfig(model={"shape": shape}, seq_len=SEQ, micro_batch=batch, global_batch=batch, steps=steps, compile=True,
+                       activation_checkpointing=ac, sdpa_backend=sdpa, log={"dir": str(run_dir)},
+                       checkpoint={"dir": str(run_dir / "checkpoints"), "keep_last": 1})
+
+
+def _timed(step, warmup: int, timed: int) -> tuple[list, float]:
+    """Run warmup + timed steps of ``step()``; returns every step's loss (device tensors) and the timed steps' seconds."""
+    import torch
+
+    losses = [step() for _ in range(warmup)]
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    losses += [step() for _ in range(timed)]
+    torch.cuda.synchronize()
+    return losses, time.perf_counter() - t0
+
+
+def _ours(cfg, warmup: int, timed: int, save_checkpoint: bool) -> dict:
+    import torch
+
+    from train import checkpoint
+    from train.loop import Trainer
+    from train.parallel import ParallelDims, WorldEnv, init_distributed
+
+    env = WorldEnv(rank=0, local_rank=0, world_size=1, local_world_size=1)
+    device = init_distributed(env)
+    dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads())
+    trainer = Trainer(cfg, dims, env, device)
+    losses, seconds = _timed(lambda: trainer.train_step()["loss"], warmup, timed)
+    out = {"losses": [float(x) for x in losses], "seconds": seconds, "flops_per_token": trainer.flops_per_token}
+    if save_checkpoint:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        path = trainer.save()
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        checkpoint.load(path, trainer.model, trainer.optimizer)
+        torch.cuda.synchronize()
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        out["checkpoint"] = {"save_s": t1 - t0, "load_s": time.perf_counter() - t1, "bytes": size}
+    return out
+
+
+def _hf(cfg, variant: str, warmup: int, timed: int, same_init: bool, compiled: bool) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from transformers import Qwen3ForCausalLM
+
+    from train.data import TokenStream, load_tokenizer, load_tokens
+    from train.loop import lr_at
+    from train.metrics import flops_per_token
+    from train.model import _full_initial_state, count_params, hf_config
+
+    device = torch.device("cuda")
+    tokenizer = load_tokenizer(None)
+    config = hf_config(cfg.model, tokenizer)
+    stream = TokenStream(load_tokens(cfg.data, tokenizer, cache_dir=str(Path(cfg.log.dir) / "cache")), cfg.seq_len,
+                         cfg.global_batch, cfg.micro_batch, 0, 1, cfg.seed)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(config)
+    if same_init:
+        model.load_state_dict(_full_initial_state(cfg.model, config, cfg.seed))
+    autocast = variant == "reference"
+    if not autocast:
+        model.to(torch.bfloat16)
+    if cfg.activation_checkpointing:
+        model.gradient_checkpointing_enable()
+    model.train()
+    o = cfg.optim
+    opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, fused=True)
+
+    def loss_fn(x, y):
+        with torch.autocast("cuda", torch.bfloat16, enabled=autocast):
+            logits = model(input_ids=x).logits
+        return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+
+    fn = torch.compile(loss_fn) if compiled else loss_fn
+    done = [0]
+
+    def step():
+        done[0] += 1
+        for group in opt.param_groups:
+            group["lr"] = lr_at(done[0], o.lr, cfg.schedule.warmup_steps, cfg.schedule.min_lr, cfg.steps)
+        total = torch.zeros((), device=device)
+        grad_accum = cfg.global_batch // cfg.micro_batch
+        for x, y in stream.next_microbatches():
+            loss = fn(x.to(device), y.to(device)) / grad_accum
+            loss.backward()
+            total += loss.detach()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return total
+
+    losses, seconds = _timed(step, warmup, timed)
+    fpt = flops_per_token(count_params(config), config.num_hidden_layers, config.num_attention_heads, config.head_dim, cfg.seq_len)
+    return {"losses": [float(x) for x in losses], "seconds": seconds, "flops_per_token": fpt}
+
+
+def worker(args) -> None:
+    """One (shape, variant) in this process; writes its result as JSON to args.result."""
+    import torch
+
+    shape, variant = args.worker
+    batch, ac, compiled = CASES[shape]
+    parity = shape == args.parity_shape
+    steps = args.parity_steps if parity else WARMUP + TIMED
+    warmup = WARMUP if not parity else min(10, steps // 2)
+    ac = args.ac_fraction if ac and variant.startswith("ours") else ac
+    sdpa = "cudnn" if variant == "ours-cudnn" else "auto"
+    cfg = _config(shape, steps, Path(args.run_dir) / f"{shape}-{variant}", ac, sdpa)
+    torch.manual_seed(cfg.seed)
+    if variant.startswith("ours"):
+        out = _ours(cfg, warmup, steps - warmup, save_checkpoint=shape == args.checkpoint_shape and variant == "ours")
+    else:
+        out = _hf(cfg, variant, warmup, steps - warmup, same_init=parity, compiled=compiled and variant == "baseline")
+    tokens = (steps - warmup) * batch * SEQ
+    tps = tokens / out.pop("seconds")
+    out.update(shape=shape, variant=variant, batch=f"{batch} x {SEQ}", activation_checkpointing=ac,
+               compiled=variant.startswith("ours") or (compiled and variant == "baseline"), warmup_steps=warmup, timed_steps=steps - warmup,
+               tokens_per_s=tps, mfu=tps * out["flops_per_token"] / PEAK, peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30)
+    Path(args.result).write_text(json.dumps(out))
+
+
+def _run_case(shape: str, variant: str, args, run_dir: Path) -> dict:
+    result = run_dir / f"{shape}-{variant}.json"
+    cmd = [sys.executable, __file__, "--worker", shape, variant, "--result", str(result), "--run-dir", str(run_dir),
+           "--parity-shape", args.parity_shape, "--parity-steps", str(args.parity_steps), "--checkpoint-shape", args.checkpoint_shape,
+           "--ac-fraction", str(args.ac_fraction)]
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", TOKENIZERS_PARALLELISM="false")
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.case_timeout)
+        ok = proc.returncode == 0 and result.exists()
+        error = None if ok else (proc.stdout + proc.stderr)[-1500:]
+    except subprocess.TimeoutExpired:
+        ok, error = False, f"timed out after {args.case_timeout} s"
+    record = json.loads(result.read_text()) if ok else {"shape": shape, "variant": variant, "error": error}
+    record["wall_s"] = time.perf_counter() - t0
+    print(f"[bench] {shape} {variant}: " + (f"{record['tokens_per_s']:,.0f} tok/s, MFU {100 * record['mfu']:.1f}%, "
+                                           f"{record['peak_mem_gib']:.1f} GiB" if ok else f"FAILED\n{error}") + f" ({record['wall_s']:.0f} s)", flush=True)
+    return record
+
+
+def parity(results: list[dict], shape: str) -> dict | None:
+    """Per-step |loss difference| of ours against baseline and reference on the parity shape: all steps, and steps after 20."""
+    by = {r["variant"]: r for r in results if r["shape"] == shape and "losses" in r}
+    if "ours" not in by:
+        return None
+    out = {"shape": shape, "steps": len(by["ours"]["losses"]), "abs_tol": PARITY_ABS_TOL}
+    for other in ("baseline", "reference"):
+        if other in by:
+            diffs = [abs(a - b) for a, b in zip(by["ours"]["losses"], by[other]["losses"])]
+            out[other] = {"max_abs_diff": max(diffs), "argmax_step": diffs.index(max(diffs)) + 1, "mean_abs_diff": sum(diffs) / len(diffs),
+                          "max_abs_diff_after_step_20": max(diffs[20:], default=None), "within_tol": max(diffs) <= PARITY_ABS_TOL}
+    return out
+
+
+def table(results: list[dict]) -> str:
+    """Markdown: one row per (shape, variant), ours' ratio to the baseline of the same shape."""
+    base = {r["shape"]: r for r in results if r["variant"] == "baseline" and "mfu" in r}
+    rows = ["| model | batch | variant | tokens/s | MFU | peak GiB | vs baseline |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        if "mfu" not in r:
+            rows.append(f"| Qwen3-{r['shape']} | | {r['variant']} | failed | | | |")
+            continue
+        ratio = f"{r['tokens_per_s'] / base[r['shape']]['tokens_per_s']:.2f}x" if r["shape"] in base else ""
+        rows.append(f"| Qwen3-{r['shape']} | {r['batch']} | {r['variant']} | {r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% "
+                    f"| {r['peak_mem_gib']:.1f} | {ratio} |")
+    return "\n".join(rows)
+
+
+def plot(results: list[dict], shape: str, path: Path) -> None:
+    """Loss curves of the parity shape, and ours minus each other variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = {r["variant"]: r["losses"] for r in results if r["shape"] == shape and "losses" in r}
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    for variant, losses in runs.items():
+        top.plot(range(1, len(losses) + 1), losses, label=variant, linestyle="--" if variant == "ours" else "-")
+        if variant != "ours" and "ours" in runs:
+            bottom.plot(range(1, len(losses) + 1), [a - b for a, b in zip(runs["ours"], losses)], label=f"ours - {variant}")
+    top.set(ylabel="loss", title=f"Qwen3-{shape}, seq {SEQ}: same initial weights and data")
+    bottom.axhspan(-PARITY_ABS_TOL, PARITY_ABS_TOL, color="0.9", label=f"+-{PARITY_ABS_TOL}")
+    bottom.set(xlabel="step", ylabel="loss difference", ylim=(-0.3, 0.3))
+    top.legend()
+    bottom.legend()
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", nargs="+", default=["1.7B", "4B", "0.6B", "8B"], choices=list(CASES))
+    p.add_argument("--variants", nargs="+", default=["ours", "baseline"], choices=["ours", "ours-cudnn", "baseline", "reference"])
+    p.add_argument("--parity-shape", default="1.7B")
+    p.add_argument("--parity-steps", type=int, default=50)
+    p.add_argument("--checkpoint-shape", default="1.7B", help="also time the trainer's checkpoint save and load for this shape")
+    p.add_argument("--ac-fraction", type=float, default=1.0, help="fraction of layers ours checkpoints where the shape needs checkpointing (8B)")
+    p.add_argument("--case-timeout", type=float, default=420)
+    p.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/<date>-h200.json)")
+    p.add_argument("--commit", default=None, help="the commit measured (default: git rev-parse HEAD)")
+    p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    p.add_argument("--run-dir", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+
+    import torch
+    import transformers
+
+    commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    out = args.out or ROOT / "bench" / "results" / f"{datetime.date.today()}-h200.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = {"commit": commit, "torch": torch.__version__, "transformers": transformers.__version__,
+              "gpu": torch.cuda.get_device_name(0), "seq_len": SEQ, "peak_flops": PEAK,
+              "mfu_formula": "tokens/s x (6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq) / 989e12",
+              "results": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for shape in args.shapes:
+            for variant in args.variants:
+                if variant == "reference" and shape != args.parity_shape:
+                    continue
+                report["results"].append(_run_case(shape, variant, args, Path(tmp)))
+                report["parity"] = parity(report["results"], args.parity_shape)
+                out.write_text(json.dumps(report, indent=1))
+    if report.get("parity"):
+        plot(report["results"], args.parity_shape, out.with_suffix(".png"))
+    print(table(report["results"]))
+    print(json.dumps(report.get("parity")))
+
+
+if __name__ == "__main__":
+    main()

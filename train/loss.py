@@ -1,0 +1,69 @@
+"""Cross-entropy of a linear head that never holds the [tokens x vocab] logits.
+
+Tokens are processed in chunks: each chunk's logits are computed, turned into its loss and
+its logit gradient (softmax minus one-hot) and dropped, so the gradients of the hidden
+states and of the head's weight are finished in the forward pass and only scaled in the
+backward. Peak extra memory is one chunk's logits instead of all of them in fp32. Every
+label must be a valid class (packed training blocks hold no padding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+CHUNK_TOKENS = 4096
+
+
+def chunk_loss_grad(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+    """Summed cross-entropy of a chunk (computed in fp32) and its gradient w.r.t. the logits, in the logits' dtype."""
+    x = logits.float()
+    lse = torch.logsumexp(x, dim=-1)
+    loss = (lse - x.gather(1, labels[:, None]).squeeze(1)).sum()
+    target = torch.arange(x.shape[1], device=x.device)[None, :] == labels[:, None]
+    grad = torch.exp(x - lse[:, None]) - target.to(x.dtype)
+    return loss, grad.to(logits.dtype)
+
+
+_compiled_chunk_loss_grad: Callable | None = None
+
+
+def _chunk_fn(device: torch.device) -> Callable:
+    """On CUDA a compiled chunk_loss_grad (one fused pass over the logits), elsewhere the eager one."""
+    global _compiled_chunk_loss_grad
+    if device.type != "cuda":
+        return chunk_loss_grad
+    if _compiled_chunk_loss_grad is None:
+        _compiled_chunk_loss_grad = torch.compile(chunk_loss_grad, dynamic=False)
+    return _compiled_chunk_loss_grad
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, labels: Tensor, chunk: int) -> Tensor:
+        n = hidden.shape[0]
+        fn = _chunk_fn(hidden.device)
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = None
+        loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        for start in range(0, n, chunk):
+            h, y = hidden[start : start + chunk], labels[start : start + chunk]
+            chunk_loss, g = fn(h @ weight.t(), y)
+            loss += chunk_loss
+            grad_hidden[start : start + chunk] = g @ weight
+            gw = (g.t() @ h).float()
+            grad_weight = gw if grad_weight is None else grad_weight.add_(gw)
+        ctx.save_for_backward(grad_hidden.div_(n), grad_weight.div_(n).to(weight.dtype))
+        return loss / n
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return grad_hidden * grad_out.to(grad_hidden.dtype), grad_weight * grad_out.to(grad_weight.dtype), None, None
+
+
+def linear_cross_entropy(hidden: Tensor, weight: Tensor, labels: Tensor, chunk: int = CHUNK_TOKENS) -> Tensor:
+    """Mean cross-entropy of ``hidden @ weight.T`` ([N, H] x [V, H]) against ``labels`` [N], computed in chunks of tokens."""
+    return _LinearCrossEntropy.apply(hidden, weight, labels, chunk)
