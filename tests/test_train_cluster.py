@@ -21,6 +21,11 @@ def test_submit_trains_dp_x_tp_across_two_nodes_and_exports(slurm, tmp_path):
     losses = [json.loads(l)["loss"] for l in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(losses) == 40
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5, losses  # the loss falls
+    records = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    split = [r for r in records if "wait_s" in r]  # compute or network: one timed step per log line
+    assert [r["step"] for r in split] == [10, 20, 30, 40]
+    assert all(r["compute_s"] > 0 and r["wait_s"] >= 0 for r in split)
+    assert "% waiting)" in r.stdout
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     ranks = {m for f in run.glob(f"{job}_*_log.out") for m in re.findall(r"\[launch\] (n\d) ", f.read_text())}
     assert len(ranks) == 2, ranks  # two nodes took part

@@ -23,6 +23,7 @@ from train.data import TokenStream, load_tokenizer, load_tokens
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
 from train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights
 from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, parallelize
+from train.steptime import timed_step
 
 
 def lr_at(step: int, lr: float, warmup_steps: int, min_lr: float, total_steps: int) -> float:
@@ -169,7 +170,12 @@ class Trainer:
         saved_at = self.step
         self.metrics.restart_clock()
         while self.step < cfg.steps:
-            self.metrics.log(self.train_step())
+            if (self.step + 1) % cfg.log.log_every == 0:  # compute or network? time one step per log line
+                record, split = timed_step(self.train_step, self.device)
+                record.update(split)
+            else:
+                record = self.train_step()
+            self.metrics.log(record)
             if interval and self.step % interval == 0:
                 self.metrics.flush()
                 self.save()

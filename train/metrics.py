@@ -105,9 +105,13 @@ class MetricsLog:
         step = record["step"]
         if step % self.log_every == 0 or step == self.total_steps:
             mfu = "n/a" if record["mfu"] is None else f"{100 * record['mfu']:.1f}%"
+            split = ""
+            if "wait_s" in record:
+                share = record["wait_s"] / max(record["compute_s"] + record["wait_s"], 1e-9)
+                split = f" | compute {record['compute_s']:.3f}s wait {record['wait_s']:.3f}s ({100 * share:.0f}% waiting)"
             print(
                 f"step {step}/{self.total_steps} | loss {record['loss']:.4f} | lr {record['lr']:.2e} | gnorm {record['grad_norm']:.3f} "
-                f"| {record['tokens_per_s']:,.0f} tok/s | mfu {mfu} | mem {record['peak_mem_gib']:.2f} GiB",
+                f"| {record['tokens_per_s']:,.0f} tok/s | mfu {mfu} | mem {record['peak_mem_gib']:.2f} GiB{split}",
                 flush=True,
             )
 
