@@ -190,4 +190,5 @@ class Trainer:
             target = self.run_dir / cfg.export  # a relative export path lives in the run directory
             export_hf(self.model, self.hf_config, self.tokenizer, str(target))
             _log0(f"[train] exported Hugging Face model to {target}")
+        dist.barrier()  # rank 0 may still be writing; no rank tears the process group down before it
         return self.step

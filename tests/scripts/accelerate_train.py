@@ -65,6 +65,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank-{acc.process_index}.json").write_text(json.dumps(record, indent=1))
     acc.print(f"[accelerate_train] {acc.num_processes} processes, {acc.distributed_type}, reduce {reduced:g}, loss {loss:.4f}")
+    acc.wait_for_everyone()  # no process tears its connections down while a peer still uses them
     acc.end_training()
 
 

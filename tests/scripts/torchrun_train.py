@@ -46,6 +46,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank-{rank}.json").write_text(json.dumps(record, indent=1))
     print(f"[torchrun_train] rank {rank}/{world} all_reduce {t.item():g}", flush=True)
+    dist.barrier()  # no rank tears its connections down while a peer still uses them
     dist.destroy_process_group()
 
 
