@@ -26,9 +26,8 @@ from typing import Optional, Sequence
 from hpc.bandwidth import human_bytes
 from hpc.render import log_paths, render_sbatch
 from hpc.site import SiteError, load_site
+from hpc.slurm_query import FINAL
 from hpc.spec import JobSpec, SpecError, build_spec, site_path
-
-FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 
 
 def fail(msg: str, code: int = 2) -> None:
