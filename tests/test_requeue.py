@@ -78,11 +78,17 @@ def batch_log(run: Path, job_id: str) -> str:
     return (run / f"{job_id}_0_log.out").read_text()
 
 
+def assert_completed(job_id: str, run: Path, timeout: float = 600) -> None:
+    state = wait_job(job_id, timeout=timeout)
+    log = run / f"{job_id}_0_log.out"
+    assert state == "COMPLETED", f"job {job_id} {state}; its log ends:\n" + (log.read_text()[-3000:] if log.exists() else "(none)")
+
+
 def test_time_limit_of_one_minute_finishes_after_requeues(slurm, tmp_path, baseline):
     t0 = time.time()
     job = submit(tmp_path, "timelimit", "--time", "1", "--signal-lead", "20")
-    assert wait_job(job, timeout=900) == "COMPLETED"
     run = tmp_path / "jobs" / "timelimit"
+    assert_completed(job, run, timeout=900)
     n = restarts(job)
     print(f"\n[requeue] time limit 1 min: {n} restarts, {time.time() - t0:.0f} s wall")
     assert n >= 1
@@ -99,7 +105,7 @@ def test_preempted_by_high_priority_job_resumes(slurm, tmp_path, baseline):
     wait_for(lambda: steps_done(run) >= 12, what="12 steps")
     high = subprocess.run(["sbatch", "--parsable", "-p", "high", "-N", "4", "-o", str(tmp_path / "high-%j.log"),
                            "--wrap", "sleep 2"], capture_output=True, text=True, check=True).stdout.strip()
-    assert wait_job(job, timeout=600) == "COMPLETED"
+    assert_completed(job, run)
     assert wait_job(high) == "COMPLETED"
     n = restarts(job)
     print(f"\n[requeue] preemption: {n} restarts, {time.time() - t0:.0f} s wall")
@@ -114,7 +120,7 @@ def test_scontrol_requeue_mid_run(slurm, tmp_path, baseline):
     run = tmp_path / "jobs" / "requeue"
     wait_for(lambda: steps_done(run) >= 12, what="12 steps")
     subprocess.run(["scontrol", "requeue", job], check=True)
-    assert wait_job(job, timeout=600) == "COMPLETED"
+    assert_completed(job, run)
     n = restarts(job)
     print(f"\n[requeue] scontrol requeue: {n} restarts, {time.time() - t0:.0f} s wall")
     assert n >= 1 and "resumed from" in batch_log(run, job)
@@ -136,7 +142,7 @@ def test_sigkill_during_checkpoint_save_resumes_from_previous_complete(slurm, tm
     complete = sorted(p.name for p in ckpt.iterdir() if not p.name.endswith(".tmp"))
     assert complete and complete[-1] < tmp.name.removesuffix(".tmp")
     subprocess.run(["scontrol", "requeue", job], check=True)
-    assert wait_job(job, timeout=600) == "COMPLETED"
+    assert_completed(job, run)
     log = batch_log(run, job)
     assert f"resumed from {ckpt / complete[-1]}" in log
     print(f"\n[requeue] SIGKILL in save of {tmp.name}: resumed from {complete[-1]}, {time.time() - t0:.0f} s wall")

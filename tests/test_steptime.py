@@ -16,12 +16,12 @@ def test_waiting_counts_as_wait_and_arithmetic_as_compute():
     out, split = timed_step(lambda: time.sleep(0.3) or "slept", torch.device("cpu"))
     assert out == "slept" and split["wait_s"] > 0.25 and split["compute_s"] < 0.05
 
-    def work():
+    def work():  # 0.3 s of this thread's CPU time, however busy the machine is
         x = torch.randn(256, 256)
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 0.3:
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.3:
             x = (x @ x).tanh()
         return x
 
     _, split = timed_step(work, torch.device("cpu"))
-    assert split["compute_s"] > 0.2 and split["compute_s"] > 3 * split["wait_s"]
+    assert split["compute_s"] >= 0.29 and split["wait_s"] >= 0
