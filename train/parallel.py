@@ -139,8 +139,9 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing:
             layer.compile()
         layers[i] = layer
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    reshard = mesh["dp"].size() > 1  # one dp rank: keep the gathered (cast) parameters for backward
     for layer in layers:
-        fully_shard(layer, mesh=mesh["dp"], mp_policy=mp)
+        fully_shard(layer, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)
     return model
 
@@ -161,18 +162,20 @@ def clip_grad_norm_(params: list[nn.Parameter], max_norm: float | None) -> torch
     """
     world = dist.get_world_size()
     grads = [p.grad for p in params if p.grad is not None]
-    total = torch.zeros((), dtype=torch.float32, device=grads[0].device)
+    by_replicas: dict[int, list[torch.Tensor]] = {}
     for g in grads:
         replicas = world // g.device_mesh.size()  # ranks outside the grad's mesh hold copies
         for dim, placement in enumerate(g.placements):
             if placement.is_replicate():
                 replicas *= g.device_mesh.size(dim)
-        total += g.to_local().float().pow(2).sum() / replicas
+        by_replicas.setdefault(replicas, []).append(g.to_local())
+    total = torch.zeros((), dtype=torch.float32, device=grads[0].device)
+    for replicas, local in by_replicas.items():
+        total += torch.stack(torch._foreach_norm(local)).float().pow(2).sum() / replicas
     dist.all_reduce(total)
     norm = total.sqrt()
     if max_norm is not None:
         norm64 = norm.double()  # the scale in float64, as a Python float would be
         scale = torch.where(norm64 > max_norm, max_norm / (norm64 + 1e-6), torch.ones_like(norm64))
-        for g in grads:
-            g.to_local().mul_(scale)
+        torch._foreach_mul_([g for local in by_replicas.values() for g in local], scale.float())
     return norm
