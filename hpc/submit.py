@@ -25,9 +25,10 @@ from hpc.plan import PlanError, plan_trainer_args
 from hpc.site import SiteError, load_site
 from hpc.spec import JobSpec, SpecError, build_spec
 from hpc.slurm_env import LAUNCHERS
+from hpc.slurm_query import FINAL as FINAL_STATES
 
-FINAL_OK = {"COMPLETED"}
-FINAL = FINAL_OK | {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+# A preempted job of ours is requeued and comes back: --wait keeps following it.
+FINAL = FINAL_STATES - {"PREEMPTED"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -139,7 +140,7 @@ def wait(job, poll_s: float = 2.0) -> int:
             break
         time.sleep(poll_s)
     final = job.state
-    if final.split()[0] in FINAL_OK:
+    if final.split()[0] == "COMPLETED":
         print(f"[wait] job {job.job_id} finished: {final}")
         return 0
     print(f"[wait] job {job.job_id} ended {final}; logs: {Path(job.paths.stdout).parent}", file=sys.stderr)
