@@ -260,7 +260,8 @@ def main() -> None:
     import torch
     import transformers
 
-    commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    git = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    commit = args.commit or (git.stdout.strip() if git.returncode == 0 else "unknown (no git checkout: pass --commit)")
     out = args.out or ROOT / "bench" / "results" / f"{datetime.date.today()}-h200.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"commit": commit, "torch": torch.__version__, "transformers": transformers.__version__,
