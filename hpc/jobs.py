@@ -6,15 +6,17 @@
     python -m hpc.jobs cancel JOB
     python -m hpc.jobs report JOB [--out PNG] [--tensorboard DIR]
 
-State, restarts and nodes come from Slurm; files from the job's directory (the
-directory of its batch output): rank logs (``<id>_<R>_log.out`` from submitit,
-``<id>-rank<R>.log`` from an emitted script; under torchrun/accelerate task R
-is node R) and the run's ``metrics.jsonl``. Unknown jobs exit with 2.
+State, restarts and nodes come from Slurm (slurmctld for live jobs, accounting
+after); files from the job's directory (the directory of its batch output): rank
+logs (``<id>_<R>_log.out`` from submitit, ``<id>-rank<R>.log`` from an emitted
+script; under torchrun/accelerate task R is node R) and the run's
+``metrics.jsonl``. Unknown jobs exit with 2.
 """
 from __future__ import annotations
 
 import argparse
 import getpass
+import signal
 import subprocess
 import sys
 import time
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.metrics_report import METRICS_FILE, last_line, plot, read_metrics, summary_table, to_tensorboard
-from hpc.slurm_query import Job, JobError, get_job, restarts, sacct_rows
+from hpc.slurm_query import Job, JobError, get_job, restarts, sacct_rows, squeue_rows
 
 POLL_S = 1.0
 NAME_WIDTH = 40
@@ -60,14 +62,18 @@ def table(rows: list[tuple[str, ...]]) -> str:
 
 
 def cmd_list(a: argparse.Namespace) -> int:
+    user = getpass.getuser()
     runs: dict[str, list[dict]] = {}
-    for row in sacct_rows("-u", getpass.getuser(), "-S", a.since):
+    for row in sacct_rows("-u", user, "-S", a.since):
         runs.setdefault(row["JobIDRaw"], []).append(row)
+    jobs = {job_id: {**rs[-1], "Restarts": str(restarts(rs))} for job_id, rs in runs.items()}
+    for live in squeue_rows("-u", user):  # slurmctld's view wins: accounting lags behind new jobs
+        old = jobs.get(live["JobIDRaw"], {"Elapsed": live["Elapsed"], "Restarts": "0"})
+        jobs[live["JobIDRaw"]] = {**live, "Elapsed": old["Elapsed"], "Restarts": old["Restarts"]}
     rows = [("JOBID", "NAME", "STATE", "NODES", "ELAPSED", "RESTARTS")]
-    for job_id, rs in runs.items():
-        last = rs[-1]
-        name = last["JobName"] if len(last["JobName"]) <= NAME_WIDTH else last["JobName"][:NAME_WIDTH - 3] + "..."
-        rows.append((job_id, name, last["State"], last["NNodes"], last["Elapsed"], str(restarts(rs))))
+    for job_id, job in sorted(jobs.items(), key=lambda kv: [int(x) if x.isdigit() else 0 for x in kv[0].split("_")]):
+        name = job["JobName"] if len(job["JobName"]) <= NAME_WIDTH else job["JobName"][:NAME_WIDTH - 3] + "..."
+        rows.append((job_id, name, job["State"], job["NNodes"], job["Elapsed"], job["Restarts"]))
     print(table(rows))
     return 0
 
@@ -170,6 +176,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     a = parser().parse_args(argv)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `hpc.jobs logs JOB | head` ends quietly
     try:
         rc = a.run(a)
     except (JobError, ValueError) as e:

@@ -60,6 +60,19 @@ def sacct_rows(*args: str) -> list[dict[str, str]]:
     return [dict(zip(SACCT_FIELDS, line.split(SEP))) for line in r.stdout.splitlines() if line]
 
 
+def squeue_rows(*args: str) -> list[dict[str, str]]:
+    """`squeue` rows (live jobs) as dicts of JobIDRaw, JobName, State, NNodes, Elapsed.
+
+    Live jobs come from slurmctld at once; accounting records a new job a moment later
+    (first as "allocation", PENDING).
+    """
+    fields = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed")
+    r = _run(["squeue", "-h", "-o", SEP.join(("%i", "%j", "%T", "%D", "%M")), *args])
+    if r.returncode != 0:
+        raise JobError(f"squeue failed: {r.stderr.strip()}")
+    return [dict(zip(fields, line.split(SEP))) for line in r.stdout.splitlines() if line]
+
+
 def restarts(rows: list[dict[str, str]]) -> int:
     """Requeues of one job from its sacct runs: every run but the last, and the last while it waits requeued."""
     return max(len(rows) - 1, 0) + bool(rows and rows[-1]["State"].startswith("REQUEUED"))
@@ -100,7 +113,7 @@ def get_job(job_id: str) -> Job:
     if not rows and not ctl:
         raise JobError(f"job {job_id} does not exist (neither squeue/scontrol nor sacct knows it)")
     last = rows[-1] if rows else {}
-    name = last.get("JobName") or ctl.get("JobName", "")
+    name = ctl.get("JobName") or last.get("JobName", "")
     if ctl.get("StdOut"):
         stdout: Optional[Path] = Path(ctl["StdOut"])
     else:

@@ -107,6 +107,19 @@ def test_requeue_counts_as_restart_and_cancel(slurm, tmp_path):
         subprocess.run(["scancel", job])
 
 
+def test_a_new_job_is_listed_at_once_with_its_name(slurm, tmp_path):
+    """slurmctld's view comes first: accounting records a new job a moment later, as "allocation"."""
+    sb = subprocess.run(["sbatch", "--parsable", "--hold", "-N", "1", "-J", "fresh job", "-o", str(tmp_path / "%j.log"),
+                         "--wrap", "true"], capture_output=True, text=True, cwd=tmp_path)
+    job = sb.stdout.strip()
+    try:
+        listed = [l for l in run_cli("-m", "hpc.jobs", "list").stdout.splitlines() if l.split()[0] == job]
+        assert len(listed) == 1 and listed[0].split()[1:4] == ["fresh", "job", "PENDING"], listed
+        assert run_cli("-m", "hpc.jobs", "status", job).stdout.startswith(f"job {job} (fresh job): PENDING")
+    finally:
+        subprocess.run(["scancel", job])
+
+
 UNKNOWN_JOB = "987654321"
 
 
