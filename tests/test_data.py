@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pydantic
@@ -13,7 +13,6 @@ import torch
 
 from train.data import DEMO_CORPUS, DataConfig, TokenStream, load_tokenizer, load_tokens
 
-HAS_DATASETS = importlib.util.find_spec("datasets") is not None
 DOCS = ["To be, or not to be, that is the question.", "Now is the winter of our discontent\nMade glorious summer."]
 
 
@@ -84,16 +83,15 @@ def test_demo_corpus_has_all_works(tok, demo_tokens):
     assert tok.decode(tokens[:8]).startswith("HAMLET")
 
 
-@pytest.mark.skipif(not HAS_DATASETS, reason="datasets not installed")
 def test_datasets_directory(tmp_path, tok):
-    import datasets
+    datasets = pytest.importorskip("datasets")  # in the test extra
 
     datasets.Dataset.from_dict({"text": DOCS}).save_to_disk(str(tmp_path / "ds"))
     assert torch.equal(load_tokens(DataConfig(path=str(tmp_path / "ds")), tok), expected_tokens(tok, DOCS))
 
 
-@pytest.mark.skipif(HAS_DATASETS, reason="datasets installed")
-def test_datasets_directory_without_datasets_is_a_clear_error(tmp_path, tok):
+def test_datasets_directory_without_datasets_is_a_clear_error(tmp_path, tok, monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` fails as when it is not installed
     one_line_error(r"data.path: .* needs the `datasets` package", load_tokens, DataConfig(path=str(tmp_path)), tok)
 
 

@@ -76,7 +76,7 @@ def _read_dataset_dir(path: Path, text_field: str) -> Iterator[str]:
         import datasets
     except ImportError:
         raise ValueError(
-            f"data.path: {path} is a directory, which needs the `datasets` package (pip install datasets); "
+            f"data.path: {path} is a directory, which needs the `datasets` package (pip install -e '.[datasets]'); "
             "otherwise use a .jsonl or .txt file"
         ) from None
     ds = datasets.load_from_disk(str(path))
