@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -26,8 +24,8 @@ from typing import Optional, Sequence
 from hpc.bandwidth import human_bytes
 from hpc.render import log_paths, render_sbatch
 from hpc.site import SiteError, load_site
-from hpc.slurm_query import FINAL
-from hpc.spec import JobSpec, SpecError, build_spec, site_path
+from hpc.slurm_query import FINAL, job_state
+from hpc.spec import JobSpec, SpecError, add_allocation_args, build_spec, prepare_submission, site_path
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -147,23 +145,16 @@ def plot(raw: dict, intra_expected: Optional[float], inter_expected: Optional[fl
 
 def sbatch(spec: JobSpec) -> tuple[str, Path]:
     """Write the job's sbatch script and submit it; returns (job id, script path)."""
-    conf = spec.site.submission.slurm_conf
-    if conf and "SLURM_CONF" not in os.environ:
-        os.environ["SLURM_CONF"] = conf
-    if shutil.which("sbatch") is None:
-        fail("sbatch is not on PATH: run on a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
-    spec.job_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        prepare_submission(spec)
+    except SpecError as e:
+        fail(str(e))
     script = spec.job_dir / "preflight.sbatch"
     script.write_text(render_sbatch(spec))
     r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=spec.workdir)
     if r.returncode != 0:
         fail(f"sbatch {script}: {r.stderr.strip()}", 1)
     return r.stdout.strip().split(";")[0], script
-
-
-def job_state(job_id: str) -> str:
-    r = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True, text=True)
-    return (r.stdout.strip().split("\n") or [""])[0].split(" ")[0] or "PENDING"
 
 
 def follow(job_id: str, rank0_log: Path, deadline_s: float, poll_s: float = 1.0) -> str:
@@ -203,11 +194,7 @@ def failure_line(logs: list[Path]) -> str:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hpc.preflight", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--site", required=True, help="profile name or YAML path")
-    p.add_argument("--nodes", type=int, required=True)
-    p.add_argument("--partition", help="default: the profile's default partition")
-    p.add_argument("--gpus-per-node", type=int, help="ranks per node (default: all GPUs of the partition)")
-    p.add_argument("--time", default="10", help="job time limit, Slurm form (default: 10 minutes)")
+    add_allocation_args(p, "job time limit, Slurm form (default: 10 minutes)", time_default="10")
     p.add_argument("--min-fraction", type=float, default=0.5,
                    help="fail when measured busbw is below this fraction of network.expected (default 0.5)")
     p.add_argument("--out", help="directory for the JSON and PNG (default: <job_dir>/preflight)")

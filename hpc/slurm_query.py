@@ -87,6 +87,16 @@ def scontrol_fields(job_id: str) -> dict[str, str]:
     return dict(re.findall(r"(?:^| )([A-Za-z_:/]+)=(.*?)(?= [A-Za-z_:/]+=|$)", r.stdout.strip()))
 
 
+def job_state(job_id: str) -> str:
+    """The job's state word: slurmctld's while it remembers the job (accounting lags behind
+    it, e.g. right after a requeue), then accounting's; PENDING while neither knows it yet."""
+    state = scontrol_fields(job_id).get("JobState", "")
+    if not state:
+        rows = sacct_rows("-j", job_id)
+        state = rows[-1]["State"] if rows else ""
+    return state.split(" ")[0] or "PENDING"
+
+
 def script_stdout(submit_line: str, workdir: str, job_id: str, name: str) -> Optional[Path]:
     """The ``#SBATCH --output`` file of the script a submit line names (while that script exists)."""
     try:

@@ -1,8 +1,10 @@
 """JobSpec: the one validated description of a job (site, partition, shape, time, launcher, command)."""
 from __future__ import annotations
 
+import argparse
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +53,26 @@ class JobSpec:
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
+
+
+def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default: Optional[str] = None) -> None:
+    """The flags every submitting command shares: --site, --nodes, --partition, --gpus-per-node, --time."""
+    p.add_argument("--site", required=True, help="profile name (site_configs/, ~/.config/hpc/sites/, $HPC_SITE_DIRS) or a YAML path")
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--partition", help="partition name (default: the profile's default)")
+    p.add_argument("--gpus-per-node", type=int, help="GPUs (ranks) per node (default: all of the partition's)")
+    p.add_argument("--time", default=time_default, help=time_help)
+
+
+def prepare_submission(spec: JobSpec) -> None:
+    """Point Slurm's clients at the profile's slurm.conf (unless SLURM_CONF is set), check
+    that sbatch is reachable, and create the job directory."""
+    conf = spec.site.submission.slurm_conf
+    if conf and "SLURM_CONF" not in os.environ:
+        os.environ["SLURM_CONF"] = conf
+    if shutil.which("sbatch") is None:
+        raise SpecError("sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
+    spec.job_dir.mkdir(parents=True, exist_ok=True)
 
 
 def safe_name(name: str) -> str:

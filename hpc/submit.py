@@ -12,18 +12,16 @@ before anything is submitted.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.launch import LaunchTask
-from hpc.render import directives, log_paths, preamble_lines, render_sbatch, srun_args
+from hpc.render import directives, preamble_lines, render_sbatch, srun_args
 from hpc.plan import PlanError, plan_trainer_args
 from hpc.site import SiteError, load_site
-from hpc.spec import JobSpec, SpecError, build_spec
+from hpc.spec import JobSpec, SpecError, add_allocation_args, build_spec, prepare_submission
 from hpc.slurm_env import LAUNCHERS
 from hpc.slurm_query import FINAL as FINAL_STATES
 
@@ -34,11 +32,7 @@ FINAL = FINAL_STATES - {"PREEMPTED"}
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hpc.submit", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--site", required=True, help="profile name (site_configs/, ~/.config/hpc/sites/, $HPC_SITE_DIRS) or a YAML path")
-    p.add_argument("--nodes", type=int, required=True)
-    p.add_argument("--partition", help="partition name (default: the profile's default)")
-    p.add_argument("--gpus-per-node", type=int, help="GPUs (ranks) per node (default: all of the partition's)")
-    p.add_argument("--time", help="time limit, Slurm form (e.g. 30, 2:00:00, 1-00:00:00); default: the partition's")
+    add_allocation_args(p, "time limit, Slurm form (e.g. 30, 2:00:00, 1-00:00:00); default: the partition's")
     p.add_argument("--job-name", help="job name (default: train)")
     p.add_argument("--launcher", default="srun", metavar="|".join(LAUNCHERS),
                    help="srun: one task per GPU (default); torchrun, accelerate: one task per node running torchrun / accelerate launch")
@@ -103,12 +97,10 @@ def executor_for(spec: JobSpec):
 
 
 def submit(spec: JobSpec):
-    conf = spec.site.submission.slurm_conf
-    if conf and "SLURM_CONF" not in os.environ:
-        os.environ["SLURM_CONF"] = conf
-    if shutil.which("sbatch") is None:
-        fail("sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
-    spec.job_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        prepare_submission(spec)
+    except SpecError as e:
+        fail(str(e))
     job = executor_for(spec).submit(LaunchTask(spec.launcher, spec.command, spec.gpus_per_node if spec.launcher != "srun" else None))
     rank0 = job.paths.stdout
     print(f"submitted job {job.job_id} ({spec.nodes} node(s) x {spec.gpus_per_node} GPU(s), partition {spec.partition.name}, site {spec.site.name})")

@@ -37,22 +37,15 @@ def slurm() -> dict[str, str]:
 
 
 def wait_job(job_id: str, timeout: float = 300) -> str:
-    """Block until Slurm reports a final state for the job; returns it.
-
-    slurmctld's own state comes first: right after `scontrol requeue` accounting may
-    still show the previous run's final state for a moment.
-    """
+    """Block until Slurm reports a final state for the job; returns it."""
     import time
 
-    from hpc.slurm_query import scontrol_fields
+    from hpc.slurm_query import job_state
 
     final = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
     deadline = time.time() + timeout
     while time.time() < deadline:
-        state = scontrol_fields(job_id).get("JobState", "")
-        if not state:  # slurmctld has forgotten the job: accounting knows
-            r = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True, text=True)
-            state = (r.stdout.strip().split("\n") or [""])[0].split(" ")[0]
+        state = job_state(job_id)
         if state in final:
             return state
         time.sleep(1)

@@ -2,12 +2,12 @@
 import json
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import run_cli, wait_job
+from hpc.slurm_query import scontrol_fields
 from hpc.slurm_env import master_port
 
 pytestmark = pytest.mark.slurm
@@ -93,12 +93,7 @@ def test_hostile_job_name_is_only_a_name(slurm, tmp_path):
     sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path)
     job_id = sb.stdout.strip()
     assert wait_job(job_id) == "COMPLETED"
-    for _ in range(30):  # accounting catches up with slurmctld a moment later (first as "allocation|PENDING")
-        got, _, state = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobName,State"],
-                                       capture_output=True, text=True).stdout.strip().rpartition("|")
-        if state == "COMPLETED":
-            break
-        time.sleep(1)
+    got = scontrol_fields(job_id)["JobName"]  # slurmctld's record (accounting may lag behind it)
     assert got == name
     assert not marker.exists()
 
