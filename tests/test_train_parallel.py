@@ -107,3 +107,22 @@ def test_training_starts_from_exported_hf_directory(runs):
     with torch.no_grad():
         expected = sum(torch.nn.functional.cross_entropy(model(input_ids=x).logits.flatten(0, 1), y.flatten()).item() for x, y in batches) / len(batches)
     assert abs(metrics(run)[1]["loss"] - expected) < TOL
+
+
+def test_bf16_master_weights_train_checkpoint_and_export(tmp_path):
+    """master_dtype=bf16: parameters, checkpointed optimizer state and the export are bf16; the loss falls as in fp32."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    run = tmp_path / "bf16"
+    out = finish(launch(2, run, f"steps={STEPS}", "master_dtype=bf16", "dtype=bf16", "export=hf"), run)
+    m = metrics(run)
+    assert sorted(m) == list(range(1, STEPS + 1)) and m[STEPS]["loss"] < m[1]["loss"] - 0.3, out[-2000:]
+    meta = FileSystemReader(str(run / "checkpoints" / f"step-{STEPS:08d}")).read_metadata().state_dict_metadata
+    dtypes = {k: v.properties.dtype for k, v in meta.items() if hasattr(v, "properties")}
+    assert dtypes["model.model.embed_tokens.weight"] == torch.bfloat16
+    assert {d for k, d in dtypes.items() if k.startswith("optim.state.") and k.endswith(("exp_avg", "exp_avg_sq"))} == {torch.bfloat16}
+    weights = load_file(run / "hf" / "model.safetensors")
+    assert {w.dtype for w in weights.values()} == {torch.bfloat16}
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(run / "hf").dtype == torch.bfloat16

@@ -119,7 +119,9 @@ class LogConfig(_Strict):
 class TrainConfig(_Strict):
     """Everything one training run needs. global_batch counts samples of seq_len tokens per
     optimizer step (gradient accumulation = global_batch / (micro_batch x dp)); dtype auto means
-    bf16 compute on GPU and fp32 on CPU (parameters and optimizer state stay fp32); activation_checkpointing
+    bf16 compute on GPU and fp32 on CPU; master_dtype is that of the parameters, their gradients and the
+    AdamW state (fp32; bf16 halves their memory, as a plain bf16 loop does, at the cost of small
+    updates rounding away); activation_checkpointing
     is true, false or the fraction of layers checkpointed; sdpa_backend puts that attention kernel first on
     GPU (auto: PyTorch's choice); steps is the
     last step, over which the schedule runs; export is a directory for the final HF model (relative: inside log.dir) or null."""
@@ -137,6 +139,7 @@ class TrainConfig(_Strict):
     schedule: ScheduleConfig = ScheduleConfig()
     grad_clip: float | None = Field(1.0, gt=0)
     dtype: Literal["auto", "bf16", "fp32"] = "auto"
+    master_dtype: Literal["fp32", "bf16"] = "fp32"
     seed: int = 0
     steps: int = Field(ge=1)
     checkpoint: CheckpointConfig = CheckpointConfig()

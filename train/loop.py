@@ -105,7 +105,8 @@ class Trainer:
         _log0(f"[train] model Qwen3 {source}: {params['total']:,} params ({params['non_embedding']:,} non-embedding), "
               f"hidden {c.hidden_size}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads / {c.num_key_value_heads} kv, vocab {c.vocab_size}")
         compute_dtype = torch.bfloat16 if cfg.dtype == "bf16" or (cfg.dtype == "auto" and self.on_gpu) else torch.float32
-        self.model = parallelize(build_meta_model(c), self.mesh, activation_checkpointing=cfg.activation_checkpointing,
+        master_dtype = torch.bfloat16 if cfg.master_dtype == "bf16" else torch.float32
+        self.model = parallelize(build_meta_model(c).to(master_dtype), self.mesh, activation_checkpointing=cfg.activation_checkpointing,
                                  compile=cfg.compile, param_dtype=compute_dtype)
         load_initial_weights(self.model, cfg.model, c, cfg.seed, device)
         self.model.train()

@@ -121,7 +121,7 @@ def export_hf(model: nn.Module, config: Qwen3Config, tokenizer: PreTrainedTokeni
         (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
     export_config = Qwen3Config.from_dict(config.to_dict())
     export_config.use_cache = True
-    export_config.dtype = "float32"
+    export_config.dtype = str(next(iter(state.values())).dtype).removeprefix("torch.")
     export_config.save_pretrained(out)
     GenerationConfig(eos_token_id=config.eos_token_id, bos_token_id=config.bos_token_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(out)
     tokenizer.save_pretrained(out)
