@@ -1,12 +1,13 @@
 """Layout planner: dp x tp and activation checkpointing for a Qwen3 shape on a site's GPUs.
 
-    python -m hpc.plan --site ib-h200 --nodes 4 --model 8B [--seq-len 4096] [--micro-batch 1]
+    python -m hpc.plan --site ib-h200 --nodes 4 --model 8B [--seq-len 4096] [--micro-batch 1] [--master-dtype fp32]
 
 Memory per GPU, for the trainer as it runs (train/parallel.py: tensor parallel inside
 each decoder layer, FSDP2 over dp with bf16 compute and fp32 gradient reduction, AdamW):
 
-* sharded state, 16 B/param: fp32 master weights 4 + fp32 grads 4 + AdamW m, v 8; decoder
-  layers are split by tp and sharded by FSDP over dp, embeddings/lm_head over dp only;
+* sharded state, 16 B/param: fp32 master weights 4 + fp32 grads 4 + AdamW m, v 8 (the
+  trainer's master_dtype bf16: 8 B/param); decoder layers are split by tp and sharded by
+  FSDP over dp, embeddings/lm_head over dp only;
 * gathered: FSDP's unsharded layer (bf16 weights, current + prefetched, and bf16 grads with
   their fp32 copy for the reduce-scatter: 10 B/param of one layer / tp) and the root module
   (embeddings, lm_head, kept gathered: 8 B/param);
@@ -22,6 +23,7 @@ on one node) that fits, activation checkpointing only when nothing fits without 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,8 @@ from hpc.bandwidth import bus_factor
 from hpc.site import Partition, SiteError, SiteProfile, load_site
 
 HEADROOM = 0.10
-STATE_B, LAYER_GATHER_B, ROOT_GATHER_B, LOGIT_B, ACT_B = 16, 10, 8, 10, 2
+STATE_B = {"fp32": 16, "bf16": 8}  # by master_dtype
+LAYER_GATHER_B, ROOT_GATHER_B, LOGIT_B, ACT_B = 10, 8, 10, 2
 
 
 class PlanError(ValueError):
@@ -105,9 +108,9 @@ class Candidate:
         return self.total_gb <= self.budget_gb
 
 
-def memory(shape: Shape, tp: int, dp: int, ac: bool, tokens: int, gpu_gb: float) -> Candidate:
+def memory(shape: Shape, tp: int, dp: int, ac: bool, tokens: int, gpu_gb: float, master_dtype: str = "fp32") -> Candidate:
     """Per-GPU memory (GB) of one layout, by the model in the module docstring."""
-    state = STATE_B * (shape.layers * shape.layer_params / (tp * dp) + shape.embed_params / dp)
+    state = STATE_B[master_dtype] * (shape.layers * shape.layer_params / (tp * dp) + shape.embed_params / dp)
     gathered = LAYER_GATHER_B * shape.layer_params / tp + ROOT_GATHER_B * shape.embed_params
     per_layer = shape.act_bytes_per_token_layer(tp)
     act = tokens * (shape.layers * ACT_B * shape.hidden + per_layer if ac else shape.layers * per_layer)
@@ -126,27 +129,29 @@ class Plan:
     gpus_per_node: int
     gpu_gb: float
     tokens: int
+    master_dtype: str
     candidates: tuple[Candidate, ...]
     chosen: Candidate
 
 
-def plan(shape: Shape, nodes: int, gpus_per_node: int, gpu_gb: float, seq_len: int, micro_batch: int) -> Plan:
+def plan(shape: Shape, nodes: int, gpus_per_node: int, gpu_gb: float, seq_len: int, micro_batch: int,
+         master_dtype: str = "fp32") -> Plan:
     """The smallest fitting tp, checkpointing only if needed; PlanError when nothing fits."""
     world, tokens = nodes * gpus_per_node, seq_len * micro_batch
-    cands = tuple(memory(shape, t, world // t, ac, tokens, gpu_gb)
+    cands = tuple(memory(shape, t, world // t, ac, tokens, gpu_gb, master_dtype)
                   for t in tp_choices(shape, gpus_per_node) for ac in (False, True))
     chosen = next((c for c in cands if c.fits), None)
     if chosen is None:
         best = min(cands, key=lambda c: c.total_gb)
         enough = next((n for n in range(nodes + 1, 1025) if any(
-            memory(shape, t, n * gpus_per_node // t, True, tokens, gpu_gb).fits for t in tp_choices(shape, gpus_per_node))), None)
+            memory(shape, t, n * gpus_per_node // t, True, tokens, gpu_gb, master_dtype).fits for t in tp_choices(shape, gpus_per_node))), None)
         raise PlanError(
             f"Qwen3-{shape.name} does not fit {nodes} node(s) x {gpus_per_node} GPU(s) of {gpu_gb:g} GB at "
-            f"seq_len {seq_len} x micro_batch {micro_batch}: the best layout (tp={best.tp}, activation checkpointing "
+            f"seq_len {seq_len} x micro_batch {micro_batch} with {master_dtype} master weights: the best layout (tp={best.tp}, activation checkpointing "
             f"{'on' if best.ac else 'off'}) needs {best.total_gb:.1f} GB of {best.budget_gb:.1f} GB usable; "
-            f"use more nodes (FSDP shards the state over them{f'; it fits from {enough}' if enough else ''}) "
-            "or a shorter seq_len / smaller micro_batch")
-    return Plan(shape, nodes, gpus_per_node, gpu_gb, tokens, cands, chosen)
+            f"use more nodes (FSDP shards the state over them{f'; it fits from {enough}' if enough else ''})"
+            f"{', master_dtype bf16 (half the state)' if master_dtype == 'fp32' else ''} or a shorter seq_len / smaller micro_batch")
+    return Plan(shape, nodes, gpus_per_node, gpu_gb, tokens, master_dtype, cands, chosen)
 
 
 def tp_traffic_lines(p: Plan, intra_gbps: Optional[float], inter_gbps: Optional[float]) -> list[str]:
@@ -176,7 +181,7 @@ def report(p: Plan, site: SiteProfile, part: Partition) -> str:
         f"of {p.gpu_gb:g} GB, {p.tokens} tokens per micro-batch per GPU",
         f"model: {s.params / 1e9:.2f} B params ({s.layers} layers x {s.layer_params / 1e6:.0f} M, embeddings "
         f"{s.embed_params / 1e9:.2f} B{', tied' if s.tied else ''}), {s.heads} heads / {s.kv_heads} KV heads, hidden {s.hidden}",
-        "memory per GPU (GB): 16 B/param fp32 master+grad+AdamW sharded by FSDP over dp (layers also by tp), "
+        f"memory per GPU (GB): {STATE_B[p.master_dtype]} B/param {p.master_dtype} master+grad+AdamW sharded by FSDP over dp (layers also by tp), "
         f"bf16 compute, {HEADROOM:.0%} headroom",
         f"{'tp':>3} {'dp':>4} {'act.ckpt':>8} {'state':>7} {'gathered':>8} {'activ.':>7} {'logits':>7} {'total':>7} {'usable':>7}  fits",
     ]
@@ -231,7 +236,7 @@ def plan_trainer_args(site: SiteProfile, part: Partition, nodes: int, gpus_per_n
 
         vocab = len(load_tokenizer(cfg.data.tokenizer))
     shape = Shape.from_dims(cfg.model.shape or Path(cfg.model.path).name, dims, vocab)
-    p = plan(shape, nodes, gpus_per_node, part.gpu_memory_gb, cfg.seq_len, cfg.micro_batch)
+    p = plan(shape, nodes, gpus_per_node, part.gpu_memory_gb, cfg.seq_len, cfg.micro_batch, cfg.master_dtype)
     c = p.chosen
     added = [o for o in overrides_for(c) if not (o.startswith("activation_checkpointing") and cfg.activation_checkpointing)]
     note = (f"planner: dp={c.dp} x tp={c.tp}, activation checkpointing {'on' if c.ac or cfg.activation_checkpointing else 'off'} "
@@ -249,7 +254,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("--gpus-per-node", type=int, help="default: all of the partition's")
     ap.add_argument("--seq-len", type=int, default=4096)
     ap.add_argument("--micro-batch", type=int, default=1)
+    ap.add_argument("--master-dtype", choices=list(STATE_B), default="fp32", help="the trainer's master_dtype (default fp32)")
     a = ap.parse_args(argv)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `hpc.plan ... | head` ends quietly
     try:
         site = load_site(a.site)
         part = site.partition(a.partition)
@@ -258,7 +265,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             raise PlanError(f"--nodes, --seq-len, --micro-batch must be >= 1 and --gpus-per-node 1..{part.gpus_per_node}")
         if part.gpu_memory_gb is None:
             raise PlanError(f"site {site.name}: partition {part.name} has no gpu_memory_gb; add it to the profile to plan a layout")
-        p = plan(qwen3_shape(a.model), a.nodes, gpus, part.gpu_memory_gb, a.seq_len, a.micro_batch)
+        p = plan(qwen3_shape(a.model), a.nodes, gpus, part.gpu_memory_gb, a.seq_len, a.micro_batch, a.master_dtype)
     except (SiteError, PlanError) as e:
         print(f"hpc.plan: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -55,6 +55,15 @@ def test_smallest_tp_then_checkpointing_only_when_needed():
     assert all(not c.fits for c in p.candidates if c.tp == 1)
 
 
+def test_bf16_master_weights_halve_the_state():
+    """One 141 GB GPU: an 8B with fp32 master state does not fit at all; with bf16 it fits without checkpointing."""
+    with pytest.raises(PlanError, match="with fp32 master weights"):
+        plan(qwen3_shape("8B"), 1, 1, 141, 4096, 1)
+    p = plan(qwen3_shape("8B"), 1, 1, 141, 4096, 1, master_dtype="bf16")
+    assert (p.chosen.tp, p.chosen.dp, p.chosen.ac) == (1, 1, False)
+    assert p.chosen.state_gb == pytest.approx(memory(qwen3_shape("8B"), 1, 1, False, 4096, 141).state_gb / 2)
+
+
 def test_nothing_fits_says_how_many_nodes_would():
     with pytest.raises(PlanError) as e:
         plan(qwen3_shape("32B"), 1, 8, 80, 4096, 1)
