@@ -76,7 +76,8 @@ def test_torchrun_script_emitted_and_followed(slurm, tmp_path):
     sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path)
     job = sb.stdout.strip()
     follow = run_cli("-m", "hpc.jobs", "logs", job, "-f", "--rank", "1", timeout=300)  # returns when the job ends
-    assert follow.returncode == 0, follow.stderr
+    logs = "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted((tmp_path / "jobs" / "tr_run").glob("*.log")))
+    assert follow.returncode == 0, follow.stderr + logs
     assert f"[launch] n2 job {job}" in follow.stdout
     assert "[torchrun_train] rank 2/4 all_reduce 10" in follow.stdout and "[torchrun_train] rank 3/4 all_reduce 10" in follow.stdout
     assert follow.stderr.strip().endswith(f"job {job} ended: COMPLETED")
