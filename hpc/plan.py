@@ -14,7 +14,9 @@ each decoder layer, FSDP2 over dp with bf16 compute and fp32 gradient reduction,
 * activations, bf16 per token per layer: 4h replicated (norm inputs/outputs) plus
   ((3H + 3KV) d + 4I) / tp (q, k, v, normed q, k, attention output; gate, up, act, product);
   with activation checkpointing only each layer's input (2h B) plus one layer recomputed;
-* logits: 10 B per token per vocab entry (bf16 logits, fp32 copy for the loss, fp32 grad);
+* loss (train/loss.py, fused linear cross-entropy): one chunk of 4096 tokens' logits at
+  10 B per token per vocab entry (bf16 logits, fp32 copy, bf16 grad), the head's gradient
+  (fp32 accumulator and bf16 copy: 6 B/param) and the hidden states' (bf16, 2 B per token x h);
 * headroom: 10% of GPU memory for the CUDA context, NCCL buffers and fragmentation.
 
 Rule: the smallest tp (dividing the GPUs per node and the KV heads, so a TP group stays
@@ -34,7 +36,8 @@ from hpc.site import Partition, SiteError, SiteProfile, load_site
 
 HEADROOM = 0.10
 STATE_B = {"fp32": 16, "bf16": 8}  # by master_dtype
-LAYER_GATHER_B, ROOT_GATHER_B, LOGIT_B, ACT_B = 10, 8, 10, 2
+LAYER_GATHER_B, ROOT_GATHER_B, LOGIT_B, HEAD_GRAD_B, ACT_B = 10, 8, 10, 6, 2
+LOSS_CHUNK_TOKENS = 4096  # train/loss.py CHUNK_TOKENS
 
 
 class PlanError(ValueError):
@@ -96,12 +99,12 @@ class Candidate:
     state_gb: float
     gathered_gb: float
     act_gb: float
-    logits_gb: float
+    loss_gb: float
     budget_gb: float
 
     @property
     def total_gb(self) -> float:
-        return self.state_gb + self.gathered_gb + self.act_gb + self.logits_gb
+        return self.state_gb + self.gathered_gb + self.act_gb + self.loss_gb
 
     @property
     def fits(self) -> bool:
@@ -114,8 +117,8 @@ def memory(shape: Shape, tp: int, dp: int, ac: bool, tokens: int, gpu_gb: float,
     gathered = LAYER_GATHER_B * shape.layer_params / tp + ROOT_GATHER_B * shape.embed_params
     per_layer = shape.act_bytes_per_token_layer(tp)
     act = tokens * (shape.layers * ACT_B * shape.hidden + per_layer if ac else shape.layers * per_layer)
-    logits = tokens * shape.vocab * LOGIT_B
-    return Candidate(tp, dp, ac, state / 1e9, gathered / 1e9, act / 1e9, logits / 1e9, gpu_gb * (1 - HEADROOM))
+    loss = min(tokens, LOSS_CHUNK_TOKENS) * shape.vocab * LOGIT_B + HEAD_GRAD_B * shape.vocab * shape.hidden + ACT_B * tokens * shape.hidden
+    return Candidate(tp, dp, ac, state / 1e9, gathered / 1e9, act / 1e9, loss / 1e9, gpu_gb * (1 - HEADROOM))
 
 
 def tp_choices(shape: Shape, gpus_per_node: int) -> list[int]:
@@ -183,12 +186,12 @@ def report(p: Plan, site: SiteProfile, part: Partition) -> str:
         f"{s.embed_params / 1e9:.2f} B{', tied' if s.tied else ''}), {s.heads} heads / {s.kv_heads} KV heads, hidden {s.hidden}",
         f"memory per GPU (GB): {STATE_B[p.master_dtype]} B/param {p.master_dtype} master+grad+AdamW sharded by FSDP over dp (layers also by tp), "
         f"bf16 compute, {HEADROOM:.0%} headroom",
-        f"{'tp':>3} {'dp':>4} {'act.ckpt':>8} {'state':>7} {'gathered':>8} {'activ.':>7} {'logits':>7} {'total':>7} {'usable':>7}  fits",
+        f"{'tp':>3} {'dp':>4} {'act.ckpt':>8} {'state':>7} {'gathered':>8} {'activ.':>7} {'loss':>7} {'total':>7} {'usable':>7}  fits",
     ]
     for x in p.candidates:
         mark = "  <- chosen" if x == c else ""
         out.append(f"{x.tp:>3} {x.dp:>4} {'on' if x.ac else 'off':>8} {x.state_gb:7.1f} {x.gathered_gb:8.1f} {x.act_gb:7.1f} "
-                   f"{x.logits_gb:7.1f} {x.total_gb:7.1f} {x.budget_gb:7.1f}  {'yes' if x.fits else 'no'}{mark}")
+                   f"{x.loss_gb:7.1f} {x.total_gb:7.1f} {x.budget_gb:7.1f}  {'yes' if x.fits else 'no'}{mark}")
     out.append(f"tp candidates divide {p.gpus_per_node} GPUs per node and {s.kv_heads} KV heads: "
                f"{', '.join(map(str, tp_choices(s, p.gpus_per_node)))}; rule: smallest tp that fits, "
                "activation checkpointing (one extra forward, ~1/3 more compute) only when needed")

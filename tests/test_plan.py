@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, run_cli
-from hpc.plan import PlanError, Shape, memory, plan, plan_trainer_args, qwen3_shape, report, tp_choices
+from hpc.plan import LOSS_CHUNK_TOKENS, PlanError, Shape, memory, plan, plan_trainer_args, qwen3_shape, report, tp_choices
 from hpc.site import load_site
 
 # the model cards' totals and non-embedding counts, in billions
@@ -44,13 +44,24 @@ def test_memory_model_moves_the_right_way():
     assert base.budget_gb == pytest.approx(141 * 0.9)
 
 
+def test_loss_memory_is_one_chunk_of_logits_as_the_trainer_computes_it():
+    from train.loss import CHUNK_TOKENS
+
+    assert LOSS_CHUNK_TOKENS == CHUNK_TOKENS
+    s = qwen3_shape("8B")
+    one, eight = memory(s, 1, 16, False, CHUNK_TOKENS, 141), memory(s, 1, 16, False, 8 * CHUNK_TOKENS, 141)
+    assert one.loss_gb == pytest.approx((CHUNK_TOKENS * s.vocab * 10 + 6 * s.vocab * s.hidden + 2 * CHUNK_TOKENS * s.hidden) / 1e9)
+    assert eight.loss_gb - one.loss_gb == pytest.approx(2 * 7 * CHUNK_TOKENS * s.hidden / 1e9)  # only the hidden states' gradient grows
+    assert eight.act_gb == pytest.approx(8 * one.act_gb)
+
+
 def test_smallest_tp_then_checkpointing_only_when_needed():
     p = plan(qwen3_shape("8B"), 2, 8, 141, 4096, 1)
     assert (p.chosen.tp, p.chosen.dp, p.chosen.ac) == (1, 16, False)
     p = plan(qwen3_shape("32B"), 2, 8, 80, 4096, 1)
     assert (p.chosen.tp, p.chosen.ac) == (1, True)
     assert not p.candidates[0].fits  # tp=1 without checkpointing is over the budget
-    p = plan(qwen3_shape("32B"), 4, 8, 80, 16384, 1)
+    p = plan(qwen3_shape("32B"), 4, 8, 80, 32768, 1)
     assert (p.chosen.tp, p.chosen.dp, p.chosen.ac) == (2, 16, True)
     assert all(not c.fits for c in p.candidates if c.tp == 1)
 
