@@ -62,7 +62,7 @@ def _config(shape: str, steps: int, run_dir: Path, ac: bool, master_dtype: str, 
     batch = CASES[shape].batch
     return TrainConfig(model={"shape": shape}, seq_len=SEQ, micro_batch=batch, global_batch=batch, steps=steps, compile=True,
                        activation_checkpointing=ac, master_dtype=master_dtype, sdpa_backend=sdpa, log={"dir": str(run_dir)},
-                       checkpoint={"dir": str(run_dir / "checkpoints"), "keep_last": 1})
+                       checkpoint={"dir": str(run_dir / "checkpoints"), "keep_last": 1, "async_save": True})
 
 
 def _timed(step, warmup: int, timed: int) -> tuple[list, float]:
@@ -78,9 +78,6 @@ def _timed(step, warmup: int, timed: int) -> tuple[list, float]:
 
 
 def _ours(cfg, warmup: int, timed: int, save_checkpoint: bool) -> dict:
-    import torch
-
-    from train import checkpoint
     from train.loop import Trainer
     from train.parallel import ParallelDims, WorldEnv, init_distributed
 
@@ -91,15 +88,37 @@ def _ours(cfg, warmup: int, timed: int, save_checkpoint: bool) -> dict:
     losses, seconds = _timed(lambda: trainer.train_step()["loss"], warmup, timed)
     out = {"losses": [float(x) for x in losses], "seconds": seconds, "flops_per_token": trainer.flops_per_token}
     if save_checkpoint:
-        torch.cuda.synchronize()
+        out["checkpoint"] = _checkpoint_times(trainer, seconds / timed)
+    return out
+
+
+def _checkpoint_times(trainer, step_s: float) -> dict:
+    """A synchronous save and a load; then two background saves (the first allocates the pinned host buffers),
+    training on while each is written: how long the step loop is blocked and what a step costs meanwhile."""
+    import torch
+
+    from train import checkpoint
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    path = trainer.save()
+    t1 = time.perf_counter()
+    checkpoint.load(path, trainer.model, trainer.optimizer)
+    torch.cuda.synchronize()
+    out = {"save_s": t1 - t0, "load_s": time.perf_counter() - t1, "bytes": sum(f.stat().st_size for f in path.rglob("*") if f.is_file()),
+           "step_s": step_s, "background": []}
+    for _ in range(2):
         t0 = time.perf_counter()
-        path = trainer.save()
-        torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        checkpoint.load(path, trainer.model, trainer.optimizer)
-        torch.cuda.synchronize()
-        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        out["checkpoint"] = {"save_s": t1 - t0, "load_s": time.perf_counter() - t1, "bytes": size}
+        trainer.save(background=True)
+        blocked, steps = time.perf_counter() - t0, 0
+        while not trainer.pending.future.done():
+            trainer.train_step()
+            torch.cuda.synchronize()
+            steps += 1
+        written = time.perf_counter() - t0
+        trainer.finish_save()
+        out["background"].append({"blocked_s": blocked, "written_after_s": written, "steps_meanwhile": steps,
+                                  "step_s_meanwhile": (written - blocked) / steps if steps else None})
     return out
 
 
@@ -203,6 +222,11 @@ def _run_case(shape: str, variant: str, args, run_dir: Path) -> dict:
     record["wall_s"] = time.perf_counter() - t0
     print(f"[bench] {shape} {variant}: " + (f"{record['tokens_per_s']:,.0f} tok/s, MFU {100 * record['mfu']:.1f}%, "
                                            f"{record['peak_mem_gib']:.1f} GiB" if ok else f"FAILED\n{error}") + f" ({record['wall_s']:.0f} s)", flush=True)
+    if "checkpoint" in record:
+        c = record["checkpoint"]
+        print(f"[bench] {shape} checkpoint {c['bytes'] / 1e9:.1f} GB: save {c['save_s']:.1f} s, load {c['load_s']:.1f} s; in the background: "
+              + "; ".join(f"step loop blocked {b['blocked_s']:.1f} s, written after {b['written_after_s']:.1f} s, {b['steps_meanwhile']} steps"
+                          for b in c["background"]) + f" (step {c['step_s']:.2f} s alone)", flush=True)
     return record
 
 

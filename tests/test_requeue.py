@@ -34,9 +34,9 @@ def baseline(tmp_path_factory) -> Path:
     return run
 
 
-def submit(cwd: Path, name: str, *flags: str) -> str:
+def submit(cwd: Path, name: str, *flags: str, trainer: tuple[str, ...] = ()) -> str:
     r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", name, "--max-requeues", "20",
-                *flags, "--", "--config", str(TINY), *OVERRIDES, cwd=cwd)
+                *flags, "--", "--config", str(TINY), *OVERRIDES, *trainer, cwd=cwd)
     assert r.returncode == 0, r.stderr
     return re.search(r"submitted job (\d+)", r.stdout).group(1)
 
@@ -114,16 +114,20 @@ def test_preempted_by_high_priority_job_resumes(slurm, tmp_path, baseline):
     assert_same_as_baseline(run, baseline)
 
 
-def test_scontrol_requeue_mid_run(slurm, tmp_path, baseline):
+@pytest.mark.parametrize("async_save", [False, True], ids=["sync-save", "async-save"])
+def test_scontrol_requeue_mid_run(slurm, tmp_path, baseline, async_save):
+    """With async_save the stop also commits the interval save still being written, then saves the stop step."""
     t0 = time.time()
-    job = submit(tmp_path, "requeue")
+    job = submit(tmp_path, "requeue", trainer=(f"checkpoint.async_save={str(async_save).lower()}",))
     run = tmp_path / "jobs" / "requeue"
     wait_for(lambda: steps_done(run) >= 12, what="12 steps")
     subprocess.run(["scontrol", "requeue", job], check=True)
     assert_completed(job, run)
     n = restarts(job)
-    print(f"\n[requeue] scontrol requeue: {n} restarts, {time.time() - t0:.0f} s wall")
-    assert n >= 1 and "resumed from" in batch_log(run, job)
+    print(f"\n[requeue] scontrol requeue ({'async' if async_save else 'sync'} save): {n} restarts, {time.time() - t0:.0f} s wall")
+    log = batch_log(run, job)
+    assert n >= 1 and "resumed from" in log
+    assert ("writing in the background" in log) == async_save
     assert_same_as_baseline(run, baseline)
 
 

@@ -1,9 +1,10 @@
 """End to end through `python -m train`: dp2 x tp2 equals one process, resume is exact, checkpoints reshard, export loads.
 
 Six launches share one module fixture (each costs ~15 s of imports on 2 cores; pairs run
-concurrently): A = dp2 x tp2 for 20 steps (checkpoints at 10 and 20, exported), S = one
-process from scratch, three runs resuming A's step-10 checkpoint (dp2 x tp2; dp4 x tp1 with
-activation checkpointing; one process), and one step starting from A's export as model.path.
+concurrently): A = dp2 x tp2 for 20 steps (checkpoints at 10 and 20, written in the background
+while training goes on; exported), S = one process from scratch, three runs resuming A's
+step-10 checkpoint (dp2 x tp2; dp4 x tp1 with activation checkpointing; one process), and one
+step starting from A's export as model.path.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def runs(tmp_path_factory) -> dict:
     base = tmp_path_factory.mktemp("train")
     dirs = {name: base / name for name in ("A", "S", "resume_same", "resume_dp4", "resume_1p", "from_export")}
     common = (f"steps={STEPS}", f"checkpoint.interval={SAVE_AT}", "checkpoint.keep_last=5")
-    a = launch(4, dirs["A"], *common, "parallel.tp=2", f"export={dirs['A'] / 'hf'}")
+    a = launch(4, dirs["A"], *common, "parallel.tp=2", "checkpoint.async_save=true", f"export={dirs['A'] / 'hf'}")
     s = launch(1, dirs["S"], *common, f"export={dirs['S'] / 'hf'}")
     out = {"A": finish(a, dirs["A"]), "S": finish(s, dirs["S"])}
     for name in ("resume_same", "resume_dp4", "resume_1p"):
@@ -55,6 +56,8 @@ def test_layout_and_progress_are_reported(runs):
     assert "layout dp=2 x tp=2 on 4 ranks, mesh (rows: dp, columns: tp) [[0, 1], [2, 3]]" in out and "params" in out
     assert f"step {STEPS}/{STEPS} | loss" in out and "mfu n/a" in out
     assert "resumed from" in runs["out"]["resume_same"] and f"(step {SAVE_AT}, saved under dp=2 x tp=2)" in runs["out"]["resume_same"]
+    assert f"checkpoint of step {SAVE_AT} copied to host memory in" in out and "writing in the background" in out
+    assert "saved checkpoint" in runs["out"]["S"] and "writing in the background" not in runs["out"]["S"]
 
 
 def test_checkpoints_are_complete_and_kept(runs):

@@ -7,6 +7,10 @@ Layout under the checkpoint root::
       rng-rank*.pt            each rank's RNG states
       meta.json               the COMPLETE marker: step, layout, data stream state
     step-00000200.tmp/        incomplete (crashed while saving): ignored, removed by the next save
+
+A save is started (``start_save``: the state is copied to host memory, then written, in the
+background with a stager) and committed (``commit``: every rank waits for its writes, rank 0
+writes meta.json and renames); ``save`` does both at once.
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ import random
 import re
 import shutil
 import time
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.staging import AsyncStager, BlockingAsyncStager
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 _NAME = re.compile(r"^step-(\d{8})$")
@@ -68,8 +75,30 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, keep_last: int) -> Path:
-    """Save a checkpoint of ``step`` (collective). ``meta`` (JSON) is written last, as the COMPLETE marker."""
+@dataclass
+class PendingSave:
+    """A checkpoint being written: ``future`` resolves once this rank's files are on disk."""
+
+    future: Future
+    step: int
+    tmp: Path
+    final: Path
+    meta: dict
+    keep_last: int
+    background: bool
+    blocked_s: float  # how long start_save blocked: the copy to host memory, or the whole write when not in the background
+
+
+def host_stager(pinned: bool) -> AsyncStager:
+    """Copies the state to host memory so training can go on while it is written; ``pinned`` (GPU): into pinned
+    buffers allocated at the first save and reused by the next ones."""
+    return BlockingAsyncStager(cache_staged_state_dict=pinned)
+
+
+def start_save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, keep_last: int,
+               stager: AsyncStager | None = None, write_group: dist.ProcessGroup | None = None) -> PendingSave:
+    """Begin a checkpoint of ``step`` (collective). With ``stager`` the state is copied to host memory and written
+    by a background thread that talks over ``write_group`` (a gloo group of its own); without, it is written now."""
     rank = dist.get_rank()
     final = step_dir(root, step)
     tmp = final.with_name(final.name + ".tmp")
@@ -78,18 +107,36 @@ def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimiz
             shutil.rmtree(stale)
         tmp.mkdir(parents=True)
     dist.barrier()
+    t0 = time.perf_counter()
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=tmp)
     torch.save(_rng_state(), tmp / f"rng-rank{rank}.pt")
+    state = {"model": model_sd, "optim": optim_sd}
+    if stager is None:
+        dcp.save(state, checkpoint_id=tmp)
+        future: Future = Future()
+        future.set_result(None)
+    else:
+        future = dcp.async_save(state, checkpoint_id=tmp, process_group=write_group, async_stager=stager)
+    return PendingSave(future, step, tmp, final, meta, keep_last, stager is not None, time.perf_counter() - t0)
+
+
+def commit(pending: PendingSave) -> Path:
+    """Wait until every rank wrote its part of ``pending``, then make it the newest complete checkpoint (collective)."""
+    pending.future.result()
     dist.barrier()
-    if rank == 0:
-        meta = {"step": step, "world_size": dist.get_world_size(), "saved_at": time.time(), **meta}
-        (tmp / META).write_text(json.dumps(meta, indent=2))
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        prune(root, keep_last)
+    if dist.get_rank() == 0:
+        meta = {"step": pending.step, "world_size": dist.get_world_size(), "saved_at": time.time(), **pending.meta}
+        (pending.tmp / META).write_text(json.dumps(meta, indent=2))
+        shutil.rmtree(pending.final, ignore_errors=True)
+        os.replace(pending.tmp, pending.final)
+        prune(pending.final.parent, pending.keep_last)
     dist.barrier()
-    return final
+    return pending.final
+
+
+def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, keep_last: int) -> Path:
+    """Save a checkpoint of ``step`` now (collective). ``meta`` (JSON) is written last, as the COMPLETE marker."""
+    return commit(start_save(root, step, model, optimizer, meta, keep_last))
 
 
 def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:

@@ -104,11 +104,13 @@ class ScheduleConfig(_Strict):
 
 
 class CheckpointConfig(_Strict):
-    """dir None = <log.dir>/checkpoints; interval 0 = only at the last step."""
+    """dir None = <log.dir>/checkpoints; interval 0 = only at the last step; async_save: interval saves copy the
+    state to host memory and write it while training goes on (committed at a later step boundary)."""
 
     dir: str | None = None
     interval: int = Field(0, ge=0)
     keep_last: int = Field(2, ge=1)
+    async_save: bool = False
 
 
 class LogConfig(_Strict):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -70,6 +71,10 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, **impl)
         self.sync_every = cfg.log.log_every if self.on_gpu else 1
         self.step = 0
+        self.pending: checkpoint.PendingSave | None = None
+        background = cfg.checkpoint.async_save
+        self._stager = checkpoint.host_stager(pinned=self.on_gpu) if background else None
+        self._write_group = dist.new_group(backend="gloo") if background else None  # the writer thread's own collectives
         self._resume()
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -123,11 +128,36 @@ class Trainer:
         self.step = meta["step"]
         _log0(f"[train] resumed from {latest[0]} (step {self.step}, saved under dp={meta['dp']} x tp={meta['tp']})")
 
-    def save(self) -> Path:
+    def save(self, background: bool = False) -> Path:
+        """Checkpoint the current step; ``background`` (with checkpoint.async_save) returns once the state is in host
+        memory and the write is committed at a later step boundary. A save still being written is committed first."""
+        self.finish_save()
         meta = {"dp": self.dims.dp, "tp": self.dims.tp, "data": self.stream.state_dict()}
-        path = checkpoint.save(self.cfg.checkpoint_dir, self.step, self.model, self.optimizer, meta, self.cfg.checkpoint.keep_last)
-        _log0(f"[train] saved checkpoint {path}")
+        stager = self._stager if background else None
+        self.pending = checkpoint.start_save(self.cfg.checkpoint_dir, self.step, self.model, self.optimizer, meta,
+                                             self.cfg.checkpoint.keep_last, stager=stager, write_group=self._write_group)
+        if stager is None:
+            return self.finish_save()
+        _log0(f"[train] checkpoint of step {self.step} copied to host memory in {self.pending.blocked_s:.2f}s, writing in the background")
+        return self.pending.final
+
+    def finish_save(self) -> Path | None:
+        """Wait for the save in flight (if any) on every rank and make it the newest complete checkpoint."""
+        if self.pending is None:
+            return None
+        pending, self.pending = self.pending, None
+        t0 = time.perf_counter()
+        path = checkpoint.commit(pending)
+        how = (f"the step loop was blocked {pending.blocked_s:.2f}s, and {time.perf_counter() - t0:.2f}s at this commit"
+               if pending.background else f"written in {pending.blocked_s:.2f}s")
+        _log0(f"[train] saved checkpoint {path} ({how})")
         return path
+
+    def _background_save_written(self) -> bool:
+        """Whether every rank finished writing the save in flight (collective)."""
+        done = torch.tensor([float(self.pending.future.done())], device=self.device)
+        dist.all_reduce(done, op=dist.ReduceOp.MIN)
+        return bool(done.item())
 
     def _attention(self) -> contextlib.AbstractContextManager:
         """The sdpa_backend preference (a GPU setting); a no-op for auto and on CPU."""
@@ -179,14 +209,19 @@ class Trainer:
             self.metrics.log(record)
             if interval and self.step % interval == 0:
                 self.metrics.flush()
-                self.save()
+                self.save(background=True)
                 saved_at = self.step
                 self.metrics.restart_clock()
+            elif self.pending is not None and self.step % self.sync_every == 0 and self._background_save_written():
+                self.finish_save()
             if self.step % self.sync_every == 0 and stop_requested():
                 break
         self.metrics.close()
+        self.finish_save()
         if saved_at != self.step:
             self.save()
+        if self._stager is not None:
+            self._stager.close()
         if cfg.export and self.step == cfg.steps:
             target = self.run_dir / cfg.export  # a relative export path lives in the run directory
             export_hf(self.model, self.hf_config, self.tokenizer, str(target))
