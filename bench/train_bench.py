@@ -1,7 +1,7 @@
 """The project's trainer against a plain Hugging Face baseline on one GPU: same shape, sequence length and batch.
 
     python bench/train_bench.py [--shapes 1.7B 4B 0.6B 8B] [--variants ours baseline] [--parity-shape 1.7B]
-                                [--parity-steps 50] [--checkpoint-shape 1.7B] [--out FILE]
+                                [--parity-steps 50] [--checkpoint-shape 1.7B] [--timed-steps 10] [--out FILE]
 
 Variants (each (shape, variant) runs in its own process):
   ours      train.loop.Trainer on one rank (dp=1 x tp=1): fp32 master weights (8B: bf16), bf16 compute
@@ -51,7 +51,7 @@ class Case(NamedTuple):
 # (as the baseline has; fp32 leaves no room for activations), the baseline eager with
 # transformers' gradient checkpointing (compiled or without checkpointing it does not fit).
 CASES = {"0.6B": Case(4), "1.7B": Case(8), "4B": Case(4), "8B": Case(2, master_dtype="bf16", baseline_compiled=False, baseline_ac=True)}
-WARMUP, TIMED = 4, 10
+WARMUP = 4
 # The parity check's bar: per-step |loss difference| over the first steps, bf16 rounding noise.
 PARITY_ABS_TOL = 0.05
 
@@ -186,7 +186,7 @@ def worker(args) -> None:
     case = CASES[shape]
     ours = variant.startswith("ours")
     parity = shape == args.parity_shape
-    steps = args.parity_steps if parity else WARMUP + TIMED
+    steps = args.parity_steps if parity else WARMUP + args.timed_steps
     warmup = WARMUP if not parity else min(10, steps // 2)
     ac = case.baseline_ac and not ours
     compiled = ours or (case.baseline_compiled and variant == "baseline")
@@ -209,7 +209,8 @@ def worker(args) -> None:
 def _run_case(shape: str, variant: str, args, run_dir: Path) -> dict:
     result = run_dir / f"{shape}-{variant}.json"
     cmd = [sys.executable, __file__, "--worker", shape, variant, "--result", str(result), "--run-dir", str(run_dir),
-           "--parity-shape", args.parity_shape, "--parity-steps", str(args.parity_steps), "--checkpoint-shape", args.checkpoint_shape]
+           "--parity-shape", args.parity_shape, "--parity-steps", str(args.parity_steps), "--checkpoint-shape", args.checkpoint_shape,
+           "--timed-steps", str(args.timed_steps)]
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", TOKENIZERS_PARALLELISM="false")
     t0 = time.perf_counter()
     try:
@@ -286,6 +287,7 @@ def main() -> None:
     p.add_argument("--parity-shape", default="1.7B")
     p.add_argument("--parity-steps", type=int, default=50)
     p.add_argument("--checkpoint-shape", default="1.7B", help="also time the trainer's checkpoint save and load for this shape")
+    p.add_argument("--timed-steps", type=int, default=10, help="steps timed after the warm-up ones (a longer window evens out run-to-run spread)")
     p.add_argument("--case-timeout", type=float, default=420)
     p.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/<date>-h200.json)")
     p.add_argument("--commit", default=None, help="the commit measured (default: git rev-parse HEAD)")
