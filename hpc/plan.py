@@ -15,7 +15,8 @@ each decoder layer, FSDP2 over dp with bf16 compute and fp32 gradient reduction,
   ((3H + 3KV) d + 4I) / tp (q, k, v, normed q, k, attention output; gate, up, act, product);
   with activation checkpointing only each layer's input (2h B) plus one layer recomputed;
 * loss (train/loss.py, fused linear cross-entropy): one chunk of 4096 tokens' logits at
-  10 B per token per vocab entry (bf16 logits, fp32 copy, bf16 grad), the head's gradient
+  10 B per token per vocab entry (bf16 logits and their bf16 gradient, 4 B, plus the fp32
+  working copy and softmax, ~6 B at the peak), the head's gradient
   (fp32 accumulator and bf16 copy: 6 B/param) and the hidden states' (bf16, 2 B per token x h);
 * headroom: 10% of GPU memory for the CUDA context, NCCL buffers and fragmentation.
 
