@@ -53,8 +53,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             chunk_loss, g = fn(h @ weight.t(), y)
             loss += chunk_loss
             grad_hidden[start : start + chunk] = g @ weight
-            gw = (g.t() @ h).float()
-            grad_weight = gw if grad_weight is None else grad_weight.add_(gw)
+            gw = g.t() @ h  # accumulated in fp32; add_ upcasts in its one pass
+            grad_weight = gw.float() if grad_weight is None else grad_weight.add_(gw)
         ctx.save_for_backward(grad_hidden.div_(n), grad_weight.div_(n).to(weight.dtype))
         return loss / n
 
