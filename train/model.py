@@ -91,10 +91,15 @@ def _full_initial_state(cfg: ModelConfig, config: Qwen3Config, seed: int) -> dic
     return state
 
 
-def load_initial_weights(model: nn.Module, cfg: ModelConfig, config: Qwen3Config, seed: int, device: torch.device) -> None:
-    """Allocate the (parallelized, meta) model on ``device`` and fill it from rank 0's full initial state."""
+def materialize(model: nn.Module, config: Qwen3Config, device: torch.device) -> None:
+    """Allocate a meta-device model's parameters on ``device`` (uninitialized) and recompute the rotary table (fp32)."""
     model.to_empty(device=device)
     model.model.rotary_emb = Qwen3RotaryEmbedding(config).to(device)  # non-persistent buffers: recompute
+
+
+def load_initial_weights(model: nn.Module, cfg: ModelConfig, config: Qwen3Config, seed: int, device: torch.device) -> None:
+    """Allocate the (parallelized, meta) model on ``device`` and fill it from rank 0's full initial state."""
+    materialize(model, config, device)
     state = _full_initial_state(cfg, config, seed) if dist.get_rank() == 0 else {}
     set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
 
