@@ -54,6 +54,9 @@ CASES = {"0.6B": Case(4), "1.7B": Case(8), "4B": Case(4), "8B": Case(2, master_d
 WARMUP = 4
 # The parity check's bar: per-step |loss difference| over the first steps, bf16 rounding noise.
 PARITY_ABS_TOL = 0.05
+# Learning-rate warm-up of every run (as real runs have; without it the first updates make the
+# loss spike and amplify rounding differences). It changes no step's cost.
+LR_WARMUP_STEPS = 10
 
 
 def _config(shape: str, steps: int, run_dir: Path, ac: bool, master_dtype: str, sdpa: str):
@@ -62,19 +65,24 @@ def _config(shape: str, steps: int, run_dir: Path, ac: bool, master_dtype: str, 
     batch = CASES[shape].batch
     return TrainConfig(model={"shape": shape}, seq_len=SEQ, micro_batch=batch, global_batch=batch, steps=steps, compile=True,
                        activation_checkpointing=ac, master_dtype=master_dtype, sdpa_backend=sdpa, log={"dir": str(run_dir)},
-                       checkpoint={"dir": str(run_dir / "checkpoints"), "keep_last": 1, "async_save": True})
+                       schedule={"warmup_steps": min(LR_WARMUP_STEPS, steps)}, checkpoint={"dir": str(run_dir / "checkpoints"), "keep_last": 1, "async_save": True})
 
 
-def _timed(step, warmup: int, timed: int) -> tuple[list, float]:
-    """Run warmup + timed steps of ``step()``; returns every step's loss (device tensors) and the timed steps' seconds."""
+def _timed(step, warmup: int, timed: int) -> tuple[list, float, list[float]]:
+    """Run warmup + timed steps of ``step()``; returns every step's loss (device tensors), the timed steps' seconds
+    and each timed step's seconds (CUDA events between steps: nothing waits for the device in between)."""
     import torch
 
     losses = [step() for _ in range(warmup)]
     torch.cuda.synchronize()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(timed + 1)]
     t0 = time.perf_counter()
-    losses += [step() for _ in range(timed)]
+    events[0].record()
+    for e in events[1:]:
+        losses.append(step())
+        e.record()
     torch.cuda.synchronize()
-    return losses, time.perf_counter() - t0
+    return losses, time.perf_counter() - t0, [a.elapsed_time(b) / 1e3 for a, b in zip(events, events[1:])]
 
 
 def _ours(cfg, warmup: int, timed: int, save_checkpoint: bool) -> dict:
@@ -85,8 +93,8 @@ def _ours(cfg, warmup: int, timed: int, save_checkpoint: bool) -> dict:
     device = init_distributed(env)
     dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads())
     trainer = Trainer(cfg, dims, env, device)
-    losses, seconds = _timed(lambda: trainer.train_step()["loss"], warmup, timed)
-    out = {"losses": [float(x) for x in losses], "seconds": seconds, "flops_per_token": trainer.flops_per_token}
+    losses, seconds, step_s = _timed(lambda: trainer.train_step()["loss"], warmup, timed)
+    out = {"losses": [float(x) for x in losses], "seconds": seconds, "step_seconds": step_s, "flops_per_token": trainer.flops_per_token}
     if save_checkpoint:
         out["checkpoint"] = _checkpoint_times(trainer, seconds / timed)
     return out
@@ -97,13 +105,11 @@ def _checkpoint_times(trainer, step_s: float) -> dict:
     training on while each is written: how long the step loop is blocked and what a step costs meanwhile."""
     import torch
 
-    from train import checkpoint
-
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     path = trainer.save()
     t1 = time.perf_counter()
-    checkpoint.load(path, trainer.model, trainer.optimizer)
+    trainer.load(path)
     torch.cuda.synchronize()
     out = {"save_s": t1 - t0, "load_s": time.perf_counter() - t1, "bytes": sum(f.stat().st_size for f in path.rglob("*") if f.is_file()),
            "step_s": step_s, "background": []}
@@ -173,9 +179,9 @@ def _hf(cfg, variant: str, warmup: int, timed: int, same_init: bool, compiled: b
         opt.zero_grad(set_to_none=True)
         return total
 
-    losses, seconds = _timed(step, warmup, timed)
+    losses, seconds, step_s = _timed(step, warmup, timed)
     fpt = flops_per_token(count_params(config), config.num_hidden_layers, config.num_attention_heads, config.head_dim, cfg.seq_len)
-    return {"losses": [float(x) for x in losses], "seconds": seconds, "flops_per_token": fpt}
+    return {"losses": [float(x) for x in losses], "seconds": seconds, "step_seconds": step_s, "flops_per_token": fpt}
 
 
 def worker(args) -> None:
@@ -221,8 +227,11 @@ def _run_case(shape: str, variant: str, args, run_dir: Path) -> dict:
         ok, error = False, f"timed out after {args.case_timeout} s"
     record = json.loads(result.read_text()) if ok else {"shape": shape, "variant": variant, "error": error}
     record["wall_s"] = time.perf_counter() - t0
+    if ok:
+        steps = sorted(record["step_seconds"])
+        spread = f"steps {steps[0]:.3f}/{steps[len(steps) // 2]:.3f}/{steps[-1]:.3f} s (min/median/max)"
     print(f"[bench] {shape} {variant}: " + (f"{record['tokens_per_s']:,.0f} tok/s, MFU {100 * record['mfu']:.1f}%, "
-                                           f"{record['peak_mem_gib']:.1f} GiB" if ok else f"FAILED\n{error}") + f" ({record['wall_s']:.0f} s)", flush=True)
+                                           f"{record['peak_mem_gib']:.1f} GiB, {spread}" if ok else f"FAILED\n{error}") + f" ({record['wall_s']:.0f} s)", flush=True)
     if "checkpoint" in record:
         c = record["checkpoint"]
         print(f"[bench] {shape} checkpoint {c['bytes'] / 1e9:.1f} GB: save {c['save_s']:.1f} s, load {c['load_s']:.1f} s; in the background: "
