@@ -1,7 +1,7 @@
 """The project's trainer against a plain Hugging Face baseline on one GPU: same shape, sequence length and batch.
 
     python bench/train_bench.py [--shapes 1.7B 4B 0.6B 8B] [--variants ours baseline] [--parity-shape 1.7B]
-                                [--parity-steps 50] [--checkpoint-shape 1.7B] [--timed-steps 10] [--out FILE]
+                                [--parity-steps 50] [--checkpoint-shape 1.7B] [--timed-steps 10] [--lr-warmup 0] [--out FILE]
 
 Variants (each (shape, variant) runs in its own process):
   ours      train.loop.Trainer on one rank (dp=1 x tp=1): fp32 master weights (8B: bf16), bf16 compute
@@ -50,22 +50,19 @@ class Case(NamedTuple):
 # The largest batch each side fits in 139 GiB. The 8B: ours with bf16 parameters and AdamW state
 # (as the baseline has; fp32 leaves no room for activations), the baseline eager with
 # transformers' gradient checkpointing (compiled or without checkpointing it does not fit).
-CASES = {"0.6B": Case(4), "1.7B": Case(8), "4B": Case(4), "8B": Case(2, master_dtype="bf16", baseline_compiled=False, baseline_ac=True)}
+CASES = {"0.6B": Case(4), "1.7B": Case(12), "4B": Case(4), "8B": Case(2, master_dtype="bf16", baseline_compiled=False, baseline_ac=True)}
 WARMUP = 4
 # The parity check's bar: per-step |loss difference| over the first steps, bf16 rounding noise.
 PARITY_ABS_TOL = 0.05
-# Learning-rate warm-up of every run (as real runs have; without it the first updates make the
-# loss spike and amplify rounding differences). It changes no step's cost.
-LR_WARMUP_STEPS = 10
 
 
-def _config(shape: str, steps: int, run_dir: Path, ac: bool, master_dtype: str, sdpa: str):
+def _config(shape: str, steps: int, run_dir: Path, ac: bool, master_dtype: str, sdpa: str, lr_warmup: int):
     from train.config import TrainConfig
 
     batch = CASES[shape].batch
     return TrainConfig(model={"shape": shape}, seq_len=SEQ, micro_batch=batch, global_batch=batch, steps=steps, compile=True,
                        activation_checkpointing=ac, master_dtype=master_dtype, sdpa_backend=sdpa, log={"dir": str(run_dir)},
-                       schedule={"warmup_steps": min(LR_WARMUP_STEPS, steps)}, checkpoint={"dir": str(run_dir / "checkpoints"), "keep_last": 1, "async_save": True})
+                       schedule={"warmup_steps": min(lr_warmup, steps)}, checkpoint={"dir": str(run_dir / "checkpoints"), "keep_last": 1, "async_save": True})
 
 
 def _timed(step, warmup: int, timed: int) -> tuple[list, float, list[float]]:
@@ -197,7 +194,8 @@ def worker(args) -> None:
     ac = case.baseline_ac and not ours
     compiled = ours or (case.baseline_compiled and variant == "baseline")
     sdpa = "cudnn" if variant == "ours-cudnn" else "auto"
-    cfg = _config(shape, steps, Path(args.run_dir) / f"{shape}-{variant}", ac, case.master_dtype if ours else "fp32", sdpa)
+    cfg = _config(shape, steps, Path(args.run_dir) / f"{shape}-{variant}", ac, case.master_dtype if ours else "fp32", sdpa,
+                  args.lr_warmup)
     torch.manual_seed(cfg.seed)
     if ours:
         out = _ours(cfg, warmup, steps - warmup, save_checkpoint=shape == args.checkpoint_shape and variant == "ours")
@@ -216,7 +214,7 @@ def _run_case(shape: str, variant: str, args, run_dir: Path) -> dict:
     result = run_dir / f"{shape}-{variant}.json"
     cmd = [sys.executable, __file__, "--worker", shape, variant, "--result", str(result), "--run-dir", str(run_dir),
            "--parity-shape", args.parity_shape, "--parity-steps", str(args.parity_steps), "--checkpoint-shape", args.checkpoint_shape,
-           "--timed-steps", str(args.timed_steps)]
+           "--timed-steps", str(args.timed_steps), "--lr-warmup", str(args.lr_warmup)]
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", TOKENIZERS_PARALLELISM="false")
     t0 = time.perf_counter()
     try:
@@ -297,6 +295,7 @@ def main() -> None:
     p.add_argument("--parity-steps", type=int, default=50)
     p.add_argument("--checkpoint-shape", default="1.7B", help="also time the trainer's checkpoint save and load for this shape")
     p.add_argument("--timed-steps", type=int, default=10, help="steps timed after the warm-up ones (a longer window evens out run-to-run spread)")
+    p.add_argument("--lr-warmup", type=int, default=0, help="learning-rate warm-up steps of every run (changes no step's cost)")
     p.add_argument("--case-timeout", type=float, default=420)
     p.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/<date>-h200.json)")
     p.add_argument("--commit", default=None, help="the commit measured (default: git rev-parse HEAD)")
@@ -315,7 +314,7 @@ def main() -> None:
     out = args.out or ROOT / "bench" / "results" / f"{datetime.date.today()}-h200.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"commit": commit, "torch": torch.__version__, "transformers": transformers.__version__,
-              "gpu": torch.cuda.get_device_name(0), "seq_len": SEQ, "peak_flops": PEAK,
+              "gpu": torch.cuda.get_device_name(0), "seq_len": SEQ, "peak_flops": PEAK, "lr_warmup_steps": args.lr_warmup,
               "mfu_formula": "tokens/s x (6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq) / 989e12",
               "results": []}
     with tempfile.TemporaryDirectory() as tmp:

@@ -129,3 +129,28 @@ def test_bf16_master_weights_train_checkpoint_and_export(tmp_path):
     from transformers import AutoModelForCausalLM
 
     assert AutoModelForCausalLM.from_pretrained(run / "hf").dtype == torch.bfloat16
+
+
+def test_one_rank_bf16_compute_keeps_fp32_master_weights(tmp_path):
+    """One rank has no FSDP: bf16 model, fp32 master twin. It trains like dp2 under FSDP's bf16/fp32 mixed precision,
+    checkpoints fp32 weights and AdamW state, and resumes from them exactly."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    one, dp2, resumed = tmp_path / "one", tmp_path / "dp2", tmp_path / "resumed"
+    common = (f"steps={STEPS}", f"checkpoint.interval={SAVE_AT}", "checkpoint.keep_last=5", "dtype=bf16")
+    procs = [launch(1, one, *common), launch(2, dp2, *common)]
+    for proc, run in zip(procs, (one, dp2)):
+        finish(proc, run)
+    m1, m2 = metrics(one), metrics(dp2)
+    diff = max(abs(m1[k]["loss"] - m2[k]["loss"]) for k in m2)
+    print(f"one rank (master weights) vs dp2 (FSDP), bf16 compute, {STEPS} steps: max |loss diff| {diff:.2e}")
+    assert sorted(m1) == list(range(1, STEPS + 1)) and diff < 2e-3
+    meta = FileSystemReader(str(one / "checkpoints" / f"step-{SAVE_AT:08d}")).read_metadata().state_dict_metadata
+    dtypes = {k: v.properties.dtype for k, v in meta.items() if hasattr(v, "properties")}
+    assert dtypes["model.model.embed_tokens.weight"] == torch.float32
+    assert {d for k, d in dtypes.items() if k.startswith("optim.state.") and k.endswith(("exp_avg", "exp_avg_sq"))} == {torch.float32}
+    seed_checkpoint(one, SAVE_AT, resumed)
+    finish(launch(1, resumed, *common), resumed)
+    r = metrics(resumed)
+    assert sorted(r) == list(range(SAVE_AT + 1, STEPS + 1))
+    assert [r[k]["loss"] for k in r] == [m1[k]["loss"] for k in r]

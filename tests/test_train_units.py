@@ -1,4 +1,4 @@
-"""Pure pieces of the trainer: learning-rate schedule, FLOPs per token, fused linear cross-entropy, checkpointed layers, checkpoint discovery and retention."""
+"""Pure pieces of the trainer: learning-rate schedule, FLOPs per token, fused linear cross-entropy, one rank's master weights, checkpointed layers, checkpoint discovery and retention."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from train.loop import lr_at
 from train.loss import linear_cross_entropy
 from train.metrics import flops_per_token
 from train.parallel import checkpointed_layers
+from train.precision import MasterWeights
 
 
 def test_lr_schedule_warmup_then_cosine():
@@ -64,3 +65,26 @@ def test_checkpointed_layers_fraction():
     assert checkpointed_layers(4, 1.0) == {0, 1, 2, 3}
     assert checkpointed_layers(4, 0.0) == set()
     assert len(checkpointed_layers(36, 0.75)) == 27
+
+
+def test_master_weights_accumulate_in_fp32_and_cast_back():
+    """Micro-batch gradients of the bf16 model are summed in fp32 on the master; a step's result is cast into the model."""
+    torch.manual_seed(0)
+    master = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)).to(torch.bfloat16)
+    mw = MasterWeights(model, master)
+    mw.copy_to_model()
+    assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(model.parameters(), master.parameters()))
+    expected = [torch.zeros_like(m) for m in master.parameters()]
+    for _ in range(3):
+        model(torch.randn(4, 8, dtype=torch.bfloat16)).square().sum().backward()
+        for e, p in zip(expected, model.parameters()):
+            e += p.grad.float()
+        mw.accumulate_grads()
+        assert all(p.grad is None for p in model.parameters())
+    assert all(m.grad.dtype == torch.float32 and torch.equal(m.grad, e) for m, e in zip(master.parameters(), expected))
+    torch.optim.SGD(master.parameters(), lr=0.1).step()
+    mw.copy_to_model()
+    assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(model.parameters(), master.parameters()))
+    with pytest.raises(ValueError, match="same parameters"):
+        MasterWeights(model, torch.nn.Linear(8, 8))
