@@ -44,9 +44,9 @@ _SDPA_ORDER = {
 }
 
 
-# Python's automatic garbage collection is off while training: a full collection amid the
-# compiled graphs' objects stalls the host for ~0.25 s, a third of a 1.7B step on an H200.
-# The young generations are collected every GC_EVERY_STEPS steps instead (as torchtitan does).
+# Python's automatic garbage collection is off while training, so that no collection among
+# the compiled graphs' many objects stalls the host in the middle of a step; the young
+# generations are collected every GC_EVERY_STEPS steps instead (as torchtitan does).
 GC_EVERY_STEPS = 50
 
 
