@@ -1,11 +1,12 @@
 """The project's trainer against a plain Hugging Face baseline on one GPU: same shape, sequence length and batch.
 
     python bench/train_bench.py [--shapes 1.7B 4B 0.6B 8B] [--variants ours baseline] [--parity-shape 1.7B]
-                                [--parity-steps 50] [--checkpoint-shape 1.7B] [--timed-steps 10] [--lr-warmup 0] [--out FILE]
+                                [--parity-steps 50] [--checkpoint-shape 1.7B] [--timed-steps 10] [--lr-warmup 0]
+                                [--batch SHAPE=N ...] [--out FILE]
 
 Variants (each (shape, variant) runs in its own process):
-  ours      train.loop.Trainer on one rank (dp=1 x tp=1): fp32 master weights (8B: bf16), bf16 compute
-            (FSDP2 mixed precision), per-block torch.compile, fused linear cross-entropy, fused AdamW
+  ours      train.loop.Trainer on one rank (dp=1 x tp=1, no FSDP): fp32 master weights (8B: bf16), bf16 compute
+            (bf16 model, fp32 twin: train/precision.py), per-block torch.compile, fused linear cross-entropy, fused AdamW
   baseline  transformers' Qwen3ForCausalLM in bf16 (parameters and AdamW state), SDPA attention,
             fused AdamW, the whole model plus the cross-entropy under one torch.compile
             (8B: eager with transformers' gradient checkpointing, as it does not fit otherwise)
@@ -56,10 +57,9 @@ WARMUP = 4
 PARITY_ABS_TOL = 0.05
 
 
-def _config(shape: str, steps: int, run_dir: Path, ac: bool, master_dtype: str, sdpa: str, lr_warmup: int):
+def _config(shape: str, batch: int, steps: int, run_dir: Path, ac: bool, master_dtype: str, sdpa: str, lr_warmup: int):
     from train.config import TrainConfig
 
-    batch = CASES[shape].batch
     return TrainConfig(model={"shape": shape}, seq_len=SEQ, micro_batch=batch, global_batch=batch, steps=steps, compile=True,
                        activation_checkpointing=ac, master_dtype=master_dtype, sdpa_backend=sdpa, log={"dir": str(run_dir)},
                        schedule={"warmup_steps": min(lr_warmup, steps)}, checkpoint={"dir": str(run_dir / "checkpoints"), "keep_last": 1, "async_save": True})
@@ -181,12 +181,21 @@ def _hf(cfg, variant: str, warmup: int, timed: int, same_init: bool, compiled: b
     return {"losses": [float(x) for x in losses], "seconds": seconds, "step_seconds": step_s, "flops_per_token": fpt}
 
 
+def _case(shape: str, overrides: list[str]) -> Case:
+    """CASES[shape] with its batch replaced by a SHAPE=N override, if one names this shape."""
+    for item in overrides:
+        name, _, n = item.partition("=")
+        if name == shape:
+            return CASES[shape]._replace(batch=int(n))
+    return CASES[shape]
+
+
 def worker(args) -> None:
     """One (shape, variant) in this process; writes its result as JSON to args.result."""
     import torch
 
     shape, variant = args.worker
-    case = CASES[shape]
+    case = _case(shape, args.batch)
     ours = variant.startswith("ours")
     parity = shape == args.parity_shape
     steps = args.parity_steps if parity else WARMUP + args.timed_steps
@@ -194,7 +203,7 @@ def worker(args) -> None:
     ac = case.baseline_ac and not ours
     compiled = ours or (case.baseline_compiled and variant == "baseline")
     sdpa = "cudnn" if variant == "ours-cudnn" else "auto"
-    cfg = _config(shape, steps, Path(args.run_dir) / f"{shape}-{variant}", ac, case.master_dtype if ours else "fp32", sdpa,
+    cfg = _config(shape, case.batch, steps, Path(args.run_dir) / f"{shape}-{variant}", ac, case.master_dtype if ours else "fp32", sdpa,
                   args.lr_warmup)
     torch.manual_seed(cfg.seed)
     if ours:
@@ -214,7 +223,7 @@ def _run_case(shape: str, variant: str, args, run_dir: Path) -> dict:
     result = run_dir / f"{shape}-{variant}.json"
     cmd = [sys.executable, __file__, "--worker", shape, variant, "--result", str(result), "--run-dir", str(run_dir),
            "--parity-shape", args.parity_shape, "--parity-steps", str(args.parity_steps), "--checkpoint-shape", args.checkpoint_shape,
-           "--timed-steps", str(args.timed_steps), "--lr-warmup", str(args.lr_warmup)]
+           "--timed-steps", str(args.timed_steps), "--lr-warmup", str(args.lr_warmup), "--batch", *args.batch]
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", TOKENIZERS_PARALLELISM="false")
     t0 = time.perf_counter()
     try:
@@ -295,6 +304,7 @@ def main() -> None:
     p.add_argument("--parity-steps", type=int, default=50)
     p.add_argument("--checkpoint-shape", default="1.7B", help="also time the trainer's checkpoint save and load for this shape")
     p.add_argument("--timed-steps", type=int, default=10, help="steps timed after the warm-up ones (a longer window evens out run-to-run spread)")
+    p.add_argument("--batch", nargs="*", default=[], metavar="SHAPE=N", help="another batch (samples of 4096 tokens) for a shape, e.g. 1.7B=8")
     p.add_argument("--lr-warmup", type=int, default=0, help="learning-rate warm-up steps of every run (changes no step's cost)")
     p.add_argument("--case-timeout", type=float, default=420)
     p.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/<date>-h200.json)")
@@ -303,6 +313,10 @@ def main() -> None:
     p.add_argument("--result", help=argparse.SUPPRESS)
     p.add_argument("--run-dir", help=argparse.SUPPRESS)
     args = p.parse_args()
+    for item in args.batch:
+        name, _, n = item.partition("=")
+        if name not in CASES or not n.isdigit() or int(n) < 1:
+            p.error(f"--batch {item!r}: must be SHAPE=N with SHAPE one of {', '.join(CASES)} and N a positive integer")
     if args.worker:
         return worker(args)
 
