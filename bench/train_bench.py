@@ -181,13 +181,15 @@ def _hf(cfg, variant: str, warmup: int, timed: int, same_init: bool, compiled: b
     return {"losses": [float(x) for x in losses], "seconds": seconds, "step_seconds": step_s, "flops_per_token": fpt}
 
 
-def _case(shape: str, overrides: list[str]) -> Case:
-    """CASES[shape] with its batch replaced by a SHAPE=N override, if one names this shape."""
-    for item in overrides:
+def _batches(items: list[str]) -> dict[str, int]:
+    """--batch SHAPE=N items as {shape: batch}; ValueError names the first bad one."""
+    out = {}
+    for item in items:
         name, _, n = item.partition("=")
-        if name == shape:
-            return CASES[shape]._replace(batch=int(n))
-    return CASES[shape]
+        if name not in CASES or not n.isdigit() or int(n) < 1:
+            raise ValueError(f"--batch {item!r}: must be SHAPE=N with SHAPE one of {', '.join(CASES)} and N a positive integer")
+        out[name] = int(n)
+    return out
 
 
 def worker(args) -> None:
@@ -195,7 +197,8 @@ def worker(args) -> None:
     import torch
 
     shape, variant = args.worker
-    case = _case(shape, args.batch)
+    case = CASES[shape]
+    case = case._replace(batch=_batches(args.batch).get(shape, case.batch))
     ours = variant.startswith("ours")
     parity = shape == args.parity_shape
     steps = args.parity_steps if parity else WARMUP + args.timed_steps
@@ -313,10 +316,10 @@ def main() -> None:
     p.add_argument("--result", help=argparse.SUPPRESS)
     p.add_argument("--run-dir", help=argparse.SUPPRESS)
     args = p.parse_args()
-    for item in args.batch:
-        name, _, n = item.partition("=")
-        if name not in CASES or not n.isdigit() or int(n) < 1:
-            p.error(f"--batch {item!r}: must be SHAPE=N with SHAPE one of {', '.join(CASES)} and N a positive integer")
+    try:
+        _batches(args.batch)
+    except ValueError as e:
+        p.error(str(e))
     if args.worker:
         return worker(args)
 

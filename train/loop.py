@@ -126,14 +126,14 @@ class Trainer:
         compute_dtype = torch.bfloat16 if cfg.dtype == "bf16" or (cfg.dtype == "auto" and self.on_gpu) else torch.float32
         master_dtype = torch.bfloat16 if cfg.master_dtype == "bf16" else torch.float32
         one_rank = self.mesh.size() == 1  # no FSDP: the model computes in compute_dtype, ``self.master`` holds the weights
+        twin = one_rank and master_dtype != compute_dtype
         self.model = parallelize(build_meta_model(c).to(compute_dtype if one_rank else master_dtype), self.mesh,
                                  activation_checkpointing=cfg.activation_checkpointing, compile=cfg.compile, param_dtype=compute_dtype)
-        self.master, self.master_weights = self.model, None
-        if one_rank and master_dtype != compute_dtype:
-            self.master = build_meta_model(c).to(master_dtype)
-            materialize(self.model, c, device)
+        self.master = build_meta_model(c).to(master_dtype) if twin else self.model
         load_initial_weights(self.master, cfg.model, c, cfg.seed, device)
-        if self.master is not self.model:
+        self.master_weights = None
+        if twin:
+            materialize(self.model, c, device)
             self.master_weights = MasterWeights(self.model, self.master)
             self.master_weights.copy_to_model()
         self.model.train()

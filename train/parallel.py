@@ -9,8 +9,9 @@
    is per layer but overlaps compute and tolerates the slower inter-node network.
 3. ``parallelize``: tensor parallel per decoder layer, then activation checkpointing, then
    torch.compile (optional), then FSDP2 over the "dp" mesh dimension. A job of one rank gets
-   no FSDP: with nothing to shard, its per-layer parameter copies and gradient copies cost
-   ~6% of a step on one H200; ``train.precision.MasterWeights`` keeps the fp32 weights instead.
+   no FSDP: with nothing to shard, its per-layer parameter and gradient copies only cost time
+   (most of the 0.05 s of copy kernels in a 0.74 s Qwen3-1.7B step on one H200);
+   ``train.precision.MasterWeights`` keeps the fp32 weights instead.
 """
 
 from __future__ import annotations
