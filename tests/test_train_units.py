@@ -68,19 +68,24 @@ def test_checkpointed_layers_fraction():
 
 
 def test_master_weights_accumulate_in_fp32_and_cast_back():
-    """Micro-batch gradients of the bf16 model are summed in fp32 on the master; a step's result is cast into the model."""
+    """Each backward's bf16 gradients are added in fp32 into the master and freed at once; a step's result is cast
+    into the model."""
     torch.manual_seed(0)
     master = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)).to(torch.bfloat16)
+    plain = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)).to(torch.bfloat16)
     mw = MasterWeights(model, master)
     mw.copy_to_model()
+    plain.load_state_dict(model.state_dict())
     assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(model.parameters(), master.parameters()))
     expected = [torch.zeros_like(m) for m in master.parameters()]
     for _ in range(3):
-        model(torch.randn(4, 8, dtype=torch.bfloat16)).square().sum().backward()
-        for e, p in zip(expected, model.parameters()):
+        x = torch.randn(4, 8, dtype=torch.bfloat16)
+        model(x).square().sum().backward()
+        plain(x).square().sum().backward()
+        for e, p in zip(expected, plain.parameters()):
             e += p.grad.float()
-        mw.accumulate_grads()
+        plain.zero_grad(set_to_none=True)
         assert all(p.grad is None for p in model.parameters())
     assert all(m.grad.dtype == torch.float32 and torch.equal(m.grad, e) for m, e in zip(master.parameters(), expected))
     torch.optim.SGD(master.parameters(), lr=0.1).step()

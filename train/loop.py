@@ -215,8 +215,6 @@ class Trainer:
                     loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten()) / self.grad_accum
                 loss.backward()
                 loss_sum += loss.detach()
-                if self.master_weights is not None:
-                    self.master_weights.accumulate_grads()
         grad_norm = clip_grad_norm_(list(self.master.parameters()), cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
