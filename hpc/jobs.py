@@ -7,10 +7,9 @@
     python -m hpc.jobs report JOB [--out PNG] [--tensorboard DIR]
 
 State, restarts and nodes come from Slurm (slurmctld for live jobs, accounting
-after); files from the job's directory (the directory of its batch output): rank
-logs (``<id>_<R>_log.out`` from submitit, ``<id>-rank<R>.log`` from an emitted
-script; under torchrun/accelerate task R is node R) and the run's
-``metrics.jsonl``. Unknown jobs exit with 2.
+after; without accounting, what slurmctld knows); files from the job's directory (the
+directory of its batch output): task logs ``<id>_<R>_log.out`` (under torchrun/accelerate
+task R is node R) and the run's ``metrics.jsonl``. Unknown jobs exit with 2.
 """
 from __future__ import annotations
 
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.metrics_report import METRICS_FILE, last_line, plot, read_metrics, summary_table, to_tensorboard
+from hpc.render import rank_log as task_log
 from hpc.slurm_query import Job, JobError, get_job, restarts, sacct_rows, squeue_rows
 
 POLL_S = 1.0
@@ -46,14 +46,11 @@ def metrics_path(job: Job) -> Path:
 
 
 def rank_log(job: Job, rank: int) -> Path:
-    """Task `rank`'s log; for rank 0 of a job without per-rank logs, its batch output."""
-    d = require_dir(job)
-    for path in (d / f"{job.job_id}_{rank}_log.out", d / f"{job.job_id}-rank{rank}.log"):
-        if path.exists():
-            return path
-    if rank == 0 and job.stdout and job.stdout.exists():
-        return job.stdout
-    raise JobError(f"job {job.job_id} has no log for rank {rank} in {d} (yet)")
+    """Task `rank`'s log (task 0's also holds the batch script's output)."""
+    path = task_log(require_dir(job), job.job_id, rank)
+    if not path.exists():
+        raise JobError(f"job {job.job_id} has no log for task {rank} in {path.parent} (yet)")
+    return path
 
 
 def table(rows: list[tuple[str, ...]]) -> str:
@@ -64,8 +61,11 @@ def table(rows: list[tuple[str, ...]]) -> str:
 def cmd_list(a: argparse.Namespace) -> int:
     user = getpass.getuser()
     runs: dict[str, list[dict]] = {}
-    for row in sacct_rows("-u", user, "-S", a.since):
-        runs.setdefault(row["JobIDRaw"], []).append(row)
+    try:
+        for row in sacct_rows("-u", user, "-S", a.since):
+            runs.setdefault(row["JobIDRaw"], []).append(row)
+    except JobError as e:
+        print(f"hpc.jobs: {e}; listing the jobs slurmctld knows", file=sys.stderr)
     jobs = {job_id: {**rs[-1], "Restarts": str(restarts(rs))} for job_id, rs in runs.items()}
     for live in squeue_rows("-u", user):  # slurmctld's view wins: accounting lags behind new jobs
         old = jobs.get(live["JobIDRaw"], {"Elapsed": live["Elapsed"], "Restarts": "0"})

@@ -1,11 +1,14 @@
-"""First thing on every Slurm task: derive the rank wiring, then run the rank command.
+"""First thing on every Slurm task: derive the rank wiring, then run the rank command as a child.
 
     srun python -m hpc.launch [--launcher srun|torchrun|accelerate] [--gpus-per-node G] -- CMD ARGS...
+    python -m hpc.launch --rank -- CMD ARGS...   (one rank under torchrun / accelerate launch)
 
-With ``srun`` (one task per GPU) the task becomes rank RANK and execs CMD with
-RANK, WORLD_SIZE, LOCAL_RANK, ... set.  With ``torchrun`` or ``accelerate``
-(one task per node) it execs ``torchrun`` / ``accelerate launch`` with this
-node's rank, read here on the node itself.
+With ``srun`` (one task per GPU) the task is rank RANK and runs CMD with RANK,
+WORLD_SIZE, LOCAL_RANK, ... set. With ``torchrun`` or ``accelerate`` (one task per
+node) it runs ``torchrun`` / ``accelerate launch`` with this node's rank, read here on
+the node itself, and each of their processes runs CMD through ``--rank``. Whoever runs
+CMD stays alive through stop signals and turns its clean stop (exit 75) into exit 0 and
+a stop record (`hpc.requeue`), so a stop never reads as a failure on any launcher.
 """
 from __future__ import annotations
 
@@ -14,15 +17,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 from hpc.netcheck import DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, NodeCheckError, check_node, dist_timeout_s
-from hpc.requeue import REQUEUE_EXIT, ignore_prestop
+from hpc.requeue import EXIT_BAD_INPUT, EXIT_STOPPED, record_stop, shield_from_stop
 from hpc.slurm_env import LAUNCHERS, RankError, RankInfo, derive
-
-REQUEUE_GRACE_S = 120
 
 
 def cuda_available() -> bool:
@@ -35,19 +34,22 @@ def cuda_available() -> bool:
 def node_argv(launcher: str, command: Sequence[str], info: RankInfo, cuda: Optional[bool] = None) -> list[str]:
     """The argv this task runs: the rank command itself, or torchrun / accelerate launch around it.
 
-    `accelerate` runs its multi-process launcher (``--multi_gpu``) whenever the
-    job has more than one rank; without CUDA on the node (``cuda`` None: probe
-    it) ACCELERATE_USE_CPU=true makes every process join over gloo (MULTI_CPU).
+    Under torchrun / accelerate every process they start is ``python -m hpc.launch --rank
+    -- CMD`` (their ``--no-python`` form), so each rank's clean stop is handled as under srun.
+    `accelerate` runs its multi-process launcher (``--multi_gpu``) whenever the job has
+    more than one rank; without CUDA on the node (``cuda`` None: probe it)
+    ACCELERATE_USE_CPU=true makes every process join over gloo (MULTI_CPU).
     """
     if launcher == "srun":
         return list(command)
-    python, rest = command[0], [a for a in command[1:] if a != "-u"]
+    python = command[0]
+    rank = [python, "-u", "-m", "hpc.launch", "--rank", "--", *command]
     if launcher == "torchrun":
         return [
             python, "-u", "-m", "torch.distributed.run",
             f"--nnodes={info.num_nodes}", f"--nproc-per-node={info.local_world_size}",
             f"--node-rank={info.node_rank}", f"--master-addr={info.master_addr}",
-            f"--master-port={info.master_port}", *rest,
+            f"--master-port={info.master_port}", "--no-python", *rank,
         ]
     multi = ["--multi_gpu"] if info.world_size > 1 else []
     cpu = [] if (cuda_available() if cuda is None else cuda) else ["env", "ACCELERATE_USE_CPU=true"]
@@ -55,7 +57,7 @@ def node_argv(launcher: str, command: Sequence[str], info: RankInfo, cuda: Optio
         *cpu, python, "-u", "-m", "accelerate.commands.launch", *multi,
         f"--num_machines={info.num_nodes}", f"--num_processes={info.world_size}",
         f"--machine_rank={info.node_rank}", f"--main_process_ip={info.master_addr}",
-        f"--main_process_port={info.master_port}", *rest,
+        f"--main_process_port={info.master_port}", "--no_python", *rank,
     ]
 
 
@@ -82,47 +84,41 @@ def prepare(launcher: str, command: Sequence[str], gpus_per_node: Optional[int],
     return node_argv(launcher, command, info), env
 
 
-@dataclass(frozen=True)
-class LaunchTask:
-    """The callable submitit runs on every task: the same wiring as `python -m hpc.launch`."""
-
-    launcher: str
-    command: tuple[str, ...]
-    gpus_per_node: Optional[int] = None
-
-    def __call__(self) -> int:
-        argv, env = prepare(self.launcher, self.command, self.gpus_per_node, os.environ)
-        # Slurm signals every process of the step; the rank command handles the stop itself
-        # (save together, requeue), so submitit's own handler must not requeue or exit first.
-        ignore_prestop(os.environ)
-        rc = subprocess.call(argv, env=env)
-        if rc == REQUEUE_EXIT:
-            print("[launch] ranks stopped for requeue; waiting for Slurm to end this run", flush=True)
-            time.sleep(REQUEUE_GRACE_S)
-            raise RuntimeError(f"the job was not requeued within {REQUEUE_GRACE_S} s after its ranks stopped")
-        if rc != 0:
-            raise RuntimeError(f"rank command exited with status {rc}: {' '.join(argv)}")
-        return rc
+def supervise(argv: Sequence[str], env: Mapping[str, str], who: str) -> int:
+    """Run ``argv`` as a child through stop signals; its exit code, with a clean stop turned into 0 + stop record."""
+    shield_from_stop(env)
+    try:
+        rc = subprocess.call(list(argv), env=dict(env))
+    except OSError as e:  # a missing or non-executable program
+        print(f"hpc.launch: error on {who}: cannot run {argv[0]!r}: {e.strerror}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    if rc == EXIT_STOPPED:
+        record_stop(env, f"{who} stopped cleanly (exit {EXIT_STOPPED})")
+        print(f"[launch] {who}: stopped cleanly for a requeue", flush=True)
+        return 0
+    return rc if rc >= 0 else 128 - rc  # killed by a signal: the shell's convention
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(prog="python -m hpc.launch", description=__doc__.split("\n")[0])
     p.add_argument("--launcher", default="srun", choices=LAUNCHERS)
     p.add_argument("--gpus-per-node", type=int, default=None)
+    p.add_argument("--rank", action="store_true", help="run CMD as one rank of torchrun / accelerate launch")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     a = p.parse_args(argv)
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not command:
         p.error("no command given after --")
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    if a.rank:
+        sys.exit(supervise(command, os.environ, f"rank {os.environ.get('RANK', '?')} on {node}"))
     try:
         run_argv, env = prepare(a.launcher, command, a.gpus_per_node, os.environ)
     except (RankError, NodeCheckError) as e:
-        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         print(f"hpc.launch: error on {node}: {e}", file=sys.stderr)
-        sys.exit(2)
-    sys.stdout.flush()
-    ignore_prestop(os.environ)
-    os.execvpe(run_argv[0], run_argv, env)
+        sys.exit(EXIT_BAD_INPUT)
+    who = f"rank {env['RANK']} on {node}" if a.launcher == "srun" else f"{a.launcher} on {node}"
+    sys.exit(supervise(run_argv, env, who))
 
 
 if __name__ == "__main__":

@@ -6,14 +6,16 @@ NCCL_IB_HCA must exist with an active port. A mismatch raises `NodeCheckError` w
 one-line message names what is missing and what the node has. Interfaces are read
 with ioctls and /proc, HCAs from sysfs: no external tools.
 
-NCCL list syntax (NCCL_SOCKET_IFNAME, NCCL_IB_HCA): comma-separated prefixes,
-``=`` for exact names, a leading ``^`` to exclude, ``:PORT`` on HCAs.
+NCCL list syntax (NCCL_SOCKET_IFNAME, NCCL_IB_HCA): comma-separated prefixes, ``:PORT``
+on HCAs; a leading ``^`` excludes and then a leading ``=`` makes every name exact, each
+once for the whole list, as NCCL reads them.
 GLOO_SOCKET_IFNAME is a comma list of exact interface names.
 """
 from __future__ import annotations
 
 import fcntl
 import ipaddress
+import re
 import socket
 import struct
 from dataclasses import dataclass
@@ -109,30 +111,38 @@ def hca_ports(root: Path = IB_SYSFS) -> list[HcaPort]:
     return ports
 
 
+_NAME_PORT = re.compile(r"^([A-Za-z0-9_.-]+)(?::(\d+))?$")
+
+
 @dataclass(frozen=True)
 class NcclList:
-    """A parsed NCCL list: exclude flag and (name, exact, port) items."""
+    """A parsed NCCL list, read as NCCL reads it: one optional leading ``^`` (exclude) and then one
+    optional ``=`` (exact names instead of prefixes) for the whole list, then ``name[:port]`` items."""
 
     exclude: bool
-    items: tuple[tuple[str, bool, Optional[int]], ...]
+    exact: bool
+    items: tuple[tuple[str, Optional[int]], ...]
 
     @classmethod
     def parse(cls, value: str, var: str) -> "NcclList":
         text = value.strip()
         exclude = text.startswith("^")
+        text = text.removeprefix("^")
+        exact = text.startswith("=")
+        text = text.removeprefix("=")
         items = []
-        for raw in text.removeprefix("^").split(","):
-            raw = raw.strip()
-            exact = raw.startswith("=")
-            name, _, port = raw.removeprefix("=").partition(":")
-            if not name or (port and not port.isdigit()):
-                raise NodeCheckError(f"{var}={value!r} is not an NCCL list (e.g. eth0, =eth0, ^docker,lo, mlx5_0:1)")
-            items.append((name, exact, int(port) if port else None))
-        return cls(exclude, tuple(items))
+        for raw in text.split(","):
+            m = _NAME_PORT.match(raw.strip())
+            if not m:
+                raise NodeCheckError(
+                    f"{var}={value!r} is not an NCCL list: [^][=]name[:port],... with ^ (exclude) and = (exact names) "
+                    "once, at the start, for the whole list (e.g. eth0, =eth0, ^docker,lo, mlx5_0:1,mlx5_1:1)")
+            items.append((m.group(1), int(m.group(2)) if m.group(2) else None))
+        return cls(exclude, exact, tuple(items))
 
     def listed(self, name: str, port: Optional[int] = None) -> bool:
-        return any((name == n if exact else name.startswith(n)) and (p is None or port is None or p == port)
-                   for n, exact, p in self.items)
+        return any((name == n if self.exact else name.startswith(n)) and (p is None or port is None or p == port)
+                   for n, p in self.items)
 
     def selects(self, name: str, port: Optional[int] = None) -> bool:
         return self.listed(name, port) != self.exclude
@@ -183,10 +193,10 @@ def check_ib_hca(value: str, ports: list[HcaPort]) -> list[HcaPort]:
             raise NodeCheckError(f"NCCL_IB_HCA={value} leaves no HCA port that is ACTIVE; this node has {have}")
         return chosen
     chosen = []
-    for name, exact, port in sel.items:
-        one = NcclList(False, ((name, exact, port),))
+    for name, port in sel.items:
+        one = NcclList(False, sel.exact, ((name, port),))
         matched = [p for p in ports if one.listed(p.device, p.port)]
-        label = f"{'=' if exact else ''}{name}{f':{port}' if port else ''}"
+        label = f"{'=' if sel.exact else ''}{name}{f':{port}' if port else ''}"
         if not matched:
             raise NodeCheckError(f"NCCL_IB_HCA={value} but this node has no HCA {label}; it has {have}")
         up = [p for p in matched if p.state == "ACTIVE"]

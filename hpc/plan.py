@@ -222,12 +222,10 @@ def plan_trainer_args(site: SiteProfile, part: Partition, nodes: int, gpus_per_n
         return args, None
     if any(a.startswith(("parallel.tp=", "parallel.dp=")) for a in args):
         return args, None
-    from train.config import ConfigError, load_config
+    from train.config import ConfigError, load_config, split_cli
 
-    config = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--config"), None)
-    config = config or next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), None)
-    overrides = [a for i, a in enumerate(args) if "=" in a and not a.startswith("-") and (i == 0 or args[i - 1] != "--config")]
     try:
+        config, overrides = split_cli(args)
         cfg = load_config(config or default_train_config(site), overrides)
     except ConfigError as e:
         raise PlanError(f"planning the layout: {e}") from None

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.bandwidth import human_bytes
-from hpc.render import log_paths, render_sbatch
+from hpc.render import rank_log
 from hpc.site import SiteError, load_site
-from hpc.slurm_query import FINAL, job_state
-from hpc.spec import JobSpec, SpecError, add_allocation_args, build_spec, prepare_submission, site_path
+from hpc.spec import SpecError, add_allocation_args, build_spec, site_path
+from hpc.slurm_query import ENDED
+from hpc.submitter import follow, submit
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -143,43 +144,6 @@ def plot(raw: dict, intra_expected: Optional[float], inter_expected: Optional[fl
     plt.close(fig)
 
 
-def sbatch(spec: JobSpec) -> tuple[str, Path]:
-    """Write the job's sbatch script and submit it; returns (job id, script path)."""
-    try:
-        prepare_submission(spec)
-    except SpecError as e:
-        fail(str(e))
-    script = spec.job_dir / "preflight.sbatch"
-    script.write_text(render_sbatch(spec))
-    r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=spec.workdir)
-    if r.returncode != 0:
-        fail(f"sbatch {script}: {r.stderr.strip()}", 1)
-    return r.stdout.strip().split(";")[0], script
-
-
-def follow(job_id: str, rank0_log: Path, deadline_s: float, poll_s: float = 1.0) -> str:
-    """Print state changes and rank 0's output until the job ends; cancel it deadline_s after it started."""
-    start, shown, state, running = time.time(), 0, None, None
-    while True:
-        new = job_state(job_id)
-        if new != state:
-            state = new
-            print(f"[preflight] job {job_id}: {state} ({time.time() - start:.0f} s)", flush=True)
-        if running is None and state not in ("PENDING", "REQUEUED"):
-            running = time.time()
-        if rank0_log.exists():
-            text = rank0_log.read_text(errors="replace")
-            sys.stdout.write(text[shown:])
-            sys.stdout.flush()
-            shown = len(text)
-        if state in FINAL:
-            return state
-        if running is not None and time.time() - running > deadline_s:
-            subprocess.run(["scancel", job_id], capture_output=True)
-            return f"not finished within {deadline_s:.0f} s (cancelled)"
-        time.sleep(poll_s)
-
-
 def failure_line(logs: list[Path]) -> str:
     """The most telling line of the job's logs: hpc.launch's own error, else the last error-looking line."""
     texts = [p.read_text(errors="replace") for p in logs if p.exists()]
@@ -215,7 +179,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         fail(f"--min-bytes {a.min_bytes} is larger than --max-bytes {a.max_bytes}")
     try:
         site = load_site(a.site)
-        out = Path(a.out).resolve() if a.out else site_path(site.paths.job_dir, Path.cwd()) / "preflight"
+        out = Path(a.out).resolve() if a.out else site_path(site.paths.job_dir, Path.cwd(), "paths.job_dir") / "preflight"
         node_args = ["-m", "hpc.preflight_node", "--out", str(out)]
         for flag, v in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes), ("--iters", a.iters)):
             node_args += [flag, str(v)] if v else []
@@ -225,15 +189,23 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         fail(str(e))
         raise
     exp = site.network.expected
-    job_id, script = sbatch(spec)
-    logs = log_paths(spec)
-    rank_logs = [Path(logs["ranks"].replace("%j", job_id).replace("%t", str(t))) for t in range(spec.nodes * spec.tasks_per_node)]
+    try:
+        job = submit(spec)
+    except SpecError as e:
+        fail(str(e))
+        raise
+    job_id = job.job_id
+    rank_logs = [rank_log(spec.job_dir, job_id, t) for t in range(spec.nodes * spec.tasks_per_node)]
     print(f"submitted preflight job {job_id}: {spec.nodes} node(s) x {spec.tasks_per_node} rank(s), partition "
-          f"{spec.partition.name}, site {site.name}; script {script}", flush=True)
-    state = follow(job_id, rank_logs[0], spec.minutes * 60 + 120)
+          f"{spec.partition.name}, site {site.name}; script {job.paths.submission_file}", flush=True)
+    limit_s = spec.minutes * 60 + 120
+    state = follow(job_id, rank_logs[0], prefix="[preflight]",
+                   deadline=lambda state, started: started is not None and time.time() - started > limit_s)
+    if state not in ENDED:
+        subprocess.run(["scancel", job_id], capture_output=True)
+        state = f"not finished within {limit_s:.0f} s (cancelled)"
     if state != "COMPLETED":
-        batch_log = Path(logs["batch"].replace("%j", job_id))
-        fail(f"job {job_id} {state}: {failure_line(rank_logs + [batch_log])} (logs: {spec.job_dir})", 1)
+        fail(f"job {job_id} {state}: {failure_line(rank_logs)} (logs: {spec.job_dir})", 1)
     raw = json.loads((out / f"node-{job_id}.json").read_text())
     result = analyze(raw, exp.intra_node_gbps, exp.inter_node_gbps, a.min_fraction)
     print()

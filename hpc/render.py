@@ -1,7 +1,7 @@
 """JobSpec -> sbatch text, from the jinja2 templates in sbatch_templates/.
 
-The same `#SBATCH` directives, preamble and rank command serve the written file
-(`--emit`, `--dry-run`) and the submitit path, so both run the same job.
+`render_sbatch` is the one script of a job: what ``--dry-run`` prints, what ``--emit``
+writes and what ``hpc.submit`` submits are the same text.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import jinja2
 
 from hpc.network import network_env
+from hpc.requeue import JOB_DIR_VAR, JOB_NAME_VAR, MAX_REQUEUES_VAR, STOP_SIGNAL_VAR
 from hpc.spec import JobSpec
 from hpc.slurm_time import format_minutes
 
@@ -24,6 +25,12 @@ _env = jinja2.Environment(
     lstrip_blocks=True,
     autoescape=False,
 )
+# Logs, named as submitit names them: task R of job J writes J_R_log.out; the batch script
+# appends to task 0's.
+RANK_LOG = "%j_%t_log.out"
+BATCH_LOG = "%j_0_log.out"
+REQUEUE_GRACE_S = 120  # how long the batch script waits for Slurm to end a run it requeued
+
 _env.filters["q"] = lambda v: shlex.quote(str(v))
 
 
@@ -60,17 +67,16 @@ def job_env(spec: JobSpec) -> dict[str, str]:
     env.update(spec.site.environment.variables)
     env.update({
         "OMP_NUM_THREADS": str(spec.cpus_per_task),
-        "HPC_SITE": spec.site.name,
-        "HPC_JOB_DIR": str(spec.job_dir),
-        "HPC_CHECKPOINT_DIR": str(spec.checkpoint_dir),
-        "HPC_STOP_SIGNAL": spec.signal,
-        "HPC_MAX_REQUEUES": str(spec.max_requeues),
+        JOB_NAME_VAR: spec.job_name,
+        JOB_DIR_VAR: str(spec.job_dir),
+        STOP_SIGNAL_VAR: spec.signal,
+        MAX_REQUEUES_VAR: str(spec.max_requeues),
     })
     return env
 
 
 def preamble_lines(spec: JobSpec) -> list[str]:
-    """The environment/network preamble, one shell line each (the submitit path's `setup`)."""
+    """The environment/network preamble, one shell line each."""
     env = spec.site.environment
     text = _env.get_template("preamble.sh.j2").render(
         site=spec.site.name, modules=env.modules, setup=env.setup, env=job_env(spec),
@@ -79,8 +85,8 @@ def preamble_lines(spec: JobSpec) -> list[str]:
 
 
 def srun_args(spec: JobSpec) -> list[str]:
-    """Options of the srun that starts the ranks (besides output, which each path sets)."""
-    args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}"]
+    """Options of the srun that starts the ranks."""
+    args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", f"--output={spec.job_dir / RANK_LOG}"]
     container = spec.site.environment.container
     if container:
         args.append(f"--container-image={container.image}")
@@ -97,17 +103,18 @@ def launch_argv(spec: JobSpec) -> list[str]:
     return argv + ["--", *spec.command]
 
 
-def log_paths(spec: JobSpec) -> dict[str, str]:
-    return {"batch": str(spec.job_dir / "%j.log"), "ranks": str(spec.job_dir / "%j-rank%t.log")}
+def rank_log(job_dir: Path, job_id: str, task: int) -> Path:
+    """Task ``task``'s log; task 0's also holds the batch script's own output."""
+    return job_dir / RANK_LOG.replace("%j", job_id).replace("%t", str(task))
 
 
 def render_sbatch(spec: JobSpec) -> str:
     """The complete sbatch file: `sbatch FILE` submits it unchanged."""
-    logs = log_paths(spec)
     return _env.get_template("job.sbatch.j2").render(
         spec=spec,
-        directives={**directives(spec), "output": logs["batch"]},
+        directives={**directives(spec), "output": str(spec.job_dir / BATCH_LOG)},
         preamble=preamble_lines(spec),
-        srun=["srun", *srun_args(spec), f"--output={logs['ranks']}"],
+        srun=["srun", *srun_args(spec)],
         launch=launch_argv(spec),
+        requeue_grace_s=REQUEUE_GRACE_S,
     )

@@ -17,6 +17,8 @@ from typing import Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from hpc.netcheck import NcclList, NodeCheckError
+from hpc.requeue import DEFAULT_MAX_REQUEUES, DEFAULT_STOP_SIGNAL, STOP_SIGNALS
 from hpc.slurm_time import parse_minutes
 
 PROJECT_SITE_DIR = Path(__file__).resolve().parent.parent / "site_configs"
@@ -28,15 +30,48 @@ class SiteError(ValueError):
     """A profile that cannot be found or does not validate; the message is one line."""
 
 
+def _nccl_list(value: str, var: str) -> None:
+    try:
+        NcclList.parse(value, var)
+    except NodeCheckError as e:
+        raise ValueError(str(e)) from None
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+SHELL_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ONE_LINE_RE = r"^[^\n\r]*$"
+# sbatch options that hpc.submit sets from the command line and the profile's own keys
+PROJECT_SBATCH_OPTIONS = ("job-name", "partition", "nodes", "ntasks-per-node", "gpus-per-node", "cpus-per-task", "time",
+                          "chdir", "open-mode", "signal", "requeue", "no-requeue", "mem", "account", "qos", "output",
+                          "error", "array", "dependency", "ntasks", "gpus", "gres")
+
+
+def _shell_names(names, what: str) -> None:
+    for name in names:
+        if not re.match(SHELL_NAME_RE, name):
+            raise ValueError(f"{name!r} is not a shell variable name ({what} names are letters, digits and _, not starting with a digit)")
+
+
 class Submission(Strict):
-    account: Optional[str] = None
-    qos: Optional[str] = None
+    account: Optional[str] = Field(None, pattern=ONE_LINE_RE)
+    qos: Optional[str] = Field(None, pattern=ONE_LINE_RE)
     slurm_conf: Optional[str] = Field(None, description="SLURM_CONF for this site's client commands")
     extra_sbatch: dict[str, str] = Field(default_factory=dict, description="more #SBATCH options, e.g. constraint")
+
+    @field_validator("extra_sbatch")
+    @classmethod
+    def _options(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
+                raise ValueError(f"{key!r} is not an sbatch long option (lower-case letters, digits and -, without the leading --)")
+            if key in PROJECT_SBATCH_OPTIONS:
+                raise ValueError(f"{key!r} is set by hpc.submit (from its flags and the profile's own keys); it cannot be given here")
+            if not re.match(ONE_LINE_RE, str(value)):
+                raise ValueError(f"the value of {key!r} must be one line")
+        return v
 
 
 class Partition(Strict):
@@ -77,6 +112,36 @@ class Network(Strict):
     expected: Bandwidth = Bandwidth()
     extra_env: dict[str, str] = Field(default_factory=dict, description="more NCCL_*/UCX_* settings")
 
+    @field_validator("extra_env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        _shell_names(v, "extra_env")
+        return v
+
+    @field_validator("nccl_socket_ifname")
+    @classmethod
+    def _nccl_ifname(cls, v: str) -> str:
+        _nccl_list(v, "NCCL_SOCKET_IFNAME")
+        return v
+
+    @field_validator("gloo_socket_ifname")
+    @classmethod
+    def _gloo_ifname(cls, v: str) -> str:
+        if not all(re.fullmatch(r"[A-Za-z0-9_.-]+", n.strip()) for n in v.split(",")):
+            raise ValueError(f"{v!r} is not a comma list of interface names (gloo takes exact names: no ^, = or ports)")
+        return v
+
+    @field_validator("ib_hca", "ib_hca_exclude")
+    @classmethod
+    def _hcas(cls, v: list[str]) -> list[str]:
+        if v:
+            if any(item.startswith("^") for item in v):
+                raise ValueError("an item starting with ^ is not an exclude list here: list the HCAs to avoid under ib_hca_exclude")
+            if any(item.startswith("=") for item in v[1:]):
+                raise ValueError("= (exact names) applies to the whole list: put it on the first item only")
+            _nccl_list(",".join(v), "NCCL_IB_HCA")
+        return v
+
     @model_validator(mode="after")
     def _consistent(self) -> "Network":
         if self.ib_hca and self.ib_hca_exclude:
@@ -103,19 +168,14 @@ class Environment(Strict):
     @field_validator("variables")
     @classmethod
     def _names(cls, v: dict[str, str]) -> dict[str, str]:
-        for name in v:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-                raise ValueError(f"{name!r} is not a shell variable name")
+        _shell_names(v, "environment.variables")
         return v
 
 
-STOP_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")
-
-
 class Preemption(Strict):
-    signal: str = Field("USR2", description="pre-stop signal Slurm sends every rank before the time limit or on preemption")
+    signal: str = Field(DEFAULT_STOP_SIGNAL, description="pre-stop signal Slurm sends every rank before the time limit or on preemption")
     lead_s: int = Field(120, ge=10, description="seconds before the time limit the signal comes (Slurm may send it up to 60 s earlier)")
-    max_requeues: int = Field(5, ge=0, description="requeues after which a stopped job ends instead")
+    max_requeues: int = Field(DEFAULT_MAX_REQUEUES, ge=0, description="requeues after which a stopped job ends instead")
 
     @field_validator("signal")
     @classmethod
@@ -174,6 +234,8 @@ def site_dirs() -> list[Path]:
 def find_site(name: str) -> Path:
     if name.endswith((".yaml", ".yml")) or "/" in name:
         path = Path(name).expanduser()
+        if path.is_dir():
+            raise SiteError(f"site profile {name} is a directory; give a YAML file or a profile name")
         if not path.is_file():
             raise SiteError(f"site profile file {name} does not exist")
         return path
@@ -185,6 +247,16 @@ def find_site(name: str) -> Path:
     raise SiteError(f"site {name!r} not found in {', '.join(map(str, site_dirs()))}; known sites: {', '.join(known) or 'none'}")
 
 
+def read_text(path: Path) -> str:
+    """A profile's text; an unreadable or binary file is one SiteError line."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise SiteError(f"{path}: not a text file (not UTF-8 at byte {e.start})") from None
+    except OSError as e:
+        raise SiteError(f"{path}: cannot read it ({e.strerror})") from None
+
+
 def _loc(loc: tuple) -> str:
     return ".".join(str(p) for p in loc) or "(top level)"
 
@@ -193,7 +265,7 @@ def load_site(name: str) -> SiteProfile:
     """Find and validate a site profile; every problem is one `SiteError` line naming the file and key."""
     path = find_site(name)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(read_text(path))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

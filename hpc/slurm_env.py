@@ -122,9 +122,21 @@ def derive(environ: Mapping[str, str], launcher: str = "srun", gpus_per_node: Op
             f"missing {', '.join(missing)}: run this inside a Slurm job step (sbatch + srun), "
             "not on the login node or in the batch shell alone"
         )
-    job_id, num_tasks, node_rank, num_nodes = (int(v[k]) for k in ("job_id", "num_tasks", "node_rank", "num_nodes"))
-    restart = int(v["restart_count"] or 0)
-    gpus = gpus_per_node if gpus_per_node is not None else (int(v["gpus_on_node"]) if v["gpus_on_node"] else None)
+    def number(prop: str) -> Optional[int]:
+        text = v[prop]
+        if text is None:
+            return None
+        if not re.fullmatch(r"\d+", text):  # int() would read "12_3" as 123
+            raise RankError(f"{next(n for n in SLURM_VARS[prop] if environ.get(n))}={text!r} is not a whole number")
+        return int(text)
+
+    job_id, num_tasks, node_rank, num_nodes = (number(k) for k in ("job_id", "num_tasks", "node_rank", "num_nodes"))
+    restart = number("restart_count") or 0
+    gpus = gpus_per_node if gpus_per_node is not None else number("gpus_on_node")
+    if num_nodes < 1 or num_tasks < 1:
+        raise RankError(f"{num_tasks} tasks on {num_nodes} nodes: both must be at least 1")
+    if node_rank >= num_nodes:
+        raise RankError(f"SLURM_NODEID={node_rank} but the step has {num_nodes} nodes (allowed 0 to {num_nodes - 1})")
     addr, port = first_host(v["nodelist"]), master_port(job_id, restart)
 
     if launcher in PER_NODE:
@@ -151,7 +163,9 @@ def derive(environ: Mapping[str, str], launcher: str = "srun", gpus_per_node: Op
         )
     if local_world * num_nodes != num_tasks:
         raise RankError(f"{num_tasks} tasks do not fill {num_nodes} nodes x {local_world} tasks per node")
-    return RankInfo(
-        job_id, int(v["global_rank"]), num_tasks, int(v["local_rank"]), local_world,
-        node_rank, num_nodes, addr, port, restart,
-    )
+    rank, local_rank = number("global_rank"), number("local_rank")
+    if rank >= num_tasks:
+        raise RankError(f"SLURM_PROCID={rank} but the step has {num_tasks} tasks (allowed 0 to {num_tasks - 1})")
+    if local_rank >= local_world:
+        raise RankError(f"SLURM_LOCALID={local_rank} but the node runs {local_world} tasks (allowed 0 to {local_world - 1})")
+    return RankInfo(job_id, rank, num_tasks, local_rank, local_world, node_rank, num_nodes, addr, port, restart)

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+# Slurm's final states. A job of ours that was PREEMPTED is requeued and comes back, so a
+# follower waits on for one of ENDED.
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+ENDED = FINAL - {"PREEMPTED"}
+CLIENT_TIMEOUT_S = 10  # Slurm's clients retry for a long while when slurmctld is down
 SEP = "\x1f"  # sacct's field delimiter: job names and submit lines may contain "|"
 SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed", "Partition", "NodeList", "WorkDir", "SubmitLine")
 
@@ -42,14 +46,16 @@ class Job:
 
     @property
     def finished(self) -> bool:
-        return self.state.split()[0] in FINAL
+        return self.state.split()[0] in ENDED
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
     except FileNotFoundError:
         raise JobError(f"{argv[0]} is not on PATH: run this on a Slurm login node") from None
+    except subprocess.TimeoutExpired:
+        raise JobError(f"{argv[0]} got no answer within {CLIENT_TIMEOUT_S} s: is Slurm (slurmctld, or slurmdbd for sacct) up?") from None
 
 
 def sacct_rows(*args: str) -> list[dict[str, str]]:
@@ -118,8 +124,13 @@ def get_job(job_id: str) -> Job:
     """The job as Slurm sees it now; JobError when Slurm knows no such job."""
     if not re.fullmatch(r"\d+", job_id):
         raise JobError(f"job id {job_id!r} is not a number")
-    rows = sacct_rows("-j", job_id)
     ctl = scontrol_fields(job_id)
+    try:
+        rows = sacct_rows("-j", job_id)
+    except JobError:
+        if not ctl:
+            raise
+        rows = []  # accounting is off or down: slurmctld's view alone
     if not rows and not ctl:
         raise JobError(f"job {job_id} does not exist (neither squeue/scontrol nor sacct knows it)")
     last = rows[-1] if rows else {}

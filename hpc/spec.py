@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 import re
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,12 +14,16 @@ from typing import Optional, Sequence
 
 from pydantic import ValidationError
 
+from hpc.ownership import OwnershipError, check_owner, claim, run_dir_name
 from hpc.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.slurm_env import LAUNCHERS
 from hpc.slurm_time import format_minutes, parse_minutes
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TRAIN_CONFIG_DIR = PROJECT_ROOT / "train" / "configs"
+
+
+MAX_JOB_NAME = 200
 
 
 class SpecError(ValueError):
@@ -51,6 +57,10 @@ class JobSpec:
         return max(1, self.partition.cpus_per_node // self.tasks_per_node)
 
     @property
+    def runs_trainer(self) -> bool:
+        return self.command[2:4] == ("-m", "train")
+
+    @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
@@ -66,23 +76,38 @@ def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default
 
 def prepare_submission(spec: JobSpec) -> None:
     """Point Slurm's clients at the profile's slurm.conf (unless SLURM_CONF is set), check
-    that sbatch is reachable, and create the job directory."""
+    that sbatch is reachable and that no job of this name is queued or running, and claim the job
+    and checkpoint directories for this job name."""
     conf = spec.site.submission.slurm_conf
     if conf and "SLURM_CONF" not in os.environ:
         os.environ["SLURM_CONF"] = conf
     if shutil.which("sbatch") is None:
         raise SpecError("sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
-    spec.job_dir.mkdir(parents=True, exist_ok=True)
+    from hpc.slurm_query import FINAL, JobError, squeue_rows
+
+    try:
+        live = [r for r in squeue_rows("-u", getpass.getuser())
+                if r["JobName"] == spec.job_name and r["State"] not in FINAL | {"COMPLETING"}]
+    except JobError as e:
+        raise SpecError(str(e)) from None
+    if live:
+        raise SpecError(f"--job-name {spec.job_name!r}: job {live[0]['JobIDRaw']} of that name is {live[0]['State']}; two jobs of one "
+                        "name would share one run: wait for it, cancel it, or pick another name")
+    try:
+        claim(spec.job_dir, spec.job_name, "job directory")
+        if spec.runs_trainer:
+            claim(spec.checkpoint_dir, spec.job_name, "checkpoint directory")
+    except OwnershipError as e:
+        raise SpecError(str(e)) from None
 
 
-def safe_name(name: str) -> str:
-    """A job name made safe to use as a directory name."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "job"
-
-
-def site_path(text: str, workdir: Path) -> Path:
-    """A profile path with ~ and $VARS expanded, made absolute against the submit directory."""
-    path = Path(os.path.expandvars(os.path.expanduser(text)))
+def site_path(text: str, workdir: Path, key: str) -> Path:
+    """A profile path (``key``) with ~ and $VARS expanded, made absolute against the submit directory."""
+    expanded = os.path.expandvars(os.path.expanduser(text))
+    unset = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
+    if unset:
+        raise SpecError(f"{key}: {text!r} uses ${unset.group(1)}, which is not set in this environment")
+    path = Path(expanded)
     return path if path.is_absolute() else workdir / path
 
 
@@ -114,6 +139,33 @@ def rank_command(args: Sequence[str], site: SiteProfile, python: str, job_dir: P
         if not any(a.startswith(f"{key}=") for a in args):
             args.append(f"{key}={value}")
     return (python, "-u", "-m", "train", *args)
+
+
+def check_rank_command(spec: JobSpec) -> None:
+    """What every rank will run, checked here before anything is submitted: the trainer's config,
+    overrides and layout for this job's ranks, or that a ``-m MODULE`` exists for the job's python."""
+    from train.config import ConfigError, load_config, split_cli
+    from train.parallel import ParallelDims, WorldEnv
+
+    cmd = spec.command
+    if spec.runs_trainer:
+        try:
+            config, overrides = split_cli(list(cmd[4:]))
+            cfg = load_config(config, overrides)
+            env = WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node)
+            ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()).grad_accum(cfg.global_batch, cfg.micro_batch)
+            check_owner(cfg.log.dir, spec.job_name, "log.dir")
+            check_owner(cfg.checkpoint_dir, spec.job_name, "checkpoint.dir")
+        except (ConfigError, OwnershipError) as e:
+            raise SpecError(f"trainer: {e}") from None
+    elif cmd[2] == "-m" and Path(spec.python).is_file():
+        probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
+        try:
+            missing = subprocess.run([spec.python, "-c", probe, cmd[3]], cwd=spec.workdir, capture_output=True).returncode != 0
+        except OSError as e:
+            raise SpecError(f"python {spec.python}: cannot run it ({e.strerror})") from None
+        if missing:
+            raise SpecError(f"-m {cmd[3]}: no such module for {spec.python} (run from {spec.workdir})")
 
 
 def build_spec(
@@ -154,12 +206,18 @@ def build_spec(
         except ValueError as e:
             raise SpecError(f"--time: {e}") from None
         if minutes is None:
-            minutes = limit if limit is not None else 60 * 24 * 365
+            if limit is not None:
+                raise SpecError(f"--time {time}: partition {part.name} allows at most {part.max_time} ({format_minutes(limit)})")
+            minutes = 60 * 24 * 365
         if limit is not None and minutes > limit:
             raise SpecError(f"--time {time}: partition {part.name} allows at most {part.max_time} ({format_minutes(limit)})")
     name = job_name if job_name is not None else "train"
-    if not name.strip() or "\n" in name:
-        raise SpecError("--job-name: must be one non-empty line")
+    if not name.strip() or any(ord(c) < 32 or c == "\x7f" for c in name):
+        raise SpecError("--job-name: must be one non-empty line of printable characters")
+    if "\\" in name:
+        raise SpecError("--job-name: a backslash cannot be given to Slurm exactly (#SBATCH lines drop it); leave it out")
+    if len(name) > MAX_JOB_NAME:
+        raise SpecError(f"--job-name: {len(name)} characters; at most {MAX_JOB_NAME}")
     try:
         pre = Preemption(
             signal=signal or site.preemption.signal,
@@ -174,8 +232,8 @@ def build_spec(
         raise SpecError(f"--signal-lead {pre.lead_s}: must be shorter than the time limit ({minutes * 60} s)")
     workdir = (workdir or Path.cwd()).resolve()
     python = python or site.environment.python or sys.executable
-    job_dir = site_path(site.paths.job_dir, workdir) / safe_name(name)
-    checkpoint_dir = site_path(site.paths.checkpoint_root, workdir) / safe_name(name)
+    job_dir = site_path(site.paths.job_dir, workdir, "paths.job_dir") / run_dir_name(name)
+    checkpoint_dir = site_path(site.paths.checkpoint_root, workdir, "paths.checkpoint_root") / run_dir_name(name)
     return JobSpec(
         site=site, partition=part, nodes=nodes, gpus_per_node=gpus, minutes=minutes, job_name=name,
         launcher=launcher, command=rank_command(args, site, python, job_dir, checkpoint_dir),

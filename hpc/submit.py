@@ -13,20 +13,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hpc.launch import LaunchTask
-from hpc.render import directives, preamble_lines, render_sbatch, srun_args
 from hpc.plan import PlanError, plan_trainer_args
+from hpc.render import render_sbatch
 from hpc.site import SiteError, load_site
-from hpc.spec import JobSpec, SpecError, add_allocation_args, build_spec, prepare_submission
 from hpc.slurm_env import LAUNCHERS
-from hpc.slurm_query import FINAL as FINAL_STATES
-
-# A preempted job of ours is requeued and comes back: --wait keeps following it.
-FINAL = FINAL_STATES - {"PREEMPTED"}
+from hpc.spec import JobSpec, SpecError, add_allocation_args, build_spec, check_rank_command
+from hpc.submitter import first_log, follow, submit
 
 
 def parser() -> argparse.ArgumentParser:
@@ -70,6 +65,7 @@ def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
         if note:
             print(note, file=sys.stderr)
             spec = build_spec(site, args=args, **kw)
+        check_rank_command(spec)
         return spec
     except (SiteError, SpecError, PlanError) as e:
         fail(str(e))
@@ -77,65 +73,37 @@ def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
 
 
 def emit(spec: JobSpec, path: Path) -> None:
-    spec.job_dir.mkdir(parents=True, exist_ok=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_sbatch(spec))
-    print(f"wrote {path}\nsubmit it with: sbatch {path}\nlogs will be in {spec.job_dir}/ (<jobid>.log, <jobid>-rank<N>.log)")
-
-
-def executor_for(spec: JobSpec):
-    import submitit
-
-    ex = submitit.SlurmExecutor(folder=str(spec.job_dir), python=spec.python)
-    params = {k.replace("-", "_"): v for k, v in directives(spec).items()}
-    ex.update_parameters(
-        nodes=spec.nodes, ntasks_per_node=spec.tasks_per_node, time=spec.minutes,
-        setup=preamble_lines(spec), srun_args=srun_args(spec), stderr_to_stdout=True,
-        additional_parameters=params,
-    )
-    return ex
-
-
-def submit(spec: JobSpec):
+    text = render_sbatch(spec)
     try:
-        prepare_submission(spec)
+        spec.job_dir.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as e:
+        fail(f"--emit {path}: cannot write it ({e.strerror})")
+    print(f"wrote {path}\nsubmit it with: sbatch {path}\nlogs will be in {spec.job_dir}/ (<jobid>_<task>_log.out)")
+
+
+def submit_and_report(spec: JobSpec):
+    try:
+        job = submit(spec)
     except SpecError as e:
         fail(str(e))
-    job = executor_for(spec).submit(LaunchTask(spec.launcher, spec.command, spec.gpus_per_node if spec.launcher != "srun" else None))
-    rank0 = job.paths.stdout
+    rank0 = first_log(spec, job.job_id)
     print(f"submitted job {job.job_id} ({spec.nodes} node(s) x {spec.gpus_per_node} GPU(s), partition {spec.partition.name}, site {spec.site.name})")
     print(f"script:   {job.paths.submission_file}")
     print(f"rank 0:   {rank0}")
-    print(f"all logs: {spec.job_dir}/{job.job_id}_<rank>_log.out")
-    print(f"follow:   tail -f {rank0}    state: squeue -j {job.job_id}; sacct -j {job.job_id}")
+    print(f"all logs: {spec.job_dir}/{job.job_id}_<task>_log.out")
+    print(f"follow:   python -m hpc.jobs logs {job.job_id} -f    state: python -m hpc.jobs status {job.job_id}")
     return job
 
 
-def wait(job, poll_s: float = 2.0) -> int:
-    """Follow rank 0's log until the job ends; 0 when it completed, 1 otherwise."""
-    shown, state = 0, None
-    while True:
-        job.done(force_check=True)  # refreshes submitit's view of sacct now
-        new_state = job.state
-        done = new_state.split()[0] in FINAL
-        if new_state != state:
-            state = new_state
-            print(f"[wait] job {job.job_id}: {state}", flush=True)
-        log = Path(job.paths.stdout)
-        if log.exists():
-            text = log.read_text(errors="replace")
-            if len(text) > shown:
-                sys.stdout.write(text[shown:])
-                sys.stdout.flush()
-                shown = len(text)
-        if done:
-            break
-        time.sleep(poll_s)
-    final = job.state
-    if final.split()[0] == "COMPLETED":
-        print(f"[wait] job {job.job_id} finished: {final}")
+def wait(spec: JobSpec, job_id: str) -> int:
+    """Follow task 0's log until the job ends; 0 when it completed, 1 otherwise."""
+    state = follow(job_id, first_log(spec, job_id))
+    if state == "COMPLETED":
+        print(f"[wait] job {job_id} finished: {state}")
         return 0
-    print(f"[wait] job {job.job_id} ended {final}; logs: {Path(job.paths.stdout).parent}", file=sys.stderr)
+    print(f"[wait] job {job_id} ended {state}; logs: {spec.job_dir}", file=sys.stderr)
     return 1
 
 
@@ -151,9 +119,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if a.emit:
         emit(spec, Path(a.emit).resolve())
         return
-    job = submit(spec)
+    job = submit_and_report(spec)
     if a.wait:
-        sys.exit(wait(job))
+        sys.exit(wait(spec, job.job_id))
 
 
 if __name__ == "__main__":

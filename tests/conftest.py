@@ -40,13 +40,12 @@ def wait_job(job_id: str, timeout: float = 300) -> str:
     """Block until Slurm reports a final state for the job; returns it."""
     import time
 
-    from hpc.slurm_query import job_state
+    from hpc.slurm_query import ENDED, job_state
 
-    final = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
     deadline = time.time() + timeout
     while time.time() < deadline:
         state = job_state(job_id)
-        if state in final:
+        if state in ENDED:
             return state
         time.sleep(1)
     raise TimeoutError(f"job {job_id} did not finish in {timeout} s")

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import PYTHON, ROOT, wait_job
 from hpc.netcheck import (
+    NcclList,
     DEFAULT_DIST_TIMEOUT_S, HcaPort, Interface, NodeCheckError, check_gloo_ifname, check_ib_hca,
     check_nccl_ifname, check_node, dist_timeout_s, hca_ports, interfaces,
 )
@@ -163,3 +164,16 @@ def test_missing_rank_ends_the_job_within_the_timeout(slurm, tmp_path):
     assert time.time() - start < 90  # the sleeping rank would hold the job for 300 s
     log = (tmp_path / f"{job}-rank0.log").read_text()
     assert "Timed out after" in log and "1/2 clients joined" in log
+
+
+def test_nccl_lists_read_caret_and_equals_once_for_the_whole_list():
+    """As NCCL reads them: `=mlx5_0,mlx5_1` is exact for both names, so it never prefix-matches mlx5_10."""
+    exact = NcclList.parse("=mlx5_0,mlx5_1", "NCCL_IB_HCA")
+    assert exact.listed("mlx5_1") and not exact.listed("mlx5_10") and not exact.listed("mlx5_01")
+    prefix = NcclList.parse("mlx5_1", "NCCL_IB_HCA")
+    assert prefix.listed("mlx5_10")
+    both = NcclList.parse("^=eth0", "NCCL_SOCKET_IFNAME")
+    assert both.selects("eth01") and not both.selects("eth0")
+    for bad in ("mlx5_0,^mlx5_1", "mlx5_0,=mlx5_1", "=^eth0", "eth0;rm", "a,,b", "mlx5_0:x"):
+        with pytest.raises(NodeCheckError, match="is not an NCCL list"):
+            NcclList.parse(bad, "NCCL_IB_HCA")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from hpc.ownership import run_dir_name
 from hpc.render import preamble_lines, render_sbatch
 from hpc.site import PROJECT_SITE_DIR, load_site
 from hpc.spec import PROJECT_ROOT, build_spec
@@ -47,15 +48,19 @@ def test_hostile_job_name_stays_one_quoted_word(monkeypatch):
     text = render("local", monkeypatch, job_name=HOSTILE)
     line = next(l for l in text.splitlines() if l.startswith("#SBATCH --job-name="))
     assert shlex.split(line.removeprefix("#SBATCH --job-name=")) == [HOSTILE]
-    # outside the quoted directive it appears only in a comment and as a sanitised directory name
-    executable = [l for l in text.splitlines() if l and not l.startswith("#")]
+    # outside the quoted directive it appears only in a comment, one quoted export and as a directory name
+    export = next(l for l in text.splitlines() if l.startswith("export HPC_JOB_NAME="))
+    r = subprocess.run(["bash", "-c", f'{export}; printf %s "$HPC_JOB_NAME"'], capture_output=True, text=True)
+    assert r.stdout == HOSTILE
+    executable = [l for l in text.splitlines() if l and not l.startswith("#") and l != export]
     assert not any("touch /tmp" in l or "$(id)" in l for l in executable)
-    assert "/jobs/x_touch_tmp_owned_id_id_q/%j.log" in text
+    assert f"/jobs/{run_dir_name(HOSTILE)}/%j_0_log.out" in text
+    assert run_dir_name(HOSTILE).startswith("x_touch_tmp_owned_id_id_q-")
 
 
 def test_trainer_args_are_quoted_and_default_config_added(monkeypatch):
     text = render("local", monkeypatch, args=["optim.lr=1e-3", "run.name=a b;c"])
-    launch = text.rstrip().splitlines()[-1]
+    launch = next(l for l in text.splitlines() if l.endswith(" || rc=$?")).removesuffix(" || rc=$?")
     assert shlex.split(launch)[-8:] == ["-m", "train", "--config", "{PROJECT}/train/configs/demo.yaml", "optim.lr=1e-3", "run.name=a b;c",
                                         "log.dir=/home/alice/project/jobs/train", "checkpoint.dir=/home/alice/project/checkpoints/train"]
     assert "'run.name=a b;c'" in launch

@@ -1,12 +1,15 @@
-"""Preemption, time limits, requeue and crash safety on the real local cluster.
+"""Preemption, time limits, requeue and crash safety on the real local cluster, on every road.
 
-Every scenario trains the same tiny Qwen3 (dp2 x tp2 on 2 nodes) as an
-uninterrupted torchrun baseline; after the interruptions the per-step loss log,
-the data position at every step and the exported weights must equal the baseline
-bit for bit (CPU arithmetic is deterministic), so no sample was trained twice or
-skipped.
+Every scenario trains the same tiny Qwen3 (dp2 x tp2 on 2 nodes) as an uninterrupted torchrun
+baseline; after the interruptions the per-step loss and grad norm, the data position at every
+step and the exported weights must equal the baseline bit for bit (CPU arithmetic is
+deterministic), so no sample was trained twice or skipped. The roads: ``hpc.submit`` (srun,
+one task per GPU), the ``--emit``ted file under plain ``sbatch``, ``--launcher torchrun`` and
+``--launcher accelerate``. The time-limit notice is Slurm's own: the test shortens the running
+job's time limit (``scontrol update``) so that the ``--signal`` lead falls due at once.
 """
 import json
+import math
 import os
 import re
 import signal
@@ -18,13 +21,16 @@ import pytest
 from safetensors.torch import load_file
 
 from conftest import run_cli, wait_job
+from hpc.slurm_query import scontrol_fields
 from train_helpers import TINY, finish, launch
 
 pytestmark = pytest.mark.slurm
 
-STEPS = 120
+STEPS = 60
 OVERRIDES = ("parallel.tp=2", f"steps={STEPS}", "checkpoint.interval=5", "checkpoint.keep_last=3",
              "log.log_every=20", "export=hf")
+SIGNAL_LEAD_S = 100
+ROADS = ("srun", "emitted", "torchrun", "accelerate")
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +40,21 @@ def baseline(tmp_path_factory) -> Path:
     return run
 
 
-def submit(cwd: Path, name: str, *flags: str, trainer: tuple[str, ...] = ()) -> str:
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", name, "--max-requeues", "20",
-                *flags, "--", "--config", str(TINY), *OVERRIDES, *trainer, cwd=cwd)
+def submit(cwd: Path, name: str, road: str = "srun", *flags: str, trainer: tuple[str, ...] = ()) -> str:
+    """Submit the test job on ``road``; returns the job id."""
+    launcher = road if road in ("torchrun", "accelerate") else "srun"
+    args = ["-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", name, "--max-requeues", "20",
+            "--launcher", launcher, "--signal-lead", str(SIGNAL_LEAD_S), *flags]
+    script = cwd / f"{name}.sbatch"
+    if road == "emitted":
+        args += ["--emit", str(script)]
+    r = run_cli(*args, "--", "--config", str(TINY), *OVERRIDES, *trainer, cwd=cwd)
     assert r.returncode == 0, r.stderr
-    return re.search(r"submitted job (\d+)", r.stdout).group(1)
+    if road != "emitted":
+        return re.search(r"submitted job (\d+)", r.stdout).group(1)
+    sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=cwd)
+    assert sb.returncode == 0, sb.stderr
+    return sb.stdout.strip()
 
 
 def steps_done(run: Path) -> int:
@@ -84,23 +100,35 @@ def assert_completed(job_id: str, run: Path, timeout: float = 600) -> None:
     assert state == "COMPLETED", f"job {job_id} {state}; its log ends:\n" + (log.read_text()[-3000:] if log.exists() else "(none)")
 
 
-def test_time_limit_of_one_minute_finishes_after_requeues(slurm, tmp_path, baseline):
+def shorten_time_limit(job_id: str) -> None:
+    """Set the running job's time limit so that its --signal lead falls due at Slurm's next check, with
+    time left to save (Slurm checks the signal times every 30 s)."""
+    h, m, sec = (int(x) for x in scontrol_fields(job_id)["RunTime"].split("-")[-1].split(":"))
+    minutes = math.ceil((h * 3600 + m * 60 + sec + SIGNAL_LEAD_S - 10) / 60)
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"], check=True)
+
+
+@pytest.mark.parametrize("road", ROADS)
+def test_time_limit_notice_requeues_and_resumes_exactly(slurm, tmp_path, baseline, road):
     t0 = time.time()
-    job = submit(tmp_path, "timelimit", "--time", "1", "--signal-lead", "20")
+    job = submit(tmp_path, "timelimit", road)
     run = tmp_path / "jobs" / "timelimit"
-    assert_completed(job, run, timeout=900)
+    wait_for(lambda: steps_done(run) >= 12, what="12 steps")
+    shorten_time_limit(job)
+    assert_completed(job, run)
     n = restarts(job)
-    print(f"\n[requeue] time limit 1 min: {n} restarts, {time.time() - t0:.0f} s wall")
+    print(f"\n[requeue] {road}: time limit: {n} restart(s), {time.time() - t0:.0f} s wall")
     assert n >= 1
     log = batch_log(run, job)
     assert log.count("got SIGUSR2") >= n and f"restart {n}" in log
     assert len(re.findall(r"resumed from .*step-\d+", log)) == n
+    assert log.count("[job] stopped with a checkpoint saved; requeueing job") == n
     assert_same_as_baseline(run, baseline)
 
 
 def test_preempted_by_high_priority_job_resumes(slurm, tmp_path, baseline):
     t0 = time.time()
-    job = submit(tmp_path, "preempt", "--partition", "low")
+    job = submit(tmp_path, "preempt", "srun", "--partition", "low")
     run = tmp_path / "jobs" / "preempt"
     wait_for(lambda: steps_done(run) >= 12, what="12 steps")
     high = subprocess.run(["sbatch", "--parsable", "-p", "high", "-N", "4", "-o", str(tmp_path / "high-%j.log"),
@@ -114,33 +142,43 @@ def test_preempted_by_high_priority_job_resumes(slurm, tmp_path, baseline):
     assert_same_as_baseline(run, baseline)
 
 
-@pytest.mark.parametrize("async_save", [False, True], ids=["sync-save", "async-save"])
-def test_scontrol_requeue_mid_run(slurm, tmp_path, baseline, async_save):
+@pytest.mark.parametrize("road,async_save", [("srun", False), ("srun", True), ("emitted", False), ("torchrun", False),
+                                             ("accelerate", False)],
+                         ids=["srun-sync-save", "srun-async-save", "emitted", "torchrun", "accelerate"])
+def test_scontrol_requeue_mid_run(slurm, tmp_path, baseline, road, async_save):
     """With async_save the stop also commits the interval save still being written, then saves the stop step."""
     t0 = time.time()
-    job = submit(tmp_path, "requeue", trainer=(f"checkpoint.async_save={str(async_save).lower()}",))
+    job = submit(tmp_path, "requeue", road, trainer=(f"checkpoint.async_save={str(async_save).lower()}",))
     run = tmp_path / "jobs" / "requeue"
     wait_for(lambda: steps_done(run) >= 12, what="12 steps")
     subprocess.run(["scontrol", "requeue", job], check=True)
     assert_completed(job, run)
     n = restarts(job)
-    print(f"\n[requeue] scontrol requeue ({'async' if async_save else 'sync'} save): {n} restarts, {time.time() - t0:.0f} s wall")
+    print(f"\n[requeue] {road}: scontrol requeue ({'async' if async_save else 'sync'} save): {n} restarts, {time.time() - t0:.0f} s wall")
     log = batch_log(run, job)
     assert n >= 1 and "resumed from" in log
     assert ("writing in the background" in log) == async_save
     assert_same_as_baseline(run, baseline)
+    if road == "srun" and not async_save:
+        # the finished run submitted again with fewer steps: done at once, never requeued
+        again = submit(tmp_path, "requeue", road, trainer=(f"steps={STEPS - 20}",))
+        assert_completed(again, run)
+        assert restarts(again) == 0
+        log = batch_log(run, again)
+        assert f"the run is already at step {STEPS} of steps={STEPS - 20}: nothing to train" in log
+        assert "[job] done" in log and "requeueing" not in log
 
 
 def test_sigkill_during_checkpoint_save_resumes_from_previous_complete(slurm, tmp_path, baseline):
     t0 = time.time()
-    job = submit(tmp_path, "crash")
+    job = submit(tmp_path, "crash", "srun")
     run, ckpt = tmp_path / "jobs" / "crash", tmp_path / "checkpoints" / "crash"
     wait_for(lambda: ckpt.is_dir() and any(p.name == "step-00000005" for p in ckpt.iterdir()), what="first checkpoint")
     tmp = wait_for(lambda: [p for p in ckpt.iterdir() if p.name.endswith(".tmp")], poll=0.002, what="a save in progress")[0]
     ranks = subprocess.run(["pgrep", "-f", f"checkpoint.dir={ckpt}"], capture_output=True, text=True).stdout.split()
     for pid in ranks:
         os.kill(int(pid), signal.SIGKILL)
-    assert len(ranks) >= 4  # the four ranks (and their submitit wrappers)
+    assert len(ranks) >= 4  # the four ranks (and their hpc.launch supervisors)
     assert wait_job(job) in ("FAILED", "CANCELLED")
     assert tmp.exists(), "the kill did not land inside the save"
     complete = sorted(p.name for p in ckpt.iterdir() if not p.name.endswith(".tmp"))

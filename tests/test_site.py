@@ -102,3 +102,38 @@ def test_bad_times():
         with pytest.raises(ValueError, match="allowed forms|longer than zero"):
             parse_minutes(bad)
     assert format_minutes(1563) == "1-02:03:00" and format_minutes(90) == "01:30:00"
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda d: d["network"]["extra_env"].update({"X; touch canary #": "1"}), "network.extra_env: 'X; touch canary #' is not a shell variable name"),
+    (lambda d: d["submission"].update(extra_sbatch={"constraint\nrm -rf /": "x"}), "submission.extra_sbatch: 'constraint\\nrm -rf /' is not an sbatch long option"),
+    (lambda d: d["submission"].update(extra_sbatch={"--constraint": "x"}), "is not an sbatch long option"),
+    (lambda d: d["submission"].update(extra_sbatch={"nodes": "8"}), "submission.extra_sbatch: 'nodes' is set by hpc.submit"),
+    (lambda d: d["submission"].update(extra_sbatch={"job-name": "x"}), "'job-name' is set by hpc.submit"),
+    (lambda d: d["submission"].update(extra_sbatch={"constraint": "h200\necho owned"}), "the value of 'constraint' must be one line"),
+    (lambda d: d["submission"].update(account="acct\necho owned"), "submission.account: String should match pattern"),
+    (lambda d: d["network"].update(ib_hca=["mlx5_0", "^mlx5_1"]), "network.ib_hca: an item starting with ^ is not an exclude list here"),
+    (lambda d: d["network"].update(ib_hca=["mlx5_0", "=mlx5_1"]), "= (exact names) applies to the whole list"),
+    (lambda d: d["network"].update(ib_hca=["mlx5 0"]), "network.ib_hca: NCCL_IB_HCA='mlx5 0' is not an NCCL list"),
+    (lambda d: d["network"].update(nccl_socket_ifname="ib0,^eth"), "network.nccl_socket_ifname: NCCL_SOCKET_IFNAME='ib0,^eth' is not an NCCL list"),
+    (lambda d: d["network"].update(gloo_socket_ifname="^ib0"), "network.gloo_socket_ifname: '^ib0' is not a comma list of interface names"),
+])
+def test_keys_that_reach_the_shell_are_validated_at_load(tmp_path, mutate, message):
+    path = write(tmp_path, mutate)
+    with pytest.raises(SiteError) as e:
+        load_site(str(path))
+    assert message in str(e.value) and "\n" not in str(e.value).replace("\\n", "")
+
+
+def test_exact_hca_list_loads(tmp_path):
+    site = load_site(str(write(tmp_path, lambda d: d["network"].update(ib_hca=["=mlx5_0", "mlx5_1"]))))
+    assert site.network.ib_hca == ["=mlx5_0", "mlx5_1"]
+
+
+def test_unreadable_profiles_are_one_line(tmp_path):
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00name: x\n")
+    with pytest.raises(SiteError, match=r"bin.yaml: not a text file \(not UTF-8 at byte 0\)"):
+        load_site(str(binary))
+    with pytest.raises(SiteError, match="is a directory"):
+        load_site(str(tmp_path) + "/")

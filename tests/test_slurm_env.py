@@ -74,13 +74,17 @@ def test_step_variables_win_over_job_variables():
     assert (info.world_size, info.num_nodes, info.master_addr) == (4, 1, "gpu-b7")
 
 
+# every process of torchrun / accelerate runs the rank command through hpc.launch --rank
+RANK_WRAP = ["/venv/bin/python", "-u", "-m", "hpc.launch", "--rank", "--", "/venv/bin/python", "-u", "train.py", "--lr", "1"]
+
+
 def test_torchrun_one_task_per_node():
     env = task_env(1, 0, 1, ntasks=2, tpn="1(x2)", gpus="4")
     info = derive(env, "torchrun")
     assert (info.node_rank, info.num_nodes, info.local_world_size, info.world_size) == (1, 2, 4, 8)
     argv = node_argv("torchrun", ["/venv/bin/python", "-u", "train.py", "--lr", "1"], info)
     assert argv == ["/venv/bin/python", "-u", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=4",
-                    "--node-rank=1", "--master-addr=gpu-a001", f"--master-port={info.master_port}", "train.py", "--lr", "1"]
+                    "--node-rank=1", "--master-addr=gpu-a001", f"--master-port={info.master_port}", "--no-python", *RANK_WRAP]
 
 
 def test_torchrun_refuses_several_tasks_per_node():
@@ -101,7 +105,7 @@ def test_accelerate_one_task_per_node(cuda, prefix):
     argv = node_argv("accelerate", ["/venv/bin/python", "-u", "train.py", "--lr", "1"], info, cuda=cuda)
     assert argv == [*prefix, "/venv/bin/python", "-u", "-m", "accelerate.commands.launch", "--multi_gpu",
                     "--num_machines=2", "--num_processes=8", "--machine_rank=1", "--main_process_ip=gpu-a001",
-                    f"--main_process_port={info.master_port}", "train.py", "--lr", "1"]
+                    f"--main_process_port={info.master_port}", "--no_python", *RANK_WRAP]
 
 
 def test_accelerate_single_rank_is_not_multi_gpu():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -34,12 +35,25 @@ def test_flops_per_token_formula():
     assert math.isclose(expected / 1e9, 6.3, rel_tol=0.05)
 
 
+def _fake_checkpoint(root, step, files=None):
+    d = step_dir(root, step)
+    d.mkdir()
+    files = {"__0_0.distcp": b"x" * 10, ".metadata": b"meta"} if files is None else files
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+    (d / META).write_text(json.dumps({"step": step, "files": {n: len(b) for n, b in files.items()}}))
+    return d
+
+
 def test_latest_complete_checkpoint_ignores_tmp_and_unmarked(tmp_path):
     for step in (5, 10, 15):
-        step_dir(tmp_path, step).mkdir()
-        (step_dir(tmp_path, step) / META).write_text("{}")
+        _fake_checkpoint(tmp_path, step)
     (tmp_path / "step-00000020.tmp").mkdir()  # crashed while saving
     step_dir(tmp_path, 25).mkdir()  # renamed but never marked complete
+    (_fake_checkpoint(tmp_path, 30) / "__0_0.distcp").write_bytes(b"x" * 3)  # a shard shorter than its manifest says
+    (_fake_checkpoint(tmp_path, 35) / ".metadata").unlink()  # a file of its manifest is missing
+    step_dir(tmp_path, 40).mkdir()
+    (step_dir(tmp_path, 40) / META).write_text("{}")  # no manifest
     assert [s for s, _ in complete_checkpoints(tmp_path)] == [5, 10, 15]
     assert complete_checkpoints(tmp_path / "missing") == []
     assert prune(tmp_path, keep_last=2) == [step_dir(tmp_path, 5)]

@@ -2,6 +2,8 @@
 
 The config and the parallel layout are validated from the environment variables before
 any process group is created; a problem exits with status 2 and one line on stderr.
+Exit codes follow `hpc.requeue`: 0 done, 1 failed, 2 bad input, 75 stopped by a notice
+with a checkpoint saved.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from train.preempt import StopFlag
 
 def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()  # before the heavy imports: Slurm may send the pre-stop signal early
-    from hpc.requeue import REQUEUE_EXIT, RequeueRefused, requeue
+    from hpc.ownership import OwnershipError, claim
+    from hpc.requeue import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, JOB_NAME_VAR
     from train.config import ConfigError, load_config
     from train.parallel import ParallelDims, WorldEnv
 
@@ -28,35 +31,38 @@ def main(argv: list[str] | None = None) -> int:
         env = WorldEnv.from_env()
         dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads())
         dims.grad_accum(cfg.global_batch, cfg.micro_batch)
-    except ConfigError as e:
+        job_name = os.environ.get(JOB_NAME_VAR, "")
+        claim(cfg.log.dir, job_name, "log.dir")
+        claim(cfg.checkpoint_dir, job_name, "checkpoint.dir")
+    except (ConfigError, OwnershipError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
 
     import torch.distributed as dist
 
+    from train.checkpoint import CheckpointError
     from train.loop import Trainer
     from train.parallel import init_distributed
 
     device = init_distributed(env)
     try:
-        step = Trainer(cfg, dims, env, device).run(stop_requested=lambda: stop.agreed(device))
+        stop.join(dist.new_group(backend="gloo"))
+        step = Trainer(cfg, dims, env, device).run(stop_requested=stop.agreed)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except CheckpointError as e:
+        if env.rank == 0:
+            print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
     finally:
         stop.ignore_further()
         dist.destroy_process_group()
-    if step == cfg.steps:
-        return 0
-    # stopped early by a signal, with a checkpoint saved: rank 0 asks Slurm to run the job again
-    if env.rank != 0:
-        return REQUEUE_EXIT
-    try:
-        print(f"[preempt] stopped at step {step} after {stop.received}; {requeue(os.environ)}", flush=True)
-        return REQUEUE_EXIT
-    except RequeueRefused as e:
-        print(f"[preempt] stopped at step {step} after {stop.received}, checkpoint saved; {e}", file=sys.stderr, flush=True)
-        return 1
+    if step >= cfg.steps:
+        return EXIT_DONE
+    if env.rank == 0:
+        print(f"[preempt] stopped at step {step} of {cfg.steps} after {stop.received}, checkpoint saved", flush=True)
+    return EXIT_STOPPED
 
 
 if __name__ == "__main__":

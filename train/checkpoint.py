@@ -5,12 +5,17 @@ Layout under the checkpoint root::
     step-00000100/            complete: renamed from .tmp only after every rank finished
       .metadata, __*.distcp   model + optimizer (torch.distributed.checkpoint, sharded)
       rng-rank*.pt            each rank's RNG states
-      meta.json               the COMPLETE marker: step, layout, data stream state
+      meta.json               the COMPLETE marker: step, layout, data stream state, and the
+                              manifest (every file's size); written last
     step-00000200.tmp/        incomplete (crashed while saving): ignored, removed by the next save
+    step-00000150.bad-.../    failed to load: set aside, never loaded again
 
-A save is started (``start_save``: the state is copied to host memory, then written, in the
-background with a stager) and committed (``commit``: every rank waits for its writes, rank 0
-writes meta.json and renames); ``save`` does both at once.
+A checkpoint counts as complete only when meta.json is there and every file its manifest
+lists is there with its size. Files, meta.json and the directories are fsynced before and
+after the rename. A save is started (``start_save``: the state is copied to host memory,
+then written, in the background with a stager) and committed (``commit``: every rank waits
+for its writes, rank 0 writes meta.json and renames); ``save`` does both at once. Whatever
+goes wrong in a save is a `CheckpointError` on every rank, and the previous checkpoints stay.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 from torch.distributed.checkpoint.staging import AsyncStager, BlockingAsyncStager
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -40,6 +46,19 @@ def step_dir(root: Path, step: int) -> Path:
     return Path(root) / f"step-{step:08d}"
 
 
+class CheckpointError(RuntimeError):
+    """A save or load that failed; the message is one line."""
+
+
+def is_complete(path: Path) -> bool:
+    """meta.json is there and every file of its manifest is there with its size."""
+    try:
+        files = json.loads((path / META).read_text())["files"]
+        return all((path / name).stat().st_size == size for name, size in files.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
 def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
     """(step, path) of every complete checkpoint under ``root``, oldest first."""
     root = Path(root)
@@ -48,9 +67,33 @@ def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
     found = []
     for d in root.iterdir():
         m = _NAME.match(d.name)
-        if m and (d / META).is_file():
+        if m and is_complete(d):
             found.append((int(m.group(1)), d))
     return sorted(found)
+
+
+def set_aside(path: Path, reason: str) -> Path:
+    """Rename a checkpoint that failed to load so that it is never loaded again; returns the new path."""
+    target = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.replace(path, target)
+    (target / "WHY.txt").write_text(reason + "\n")
+    return target
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _one_line(e: BaseException) -> str:
+    """The cause in one line: for DCP's CheckpointException, each failing rank's own exception, without tracebacks."""
+    if isinstance(e, CheckpointException):
+        return "; ".join(f"rank {rank}: {_one_line(exc)}" for rank, (exc, _) in sorted(e.failures.items()))
+    text = " ".join(str(e).split())[:400]
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def prune(root: Path, keep_last: int) -> list[Path]:
@@ -102,35 +145,81 @@ def start_save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.O
     rank = dist.get_rank()
     final = step_dir(root, step)
     tmp = final.with_name(final.name + ".tmp")
+    error = None
     if rank == 0:
-        for stale in Path(root).glob("step-*.tmp"):  # left by a save that crashed
-            shutil.rmtree(stale)
-        tmp.mkdir(parents=True)
-    dist.barrier()
+        try:
+            for stale in Path(root).glob("step-*.tmp"):  # left by a save of this run that crashed
+                shutil.rmtree(stale)
+            tmp.mkdir(parents=True)
+        except OSError as e:
+            error = f"cannot create {tmp} ({e.strerror})"
+    _agree(error, f"checkpoint of step {step}", root)
     t0 = time.perf_counter()
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    torch.save(_rng_state(), tmp / f"rng-rank{rank}.pt")
+    error = None
+    try:
+        rng = tmp / f"rng-rank{rank}.pt"
+        torch.save(_rng_state(), rng)
+        _fsync(rng)
+    except (OSError, RuntimeError) as e:
+        error = f"rank {rank}: {_one_line(e)}"
+    _agree(error, f"checkpoint of step {step}", root)
     state = {"model": model_sd, "optim": optim_sd}
-    if stager is None:
-        dcp.save(state, checkpoint_id=tmp)
-        future: Future = Future()
-        future.set_result(None)
-    else:
-        future = dcp.async_save(state, checkpoint_id=tmp, process_group=write_group, async_stager=stager)
+    try:
+        if stager is None:
+            dcp.save(state, checkpoint_id=tmp)  # its writer fsyncs every file it writes
+            future: Future = Future()
+            future.set_result(None)
+        else:
+            future = dcp.async_save(state, checkpoint_id=tmp, process_group=write_group, async_stager=stager)
+    except (Exception, CheckpointException) as e:  # DCP raises the same CheckpointException on every rank
+        raise CheckpointError(f"checkpoint of step {step} in {tmp} failed: {_one_line(e)}{_free_space(root)}; "
+                              "the previous checkpoints are kept") from None
     return PendingSave(future, step, tmp, final, meta, keep_last, stager is not None, time.perf_counter() - t0)
+
+
+def _agree(error: str | None, what: str, root: Path, saving: bool = True) -> None:
+    """Raise CheckpointError on every rank when any rank had ``error`` (collective)."""
+    errors = [None] * dist.get_world_size()
+    dist.all_gather_object(errors, error)
+    first = next((e for e in errors if e), None)
+    if first:
+        kept = "; the previous checkpoints are kept" if saving else ""
+        raise CheckpointError(f"{what} failed: {first}{_free_space(root)}{kept}")
+
+
+def _free_space(root: Path) -> str:
+    """How much room is left where checkpoints go (a full disk often fails deep inside a writer, unnamed)."""
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return ""
+    return f" ({st.f_bavail * st.f_frsize / 2**20:.1f} MiB free in {root})"
 
 
 def commit(pending: PendingSave) -> Path:
     """Wait until every rank wrote its part of ``pending``, then make it the newest complete checkpoint (collective)."""
-    pending.future.result()
-    dist.barrier()
+    error = None
+    try:
+        pending.future.result()
+    except (Exception, CheckpointException) as e:
+        error = _one_line(e)
+    _agree(error, f"checkpoint of step {pending.step} in {pending.tmp}", pending.final.parent)
     if dist.get_rank() == 0:
-        meta = {"step": pending.step, "world_size": dist.get_world_size(), "saved_at": time.time(), **pending.meta}
-        (pending.tmp / META).write_text(json.dumps(meta, indent=2))
-        shutil.rmtree(pending.final, ignore_errors=True)
-        os.replace(pending.tmp, pending.final)
-        prune(pending.final.parent, pending.keep_last)
-    dist.barrier()
+        try:
+            files = {p.name: p.stat().st_size for p in sorted(pending.tmp.iterdir()) if p.is_file()}
+            meta = {"step": pending.step, "world_size": dist.get_world_size(), "saved_at": time.time(), **pending.meta,
+                    "files": files}
+            (pending.tmp / META).write_text(json.dumps(meta, indent=2))
+            _fsync(pending.tmp / META)
+            _fsync(pending.tmp)
+            shutil.rmtree(pending.final, ignore_errors=True)
+            os.replace(pending.tmp, pending.final)
+            _fsync(pending.final.parent)
+            prune(pending.final.parent, pending.keep_last)
+        except OSError as e:
+            error = f"{e.strerror} ({e.filename})"
+    _agree(error, f"commit of checkpoint step {pending.step}", pending.final.parent)
     return pending.final
 
 
@@ -140,13 +229,19 @@ def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimiz
 
 
 def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """Load model and optimizer into the current layout (collective); restores RNG states if the world size matches. Returns meta."""
+    """Load model and optimizer into the current layout (collective); restores RNG states if the world size matches.
+    Returns meta; a checkpoint that fails to load on any rank is a CheckpointError on every rank."""
     path = Path(path)
-    meta = json.loads((path / META).read_text())
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=path)
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    if meta["world_size"] == dist.get_world_size():
-        _set_rng_state(torch.load(path / f"rng-rank{dist.get_rank()}.pt", weights_only=False))
+    error, meta = None, {}
+    try:
+        meta = json.loads((path / META).read_text())
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=path)
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        if meta["world_size"] == dist.get_world_size():
+            _set_rng_state(torch.load(path / f"rng-rank{dist.get_rank()}.pt", weights_only=False))
+    except (Exception, CheckpointException) as e:  # a corrupt file fails in many ways; each is reported, the checkpoint set aside
+        error = f"rank {dist.get_rank()}: {_one_line(e)}"
+    _agree(error, f"loading {path}", path.parent, saving=False)
     return meta

@@ -216,13 +216,33 @@ def _one_line(err: ValidationError, source: str) -> str:
     return f"{source}: {key}={e.get('input')!r}: {msg}"
 
 
+def split_cli(args: list[str]) -> tuple[str | None, list[str]]:
+    """``--config FILE`` (or ``--config=FILE``) and the ``key=value`` overrides of a trainer command line."""
+    config, overrides, rest = None, [], list(args)
+    while rest:
+        a = rest.pop(0)
+        if a == "--config":
+            if not rest:
+                raise ConfigError("--config needs a file")
+            config = rest.pop(0)
+        elif a.startswith("--config="):
+            config = a.split("=", 1)[1]
+        elif "=" in a and not a.startswith("-"):
+            overrides.append(a)
+        else:
+            raise ConfigError(f"trainer argument {a!r} is neither --config FILE nor a key.sub=value override")
+    return config, overrides
+
+
 def load_config(path: str | Path, overrides: list[str] = ()) -> TrainConfig:
     """Read a YAML config, apply overrides, validate; raises ConfigError with a one-line message."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except OSError as e:
         raise ConfigError(f"--config {path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"--config {path}: not a text file (not UTF-8 at byte {e.start})") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"--config {path}: invalid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(raw, dict):

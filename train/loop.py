@@ -1,7 +1,7 @@
 """The training run: set up (data, model, parallelism, optimizer, resume), then the step loop.
 
-``Trainer.run`` checks ``stop_requested`` once per step boundary; when it returns True the
-trainer saves a checkpoint and returns, so a preemption handler only has to set a flag.
+``Trainer.run`` checks ``stop_requested`` after every step; when it returns True the trainer
+saves a checkpoint and returns, so a preemption handler only has to set a flag.
 """
 
 from __future__ import annotations
@@ -139,16 +139,28 @@ class Trainer:
         self.model.train()
 
     def _resume(self) -> None:
-        found = checkpoint.complete_checkpoints(self.cfg.checkpoint_dir)
-        latest = [str(found[-1][1]) if found else None]
-        dist.broadcast_object_list(latest, src=0)
-        if latest[0] is None:
+        """Load the newest complete checkpoint that loads; one that fails is set aside and the next older one tried."""
+        found = [str(path) for _, path in checkpoint.complete_checkpoints(self.cfg.checkpoint_dir)]
+        candidates = [found[::-1]]
+        dist.broadcast_object_list(candidates, src=0)
+        if not candidates[0]:
             _log0(f"[train] no checkpoint in {self.cfg.checkpoint_dir}: starting at step 0")
             return
-        meta = self.load(Path(latest[0]))
-        self.stream.load_state_dict(meta["data"])
-        self.step = meta["step"]
-        _log0(f"[train] resumed from {latest[0]} (step {self.step}, saved under dp={meta['dp']} x tp={meta['tp']})")
+        for path in candidates[0]:
+            try:
+                meta = self.load(Path(path))
+            except checkpoint.CheckpointError as e:
+                if self.rank == 0:
+                    moved = checkpoint.set_aside(Path(path), str(e))
+                    print(f"[train] {e}; set aside as {moved}", flush=True)
+                dist.barrier()
+                continue
+            self.stream.load_state_dict(meta["data"])
+            self.step = meta["step"]
+            _log0(f"[train] resumed from {path} (step {self.step}, saved under dp={meta['dp']} x tp={meta['tp']})")
+            return
+        raise checkpoint.CheckpointError(f"no checkpoint in {self.cfg.checkpoint_dir} loads (each was set aside); "
+                                         "start again to train from step 0")
 
     def load(self, path: Path) -> dict:
         """Load a checkpoint's weights and optimizer state (collective); returns its meta."""
@@ -232,6 +244,8 @@ class Trainer:
         cfg = self.cfg
         interval = cfg.checkpoint.interval
         saved_at = self.step
+        if self.step >= cfg.steps:
+            _log0(f"[train] the run is already at step {self.step} of steps={cfg.steps}: nothing to train")
         self.metrics.restart_clock()
         while self.step < cfg.steps:
             if (self.step + 1) % cfg.log.log_every == 0:  # compute or network? time one step per log line
@@ -247,7 +261,7 @@ class Trainer:
                 self.metrics.restart_clock()
             elif self.pending is not None and self.step % self.sync_every == 0 and self._background_save_written():
                 self.finish_save()
-            if self.step % self.sync_every == 0 and stop_requested():
+            if stop_requested():  # every step: a host-side collective that never waits for the device
                 break
         self.metrics.close()
         self.finish_save()
@@ -255,7 +269,7 @@ class Trainer:
             self.save()
         if self._stager is not None:
             self._stager.close()
-        if cfg.export and self.step == cfg.steps:
+        if cfg.export and self.step >= cfg.steps:
             target = self.run_dir / cfg.export  # a relative export path lives in the run directory
             export_hf(self.master, self.hf_config, self.tokenizer, str(target))
             _log0(f"[train] exported Hugging Face model to {target}")

@@ -54,7 +54,18 @@ class WorldEnv:
                 raise ConfigError(f"environment {name}={value!r}: must be an integer") from None
 
         world = get("WORLD_SIZE", 1)
-        return cls(get("RANK", 0), get("LOCAL_RANK", 0), world, get("LOCAL_WORLD_SIZE", world))
+        env = cls(get("RANK", 0), get("LOCAL_RANK", 0), world, get("LOCAL_WORLD_SIZE", world))
+        for name, value, bound, bound_name in (("WORLD_SIZE", env.world_size, None, ""),
+                                               ("LOCAL_WORLD_SIZE", env.local_world_size, env.world_size, "WORLD_SIZE"),
+                                               ("RANK", env.rank + 1, env.world_size, "WORLD_SIZE"),
+                                               ("LOCAL_RANK", env.local_rank + 1, env.local_world_size, "LOCAL_WORLD_SIZE")):
+            if value < 1 or (bound is not None and value > bound):
+                shown = value - 1 if name.endswith("RANK") else value
+                allowed = f"0 to {bound - 1}" if name.endswith("RANK") else (f"1 to {bound}" if bound else "at least 1")
+                raise ConfigError(f"environment {name}={shown}: allowed {allowed}" + (f" ({bound_name}={bound})" if bound else ""))
+        if env.world_size > 1 and not os.environ.get("MASTER_ADDR"):
+            raise ConfigError(f"environment WORLD_SIZE={env.world_size} but MASTER_ADDR is not set: start the ranks with torchrun or hpc.launch")
+        return env
 
 
 @dataclass(frozen=True)

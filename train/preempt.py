@@ -1,11 +1,12 @@
-"""Stop together at a step boundary when Slurm says the job must end, then requeue.
+"""Stop together at a step boundary when Slurm says the job must end.
 
 Slurm sends the pre-stop signal (``HPC_STOP_SIGNAL``, SIGUSR2 by default) to every
 rank before the time limit or on preemption, and SIGTERM when it ends the job.
-Each rank only records the signal; once per step all ranks take the MAX of their
-flags, so they stop after the same step, save one checkpoint together and exit.
-The flag is installed first thing in ``python -m train``, before the heavy imports,
-because Slurm may send the pre-stop signal up to a minute early.
+Each rank only records the signal; after every step all ranks take the MAX of their
+flags over a gloo group of their own (a host-side collective: it never waits for the
+GPU), so they stop after the same step, save one checkpoint together and exit with
+`hpc.requeue.EXIT_STOPPED`. The flag is installed first thing in ``python -m train``,
+before the heavy imports, because Slurm may send the pre-stop signal up to a minute early.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class StopFlag:
 
     def __init__(self, environ=os.environ):
         self.received: str | None = None
+        self._group = None
         self._signals = stop_signals(environ)
         for sig in self._signals:
             signal.signal(sig, self._on_signal)
@@ -29,17 +31,21 @@ class StopFlag:
             self.received = signal.Signals(signum).name
             print(f"[preempt] rank {os.environ.get('RANK', '?')} got {self.received}: stopping at the next step boundary", flush=True)
 
+    def join(self, group) -> None:
+        """The (gloo) process group that `agreed` reduces over."""
+        self._group = group
+
     def ignore_further(self) -> None:
         """Ignore stop signals from now on: the run has decided (a late notice during
         interpreter shutdown would otherwise kill the process with the default action)."""
         for sig in self._signals:
             signal.signal(sig, signal.SIG_IGN)
 
-    def agreed(self, device) -> bool:
-        """True on every rank when any rank got a stop signal (one tiny all_reduce per step)."""
+    def agreed(self) -> bool:
+        """True on every rank when any rank got a stop signal (one tiny host-side all_reduce)."""
         import torch
         import torch.distributed as dist
 
-        flag = torch.tensor([0 if self.received is None else 1], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        flag = torch.tensor([0 if self.received is None else 1])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)
         return bool(flag.item())

@@ -1,0 +1,74 @@
+"""Which job a run directory belongs to: one owner file per directory, written once, checked on every start.
+
+Job names map to directories one to one (`run_dir_name`), and each job and checkpoint
+directory records the exact name of the job that created it, so no job ever resumes,
+trims or deletes another job's files, whatever the names and paths involved.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+OWNER_FILE = ".owner.json"
+_SLUG_MAX = 64
+
+
+class OwnershipError(RuntimeError):
+    """The directory belongs to another job, or cannot be written; the message is one line."""
+
+
+def run_dir_name(job_name: str) -> str:
+    """The directory name of a job name: the name itself when it is a plain file name
+    (letters, digits, ``.``, ``_``, ``-``; at most 64 characters), otherwise a readable slug
+    plus a hash of the exact name, so two names that differ in any character never share one."""
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", job_name):
+        return job_name
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", job_name).strip("._-")[:_SLUG_MAX] or "job"
+    return f"{slug}-{hashlib.sha256(job_name.encode()).hexdigest()[:10]}"
+
+
+def check_owner(directory: Path, job_name: str, what: str) -> None:
+    """Refuse a directory that another job already claimed (creates nothing)."""
+    owner_file = Path(directory) / OWNER_FILE
+    if owner_file.exists():
+        _compare(directory, _read_owner(owner_file, directory, what), job_name, what)
+
+
+def _read_owner(owner_file: Path, directory: Path, what: str) -> str:
+    try:
+        return json.loads(owner_file.read_text())["job_name"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else f"unreadable {OWNER_FILE}"
+        raise OwnershipError(f"{what} {directory}: cannot use it ({reason})") from None
+
+
+def _compare(directory: Path, owner: str, job_name: str, what: str) -> None:
+    if owner != job_name:
+        raise OwnershipError(f"{what} {directory} belongs to job {owner!r} (its {OWNER_FILE}); this job is {job_name!r}: "
+                             "pick another job name or directory")
+
+
+def claim(directory: Path, job_name: str, what: str) -> None:
+    """Create ``directory`` if needed and make sure it belongs to ``job_name``; the first claim
+    records the name (atomically: concurrent ranks of one job agree, two jobs cannot both win).
+    ``what`` names the setting the directory comes from, for the message."""
+    directory = Path(directory)
+    owner_file = directory / OWNER_FILE
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not owner_file.exists():
+            tmp = directory / f".owner.{os.getpid()}.{time.monotonic_ns()}.tmp"
+            tmp.write_text(json.dumps({"job_name": job_name}) + "\n")
+            try:
+                os.link(tmp, owner_file)  # fails if another process recorded its owner first
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+    except OSError as e:
+        raise OwnershipError(f"{what} {directory}: cannot use it ({e.strerror})") from None
+    _compare(directory, _read_owner(owner_file, directory, what), job_name, what)
