@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 
 from hpc.metrics_report import METRICS_FILE, last_line, plot, read_metrics, summary_table, to_tensorboard
 from hpc.render import rank_log as task_log
-from hpc.slurm_query import Job, JobError, get_job, restarts, sacct_rows, squeue_rows
+from hpc.slurm_query import Job, JobError, check_controller, get_job, restarts, sacct_rows, squeue_rows
 
 POLL_S = 1.0
 NAME_WIDTH = 40
@@ -178,6 +178,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     a = parser().parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `hpc.jobs logs JOB | head` ends quietly
     try:
+        check_controller()
         rc = a.run(a)
     except (JobError, ValueError) as e:
         fail(str(e))

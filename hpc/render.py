@@ -66,7 +66,7 @@ def job_env(spec: JobSpec) -> dict[str, str]:
     env = network_env(spec.site.network)
     env.update(spec.site.environment.variables)
     env.update({
-        "OMP_NUM_THREADS": str(spec.cpus_per_task),
+        "OMP_NUM_THREADS": str(spec.threads_per_rank),
         JOB_NAME_VAR: spec.job_name,
         JOB_DIR_VAR: str(spec.job_dir),
         STOP_SIGNAL_VAR: spec.signal,

@@ -7,12 +7,14 @@ the script that its submit line names.
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 # Slurm's final states. A job of ours that was PREEMPTED is requeued and comes back, so a
 # follower waits on for one of ENDED.
@@ -47,6 +49,32 @@ class Job:
     @property
     def finished(self) -> bool:
         return self.state.split()[0] in ENDED
+
+
+def check_controller(environ: Mapping[str, str] = os.environ, timeout_s: float = 3.0) -> None:
+    """Fail in seconds when slurmctld does not answer: Slurm's own clients retry for 10 to 20 s.
+
+    Reads SlurmctldHost and SlurmctldPort from $SLURM_CONF (else /etc/slurm/slurm.conf); without a
+    readable slurm.conf (a configless client) nothing is checked."""
+    path = Path(environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return
+    hosts = [m.group(2) or m.group(1) for m in re.finditer(r"^\s*(?:SlurmctldHost|ControlMachine)\s*=\s*([^\s(#]+)(?:\(([^)]+)\))?",
+                                                            text, re.M | re.I)]
+    port = re.search(r"^\s*SlurmctldPort\s*=\s*(\d+)", text, re.M | re.I)
+    if not hosts:
+        return
+    port_no = int(port.group(1)) if port else 6817
+    errors = []
+    for host in hosts:
+        try:
+            socket.create_connection((host, port_no), timeout=timeout_s).close()
+            return
+        except OSError as e:
+            errors.append(f"{host}:{port_no} ({e.strerror or e})")
+    raise JobError(f"Slurm's controller does not answer at {', '.join(errors)} (from {path}): is slurmctld up?")
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess:

@@ -57,6 +57,11 @@ class JobSpec:
         return max(1, self.partition.cpus_per_node // self.tasks_per_node)
 
     @property
+    def threads_per_rank(self) -> int:
+        """OMP threads of one rank: a node's CPUs shared by its ranks (under torchrun/accelerate one task runs them all)."""
+        return max(1, self.partition.cpus_per_node // self.gpus_per_node)
+
+    @property
     def runs_trainer(self) -> bool:
         return self.command[2:4] == ("-m", "train")
 
@@ -83,9 +88,10 @@ def prepare_submission(spec: JobSpec) -> None:
         os.environ["SLURM_CONF"] = conf
     if shutil.which("sbatch") is None:
         raise SpecError("sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
-    from hpc.slurm_query import FINAL, JobError, squeue_rows
+    from hpc.slurm_query import FINAL, JobError, check_controller, squeue_rows
 
     try:
+        check_controller()
         live = [r for r in squeue_rows("-u", getpass.getuser())
                 if r["JobName"] == spec.job_name and r["State"] not in FINAL | {"COMPLETING"}]
     except JobError as e:

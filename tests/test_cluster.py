@@ -1,7 +1,9 @@
 """Submission, rank wiring and quoting proven on the real local Slurm cluster."""
+import datetime
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,10 @@ def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
     job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
     assert f"job {job_id} finished: COMPLETED" in r.stdout
     assert "[smoke] rank 0/4 all_reduce 10 (expected 10)" in r.stdout  # rank 0's log followed live
+    returned = time.time()
+    end = subprocess.run(["sacct", "-n", "-X", "-j", job_id, "-o", "End", "--parsable2"], capture_output=True, text=True).stdout.split()
+    ended = datetime.datetime.fromisoformat(end[0]).timestamp() if end and end[0] not in ("Unknown", "None") else returned
+    assert returned - ended < 10, f"--wait returned {returned - ended:.0f} s after the job ended"
     check_smoke_records(out, job_id)
 
     # the dry run is the submission: --dry-run prints, and --emit writes, exactly the script submitit submitted

@@ -139,3 +139,46 @@ def test_errors_are_one_line_exit_2(slurm, tmp_path, args, message):
     r = run_cli(*args, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith(message), r.stderr
     assert not (tmp_path / "jobs").exists()
+
+
+def test_jobs_commands_work_without_accounting_and_fail_fast_without_slurm(slurm, tmp_path):
+    """slurmdbd down: status, logs, list and cancel answer from slurmctld; slurmctld unreachable: one line in seconds."""
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text("import time\nprint('sleeper up', flush=True)\ntime.sleep(120)\n")
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--gpus-per-node", "1", "--job-name", "no-acct",
+                "--", str(sleeper), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    job = re.search(r"submitted job (\d+)", r.stdout).group(1)
+    pid_file = Path(slurm["SLURM_CONF"]).parent.parent / "run" / "slurmdbd.pid"
+    subprocess.run(["kill", pid_file.read_text().strip()], check=True)
+    try:
+        deadline = time.time() + 30
+        while subprocess.run(["sacct", "-n", "-X", "-j", job], capture_output=True).returncode == 0:
+            assert time.time() < deadline, "slurmdbd did not stop"
+            time.sleep(0.5)
+        log = tmp_path / "jobs" / "no-acct" / f"{job}_0_log.out"
+        while "sleeper up" not in (log.read_text() if log.exists() else ""):
+            assert time.time() < deadline + 60, "the job did not start"
+            time.sleep(0.5)
+        status = run_cli("-m", "hpc.jobs", "status", job, cwd=tmp_path)
+        assert status.returncode == 0 and f"job {job} (no-acct): RUNNING" in status.stdout, status.stdout + status.stderr
+        logs = run_cli("-m", "hpc.jobs", "logs", job, cwd=tmp_path)
+        assert logs.returncode == 0 and "sleeper up" in logs.stdout, logs.stderr
+        listed = run_cli("-m", "hpc.jobs", "list", cwd=tmp_path)
+        assert listed.returncode == 0 and re.search(rf"^{job}\s+no-acct\s+RUNNING", listed.stdout, re.M), listed.stdout + listed.stderr
+        assert "sacct" in listed.stderr  # says that accounting did not answer
+        cancel = run_cli("-m", "hpc.jobs", "cancel", job, cwd=tmp_path)
+        assert cancel.returncode == 0, cancel.stderr
+        assert wait_job(job, timeout=60) == "CANCELLED"
+    finally:
+        subprocess.run(["slurmdbd"], check=True)
+        deadline = time.time() + 60
+        while subprocess.run(["sacct", "-n", "-X", "-j", job], capture_output=True).returncode != 0:
+            assert time.time() < deadline, "slurmdbd did not come back"
+            time.sleep(0.5)
+    dead = tmp_path / "dead.conf"
+    dead.write_text(re.sub(r"(?m)^SlurmctldPort=.*$", "SlurmctldPort=6999", Path(slurm["SLURM_CONF"]).read_text()))
+    t0 = time.time()
+    r = run_cli("-m", "hpc.jobs", "list", cwd=tmp_path, env={"SLURM_CONF": str(dead)})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Slurm's controller does not answer at" in r.stderr, r.stderr
+    assert time.time() - t0 < 8

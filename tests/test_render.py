@@ -13,7 +13,7 @@ from hpc.spec import PROJECT_ROOT, build_spec
 
 GOLDEN = Path(__file__).parent / "golden"
 SITES = sorted(p.stem for p in PROJECT_SITE_DIR.glob("*.yaml"))
-HOSTILE = "x; touch /tmp/owned $(id) `id` 'q\" \\"
+HOSTILE = "x; touch /tmp/owned $(id) `id` 'q\" $HOME"  # a backslash is refused: #SBATCH lines drop it
 
 
 def render(site_name: str, monkeypatch, **kw) -> str:
@@ -25,10 +25,11 @@ def render(site_name: str, monkeypatch, **kw) -> str:
     return render_sbatch(spec).replace(str(PROJECT_ROOT), "{PROJECT}")
 
 
-@pytest.mark.parametrize("site", SITES)
-def test_golden(site, monkeypatch):
-    text = render(site, monkeypatch)
-    path = GOLDEN / f"{site}.sbatch"
+@pytest.mark.parametrize("site,launcher", [(site, "srun") for site in SITES] + [("local", "torchrun"), ("local", "accelerate")])
+def test_golden(site, launcher, monkeypatch):
+    """One golden script per profile, and per launcher; hpc.submit submits exactly this text."""
+    text = render(site, monkeypatch, launcher=launcher)
+    path = GOLDEN / (f"{site}.sbatch" if launcher == "srun" else f"{site}-{launcher}.sbatch")
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text)
     assert path.exists(), f"no golden file {path}; create it with UPDATE_GOLDEN=1 pytest {__file__}"
@@ -55,7 +56,7 @@ def test_hostile_job_name_stays_one_quoted_word(monkeypatch):
     executable = [l for l in text.splitlines() if l and not l.startswith("#") and l != export]
     assert not any("touch /tmp" in l or "$(id)" in l for l in executable)
     assert f"/jobs/{run_dir_name(HOSTILE)}/%j_0_log.out" in text
-    assert run_dir_name(HOSTILE).startswith("x_touch_tmp_owned_id_id_q-")
+    assert run_dir_name(HOSTILE).startswith("x_touch_tmp_owned_id_id_q_HOME-")
 
 
 def test_trainer_args_are_quoted_and_default_config_added(monkeypatch):
