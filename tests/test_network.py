@@ -177,3 +177,36 @@ def test_nccl_lists_read_caret_and_equals_once_for_the_whole_list():
     for bad in ("mlx5_0,^mlx5_1", "mlx5_0,=mlx5_1", "=^eth0", "eth0;rm", "a,,b", "mlx5_0:x"):
         with pytest.raises(NodeCheckError, match="is not an NCCL list"):
             NcclList.parse(bad, "NCCL_IB_HCA")
+
+
+@pytest.mark.parametrize("extra,message", [
+    ({"SLURM_JOB_ID": "12_3"}, "SLURM_JOB_ID='12_3' is not a whole number"),
+    ({"SLURM_NTASKS": "two"}, "SLURM_NTASKS='two' is not a whole number"),
+    ({"SLURM_PROCID": "1"}, "SLURM_PROCID=1 but the step has 1 tasks (allowed 0 to 0)"),
+    ({"SLURM_NODEID": "3"}, "SLURM_NODEID=3 but the step has 1 nodes (allowed 0 to 0)"),
+    ({"SLURM_LOCALID": "2"}, "SLURM_LOCALID=2 but the node runs 1 tasks (allowed 0 to 0)"),
+])
+def test_launch_refuses_impossible_wiring_in_one_line(extra, message):
+    r = subprocess.run([PYTHON, "-m", "hpc.launch", "--", PYTHON, "-c", "print('ran')"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60, env=slurm_task_env(**extra))
+    assert r.returncode == 2 and "ran" not in r.stdout
+    assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_launch_of_a_missing_program_is_one_line():
+    r = subprocess.run([PYTHON, "-m", "hpc.launch", "--", "/nonexistent/python", "-c", "1"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60, env=slurm_task_env())
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == ["hpc.launch: error on rank 0 on here: cannot run '/nonexistent/python': No such file or directory"]
+
+
+def test_a_clean_stop_is_exit_0_with_a_stop_record_and_failures_pass_through(tmp_path):
+    record = tmp_path / "stop"
+    for code, rc in ((75, 0), (3, 3), (0, 0)):
+        record.unlink(missing_ok=True)
+        r = subprocess.run([PYTHON, "-m", "hpc.launch", "--", PYTHON, "-c", f"raise SystemExit({code})"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60, env=slurm_task_env(HPC_STOP_RECORD=str(record)))
+        assert r.returncode == rc, r.stderr
+        assert record.exists() == (code == 75)
+        if code == 75:
+            assert "rank 0 on here stopped cleanly (exit 75)" in record.read_text()
