@@ -128,7 +128,8 @@ class Trainer:
         one_rank = self.mesh.size() == 1  # no FSDP: the model computes in compute_dtype, ``self.master`` holds the weights
         twin = one_rank and master_dtype != compute_dtype
         self.model = parallelize(build_meta_model(c).to(compute_dtype if one_rank else master_dtype), self.mesh,
-                                 activation_checkpointing=cfg.activation_checkpointing, compile=cfg.compile, param_dtype=compute_dtype)
+                                 activation_checkpointing=cfg.activation_checkpointing, compile=cfg.compile, param_dtype=compute_dtype,
+                                 fp8_recipe=cfg.fp8.recipe if cfg.fp8.enabled else None)
         self.master = build_meta_model(c).to(master_dtype) if twin else self.model
         load_initial_weights(self.master, cfg.model, c, cfg.seed, device)
         self.master_weights = None
