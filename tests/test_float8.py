@@ -1,9 +1,12 @@
-"""FP8 training (train/float8.py) on CPU: the one-line errors, which modules become float8, and an emulated float8 step
-(float8 rounding, high-precision products) against the same model in full precision."""
+"""FP8 training (train/float8.py) on CPU: the one-line errors, which modules become float8, an emulated float8 step
+(float8 rounding, high-precision products) against the same model in full precision, and emulated float8 under
+dp2 x tp2 (TP, FSDP2 with float8 all-gather) against one process."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -84,3 +87,22 @@ def test_emulated_float8_step_tracks_full_precision():
     assert abs(losses[0] - losses[1]) < 0.01 * losses[0]
     assert losses[0] != losses[1]
     assert torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0) > 0.99
+
+
+def test_emulated_float8_under_dp2_tp2_tracks_one_process(tmp_path):
+    """float8 -> TP -> FSDP2 (float8 all-gather over dp) on gloo: the first step's loss is one process's within float8
+    rounding (each dp rank scales its own activations), and both runs train."""
+    pytest.importorskip("torchao.float8")
+    script = ROOT / "tests" / "scripts" / "float8_layouts.py"
+    procs = {}
+    for name, nproc, tp in (("one", 1, 1), ("dp2tp2", 4, 2)):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(script), "--tp", str(tp),
+               "--out", str(tmp_path / f"{name}.json")]
+        procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=clean_env(PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for name, proc in procs.items():
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out[-3000:]
+    one, sharded = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "dp2tp2"))
+    assert (sharded["dp"], sharded["tp"], sharded["float8_modules"], one["float8_modules"]) == (2, 2, 14, 14)
+    assert abs(one["losses"][0] - sharded["losses"][0]) < 0.01
+    assert one["losses"][1] < one["losses"][0] and sharded["losses"][1] < sharded["losses"][0]
