@@ -90,8 +90,8 @@ def test_emulated_float8_step_tracks_full_precision():
 
 
 def test_emulated_float8_under_dp2_tp2_tracks_one_process(tmp_path):
-    """float8 -> TP -> FSDP2 (float8 all-gather over dp) on gloo: the first step's loss is one process's within float8
-    rounding (each dp rank scales its own activations), and both runs train."""
+    """float8 -> TP -> FSDP2 (float8 all-gather over dp, weight scales precomputed after each step) on gloo: the first
+    step's loss is one process's within float8 rounding (each dp rank scales its own activations), and both runs train."""
     pytest.importorskip("torchao.float8")
     script = ROOT / "tests" / "scripts" / "float8_layouts.py"
     procs = {}

@@ -3,11 +3,11 @@
 The seven projections of every decoder layer (q, k, v, o, gate, up, down) become torchao
 ``Float8Linear``: each forward and backward matrix product casts its operands to float8
 with dynamic scales and accumulates in higher precision; the weights, their gradients and
-the optimizer state keep their dtypes. The embeddings, norms and lm_head are left as they
-are (the loss's 151,936-wide head is the most sensitive to rounding). Recipes:
-``tensorwise`` (one scale per tensor; under FSDP over dp > 1 the parameters are
-all-gathered in float8, half the bytes of bf16) and ``rowwise`` (one scale per row: finer,
-but slower on H100/H200 with torchao 0.17). The conversion comes first in
+the optimizer state keep their dtypes. The embeddings, norms and lm_head stay in the
+compute dtype. Recipes: ``tensorwise`` (one scale per tensor; under FSDP over dp > 1 the
+parameters are all-gathered in float8, half the bytes of bf16, their scales computed after
+each optimizer step in one all-reduce by ``precompute_weight_scales``) and ``rowwise`` (one
+scale per row: finer, but slower on H100/H200 with torchao 0.17). The conversion comes first in
 ``train.parallel.parallelize``'s order, so tensor parallelism shards the float8 modules
 (plain column/row-wise plans: the TP inputs are replicated, there is no sequence-parallel
 all-gather to do in float8) and each compiled block holds its float8 casts.
@@ -59,3 +59,11 @@ def convert_decoder_linears(layers: nn.Module, recipe: str, *, float8_all_gather
 
     convert_to_float8_training(layers, config=config, module_filter_fn=eligible)
     return converted
+
+
+def precompute_weight_scales(model: nn.Module) -> None:
+    """After an optimizer step under FSDP with float8 all-gather: every float8 weight's scale from one all-reduce, instead
+    of one all-reduce per weight at its all-gather. A no-op for a model without such weights."""
+    from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+    precompute_float8_dynamic_scale_for_fsdp(model)

@@ -5,7 +5,7 @@
 Builds the tiny Qwen3 on the meta device, converts the decoder linears to float8 (tensorwise,
 emulated; float8 all-gather where dp > 1), then tensor parallel and FSDP2 exactly as
 ``train.parallel.parallelize`` orders them, loads the seeded initial weights and takes two
-AdamW steps on a fixed batch. Rank 0 writes the losses and the float8 module count to FILE.
+AdamW steps on a fixed batch, the weights' float8 scales precomputed after each as the trainer does. Rank 0 writes the losses and the float8 module count to FILE.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch.distributed as dist
 from transformers import Qwen3Config
 
 from train.config import ModelConfig, ParallelConfig
-from train.float8 import convert_decoder_linears
+from train.float8 import convert_decoder_linears, precompute_weight_scales
 from train.model import build_meta_model, load_initial_weights
 from train.parallel import ParallelDims, WorldEnv, build_mesh, parallelize
 
@@ -50,6 +50,7 @@ def main() -> None:
         loss.backward()
         opt.step()
         opt.zero_grad()
+        precompute_weight_scales(model)
         total = loss.detach().clone()
         dist.all_reduce(total)
         losses.append(total.item() / dims.dp / dims.tp)
