@@ -1,12 +1,16 @@
-"""The project's trainer against a plain Hugging Face baseline on one GPU: same shape, sequence length and batch.
+"""The project's trainer against its peers on one GPU: same shape, sequence length and batch.
 
-    python bench/train_bench.py [--shapes 1.7B 4B 0.6B 8B] [--variants ours baseline] [--parity-shape 1.7B]
+    python bench/train_bench.py [--shapes 1.7B 4B 0.6B 8B] [--variants ours liger baseline] [--parity-shape 1.7B]
                                 [--parity-steps 50] [--checkpoint-shape 1.7B] [--timed-steps 10] [--lr-warmup 0]
                                 [--batch SHAPE=N ...] [--out FILE]
 
 Variants (each (shape, variant) runs in its own process):
   ours      train.loop.Trainer on one rank (dp=1 x tp=1, no FSDP): fp32 master weights (8B: bf16), bf16 compute
             (bf16 model, fp32 twin: train/precision.py), per-block torch.compile, fused linear cross-entropy, fused AdamW
+  ours-fp8, ours-fp8-rowwise  the same with fp8.enabled (torchao float8 decoder linears, tensorwise or rowwise recipe)
+  liger     transformers' Qwen3ForCausalLM with Liger kernels (apply_liger_kernel_to_qwen3: RoPE, RMSNorm, SwiGLU,
+            fused linear cross-entropy), eager, bf16 parameters and AdamW state, fused AdamW (needs liger-kernel)
+  liger-fp8 the liger model with torchao float8 (tensorwise) on the decoder layers' linears and each layer compiled
   baseline  transformers' Qwen3ForCausalLM in bf16 (parameters and AdamW state), SDPA attention,
             fused AdamW, the whole model plus the cross-entropy under one torch.compile
             (8B: eager with transformers' gradient checkpointing, as it does not fit otherwise)
@@ -15,11 +19,13 @@ Variants (each (shape, variant) runs in its own process):
             arithmetic in another order, so its distance from the baseline is how far rounding alone moves
             the baseline's losses (for loss parity only)
 
-Both run the trainer's data stream, learning-rate schedule and gradient clipping from the same
-seed; in the parity shape the baseline also starts from the trainer's initial weights, and all
+All run the trainer's data stream, learning-rate schedule and gradient clipping from the same
+seed; in the parity shape the peers also start from the trainer's initial weights, and all
 steps' losses are kept. MFU = tokens/s x FLOPs per token / 989e12 (dense bf16 peak of an H100/H200),
-FLOPs per token = 6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq.
-Timing excludes the warm-up steps (compilation) and is taken between device synchronizations.
+FLOPs per token = 6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq;
+for float8 variants the same formula (bf16-equivalent MFU). Timing excludes the warm-up steps
+(compilation) and is taken between device synchronizations. The table compares each variant with
+the fastest bf16 peer and the fastest float8 peer of the same shape in the run.
 """
 
 from __future__ import annotations
@@ -64,23 +70,36 @@ CASES = {"0.6B": Case(4), "1.7B": Case(12), "4B": Case(3, accum=3),
 WARMUP = 4
 # The parity check's bar: per-step |loss difference| over the first steps, bf16 rounding noise.
 PARITY_ABS_TOL = 0.05
+# float8 against bf16 (ours-fp8 vs ours): the mean |loss difference| over the second half of the steps and the
+# final step's |loss difference| must both stay under this (about 1% of a loss of 4 to 6).
+FP8_ABS_TOL = 0.05
+# Variants that are peers (not the project's trainer) and run for timing; by precision.
+PEERS = {"baseline": "bf16", "liger": "bf16", "liger-fp8": "fp8"}
 
 
-def _config(shape: str, batch: int, accum: int, steps: int, run_dir: Path, ac: bool, master_dtype: str, sdpa: str, lr_warmup: int):
+def _precision(variant: str) -> str:
+    return "fp8" if "fp8" in variant else "bf16"
+
+
+def _config(shape: str, batch: int, accum: int, steps: int, run_dir: Path, ac: bool, master_dtype: str, sdpa: str, lr_warmup: int,
+            fp8_recipe: str | None):
     from train.config import TrainConfig
 
     return TrainConfig(model={"shape": shape}, seq_len=SEQ, micro_batch=batch, global_batch=batch * accum, steps=steps, compile=True,
                        activation_checkpointing=ac, master_dtype=master_dtype, sdpa_backend=sdpa, log={"dir": str(run_dir)},
+                       fp8={"enabled": fp8_recipe is not None, "recipe": fp8_recipe or "tensorwise"},
                        schedule={"warmup_steps": min(lr_warmup, steps)}, checkpoint={"dir": str(run_dir / "checkpoints"), "keep_last": 1, "async_save": True})
 
 
-def _timed(step, warmup: int, timed: int) -> tuple[list, float, list[float]]:
-    """Run warmup + timed steps of ``step()``; returns every step's loss (device tensors), the timed steps' seconds
-    and each timed step's seconds (CUDA events between steps: nothing waits for the device in between)."""
+def _timed(step, warmup: int, timed: int) -> tuple[list, float, list[float], float]:
+    """Run warmup + timed steps of ``step()``; returns every step's loss (device tensors), the timed steps' seconds,
+    each timed step's seconds (CUDA events between steps: nothing waits for the device in between) and the warm-up's seconds."""
     import torch
 
+    t_warm = time.perf_counter()
     losses = [step() for _ in range(warmup)]
     torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - t_warm
     events = [torch.cuda.Event(enable_timing=True) for _ in range(timed + 1)]
     t0 = time.perf_counter()
     events[0].record()
@@ -88,7 +107,7 @@ def _timed(step, warmup: int, timed: int) -> tuple[list, float, list[float]]:
         losses.append(step())
         e.record()
     torch.cuda.synchronize()
-    return losses, time.perf_counter() - t0, [a.elapsed_time(b) / 1e3 for a, b in zip(events, events[1:])]
+    return losses, time.perf_counter() - t0, [a.elapsed_time(b) / 1e3 for a, b in zip(events, events[1:])], warmup_s
 
 
 def _ours(cfg, warmup: int, timed: int, save_checkpoint: bool) -> dict:
@@ -99,8 +118,8 @@ def _ours(cfg, warmup: int, timed: int, save_checkpoint: bool) -> dict:
     device = init_distributed(env)
     dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads())
     trainer = Trainer(cfg, dims, env, device)
-    losses, seconds, step_s = _timed(lambda: trainer.train_step()["loss"], warmup, timed)
-    out = {"losses": [float(x) for x in losses], "seconds": seconds, "step_seconds": step_s, "flops_per_token": trainer.flops_per_token}
+    losses, seconds, step_s, warmup_s = _timed(lambda: trainer.train_step()["loss"], warmup, timed)
+    out = {"losses": [float(x) for x in losses], "seconds": seconds, "step_seconds": step_s, "warmup_s": warmup_s, "flops_per_token": trainer.flops_per_token}
     if save_checkpoint:
         out["checkpoint"] = _checkpoint_times(trainer, seconds / timed)
     return out
@@ -144,6 +163,11 @@ def _hf(cfg, variant: str, warmup: int, timed: int, same_init: bool, compiled: b
     from train.metrics import flops_per_token
     from train.model import _full_initial_state, count_params, hf_config
 
+    liger = variant.startswith("liger")
+    if liger:  # patches transformers' Qwen3 classes before the model is built
+        from liger_kernel.transformers import apply_liger_kernel_to_qwen3
+
+        apply_liger_kernel_to_qwen3(rope=True, rms_norm=True, swiglu=True, fused_linear_cross_entropy=True, cross_entropy=False)
     device = torch.device("cuda")
     tokenizer = load_tokenizer(None)
     config = hf_config(cfg.model, tokenizer)
@@ -158,11 +182,19 @@ def _hf(cfg, variant: str, warmup: int, timed: int, same_init: bool, compiled: b
         model.to(torch.bfloat16)
     if cfg.activation_checkpointing:
         model.gradient_checkpointing_enable()
+    if variant == "liger-fp8":
+        from train.float8 import convert_decoder_linears
+
+        convert_decoder_linears(model.model.layers, "tensorwise", float8_all_gather=False)
+        for layer in model.model.layers:
+            layer.compile()
     model.train()
     o = cfg.optim
     opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, fused=True)
 
     def loss_fn(x, y):
+        if liger:  # y is already shifted: Liger's fused linear cross-entropy takes it as shift_labels
+            return model(input_ids=x, shift_labels=y).loss
         with torch.autocast("cuda", torch.bfloat16, enabled=autocast):
             logits = model(input_ids=x).logits
         return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
@@ -185,9 +217,9 @@ def _hf(cfg, variant: str, warmup: int, timed: int, same_init: bool, compiled: b
         opt.zero_grad(set_to_none=True)
         return total
 
-    losses, seconds, step_s = _timed(step, warmup, timed)
+    losses, seconds, step_s, warmup_s = _timed(step, warmup, timed)
     fpt = flops_per_token(count_params(config), config.num_hidden_layers, config.num_attention_heads, config.head_dim, cfg.seq_len)
-    return {"losses": [float(x) for x in losses], "seconds": seconds, "step_seconds": step_s, "flops_per_token": fpt}
+    return {"losses": [float(x) for x in losses], "seconds": seconds, "step_seconds": step_s, "warmup_s": warmup_s, "flops_per_token": fpt}
 
 
 def _batches(items: list[str]) -> dict[str, int]:
@@ -215,11 +247,12 @@ def worker(args) -> None:
     parity = shape == args.parity_shape
     steps = args.parity_steps if parity else WARMUP + args.timed_steps
     warmup = WARMUP if not parity else min(10, steps // 2)
-    ac = case.baseline_ac and not ours
+    ac = case.baseline_ac and variant.startswith("baseline")
     compiled = ours or (case.baseline_compiled and variant.startswith("baseline"))
     sdpa = "cudnn" if variant == "ours-cudnn" else "auto"
+    fp8_recipe = ("rowwise" if variant.endswith("rowwise") else "tensorwise") if ours and _precision(variant) == "fp8" else None
     cfg = _config(shape, case.batch, case.accum, steps, Path(args.run_dir) / f"{shape}-{variant}", ac, case.master_dtype if ours else "fp32", sdpa,
-                  args.lr_warmup)
+                  args.lr_warmup, fp8_recipe)
     torch.manual_seed(cfg.seed)
     if ours:
         out = _ours(cfg, warmup, steps - warmup, save_checkpoint=shape == args.checkpoint_shape and variant == "ours")
@@ -228,9 +261,11 @@ def worker(args) -> None:
     tokens = (steps - warmup) * case.batch * case.accum * SEQ
     tps = tokens / out.pop("seconds")
     batch = f"{case.batch} x {SEQ}" if case.accum == 1 else f"{case.accum} x {case.batch} x {SEQ}"
-    out.update(shape=shape, variant=variant, batch=batch, activation_checkpointing=ac,
+    step_s = sorted(out["step_seconds"])
+    out.update(shape=shape, variant=variant, batch=batch, precision=_precision(variant), activation_checkpointing=ac,
+               step_s_min=step_s[0], step_s_median=step_s[len(step_s) // 2], step_s_max=step_s[-1],
                master_dtype=cfg.master_dtype if ours else "fp32" if variant == "reference" else "bf16",
-               compiled=compiled, warmup_steps=warmup, timed_steps=steps - warmup,
+               compiled="per layer" if variant == "liger-fp8" else compiled, warmup_steps=warmup, timed_steps=steps - warmup,
                tokens_per_s=tps, mfu=tps * out["flops_per_token"] / PEAK, peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30)
     Path(args.result).write_text(json.dumps(out))
 
@@ -251,10 +286,9 @@ def _run_case(shape: str, variant: str, args, run_dir: Path) -> dict:
     record = json.loads(result.read_text()) if ok else {"shape": shape, "variant": variant, "error": error}
     record["wall_s"] = time.perf_counter() - t0
     if ok:
-        steps = sorted(record["step_seconds"])
-        spread = f"steps {steps[0]:.3f}/{steps[len(steps) // 2]:.3f}/{steps[-1]:.3f} s (min/median/max)"
+        spread = f"steps {record['step_s_min']:.3f}/{record['step_s_median']:.3f}/{record['step_s_max']:.3f} s (min/median/max)"
     print(f"[bench] {shape} {variant}: " + (f"{record['tokens_per_s']:,.0f} tok/s, MFU {100 * record['mfu']:.1f}%, "
-                                           f"{record['peak_mem_gib']:.1f} GiB, {spread}" if ok else f"FAILED\n{error}") + f" ({record['wall_s']:.0f} s)", flush=True)
+                                           f"{record['peak_mem_gib']:.1f} GiB, {spread}, warm-up {record['warmup_s']:.0f} s" if ok else f"FAILED\n{error}") + f" ({record['wall_s']:.0f} s)", flush=True)
     if "checkpoint" in record:
         c = record["checkpoint"]
         print(f"[bench] {shape} checkpoint {c['bytes'] / 1e9:.1f} GB: save {c['save_s']:.1f} s, load {c['load_s']:.1f} s; in the background: "
@@ -272,8 +306,9 @@ def _diff_stats(a: list[float], b: list[float]) -> dict:
 
 
 def parity(results: list[dict], shape: str) -> dict | None:
-    """Per-step |loss difference| on the parity shape: ours against baseline and reference, and the baseline's own
-    rounding noise (baseline-split against baseline). The tolerance is that noise's maximum, or PARITY_ABS_TOL if larger."""
+    """Per-step |loss difference| on the parity shape: ours against each other variant (baseline, reference, peers,
+    float8), and the baseline's own rounding noise (baseline-split against baseline). The bf16 tolerance is that
+    noise's maximum, or PARITY_ABS_TOL if larger; float8 against bf16 (ours-fp8 vs ours) is held to FP8_ABS_TOL."""
     by = {r["variant"]: r["losses"] for r in results if r["shape"] == shape and "losses" in r}
     if "ours" not in by:
         return None
@@ -285,20 +320,42 @@ def parity(results: list[dict], shape: str) -> dict | None:
         if other in by:
             out[other] = _diff_stats(by["ours"], by[other])
             out[other]["within_tol"] = out[other]["max_abs_diff"] <= out["abs_tol"]
+    for other in by.keys() - {"ours", "baseline", "reference", "baseline-split"}:
+        out[other] = _diff_stats(by["ours"], by[other])
+    if "ours-fp8" in by:
+        diffs = [abs(a - b) for a, b in zip(by["ours-fp8"], by["ours"])]
+        late = diffs[len(diffs) // 2:]
+        fp8 = out["ours-fp8"]
+        fp8.update(fp8_abs_tol=FP8_ABS_TOL, mean_abs_diff_second_half=sum(late) / len(late), final_abs_diff=diffs[-1],
+                   final_loss={"ours": by["ours"][-1], "ours-fp8": by["ours-fp8"][-1]})
+        fp8["within_tol"] = fp8["mean_abs_diff_second_half"] <= FP8_ABS_TOL and fp8["final_abs_diff"] <= FP8_ABS_TOL
     return out
 
 
+def strongest_peers(results: list[dict]) -> dict[tuple[str, str], dict]:
+    """The fastest peer run per (shape, precision)."""
+    best: dict[tuple[str, str], dict] = {}
+    for r in results:
+        if r["variant"] in PEERS and "tokens_per_s" in r:
+            key = (r["shape"], PEERS[r["variant"]])
+            if key not in best or r["tokens_per_s"] > best[key]["tokens_per_s"]:
+                best[key] = r
+    return best
+
+
 def table(results: list[dict]) -> str:
-    """Markdown: one row per (shape, variant), ours' ratio to the baseline of the same shape."""
-    base = {r["shape"]: r for r in results if r["variant"] == "baseline" and "mfu" in r}
-    rows = ["| model | batch | variant | tokens/s | MFU | peak GiB | vs baseline |", "|---|---|---|---|---|---|---|"]
+    """Markdown: one row per (shape, variant), its ratio to the fastest bf16 and the fastest float8 peer of the same shape."""
+    best = strongest_peers(results)
+    rows = ["| model | batch | variant | tokens/s | MFU | peak GiB | step s min/median/max | vs best bf16 peer | vs best fp8 peer |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "mfu" not in r:
-            rows.append(f"| Qwen3-{r['shape']} | | {r['variant']} | failed | | | |")
+            rows.append(f"| Qwen3-{r['shape']} | | {r['variant']} | failed | | | | | |")
             continue
-        ratio = f"{r['tokens_per_s'] / base[r['shape']]['tokens_per_s']:.2f}x" if r["shape"] in base else ""
+        ratios = [f"{r['tokens_per_s'] / best[(r['shape'], p)]['tokens_per_s']:.3f}x ({best[(r['shape'], p)]['variant']})"
+                  if (r["shape"], p) in best else "" for p in ("bf16", "fp8")]
         rows.append(f"| Qwen3-{r['shape']} | {r['batch']} | {r['variant']} | {r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% "
-                    f"| {r['peak_mem_gib']:.1f} | {ratio} |")
+                    f"| {r['peak_mem_gib']:.1f} | {r['step_s_min']:.3f}/{r['step_s_median']:.3f}/{r['step_s_max']:.3f} | {ratios[0]} | {ratios[1]} |")
     return "\n".join(rows)
 
 
@@ -330,10 +387,11 @@ def plot(results: list[dict], shape: str, path: Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", nargs="+", default=["1.7B", "4B", "0.6B", "8B"], choices=list(CASES))
-    p.add_argument("--variants", nargs="+", default=["ours", "baseline"], choices=["ours", "ours-cudnn", "baseline", "reference", "baseline-split"])
-    p.add_argument("--parity-shape", default="1.7B")
+    p.add_argument("--variants", nargs="+", default=["ours", "liger", "baseline"],
+                   choices=["ours", "ours-cudnn", "ours-fp8", "ours-fp8-rowwise", "liger", "liger-fp8", "baseline", "reference", "baseline-split"])
+    p.add_argument("--parity-shape", default="1.7B", help="shape whose runs keep every step's loss for the loss comparison ('none': no comparison)")
     p.add_argument("--parity-steps", type=int, default=50)
-    p.add_argument("--checkpoint-shape", default="1.7B", help="also time the trainer's checkpoint save and load for this shape")
+    p.add_argument("--checkpoint-shape", default="1.7B", help="also time the trainer's checkpoint save and load for this shape ('none': no timing)")
     p.add_argument("--timed-steps", type=int, default=10, help="steps timed after the warm-up ones (a longer window evens out run-to-run spread)")
     p.add_argument("--batch", nargs="*", default=[], metavar="SHAPE=N", help="another batch (samples of 4096 tokens) for a shape, e.g. 1.7B=8")
     p.add_argument("--lr-warmup", type=int, default=0, help="learning-rate warm-up steps of every run (changes no step's cost)")

@@ -113,6 +113,14 @@ class CheckpointConfig(_Strict):
     async_save: bool = False
 
 
+class Fp8Config(_Strict):
+    """Float8 training of the decoder's linear layers (train/float8.py; GPU of compute capability >= 8.9, torchao):
+    recipe tensorwise (one scale per tensor, float8 all-gather under FSDP) or rowwise (one scale per row)."""
+
+    enabled: bool = False
+    recipe: Literal["tensorwise", "rowwise"] = "tensorwise"
+
+
 class LogConfig(_Strict):
     dir: str = "runs/default"
     log_every: int = Field(10, ge=1)
@@ -123,7 +131,7 @@ class TrainConfig(_Strict):
     optimizer step (gradient accumulation = global_batch / (micro_batch x dp)); dtype auto means
     bf16 compute on GPU and fp32 on CPU; master_dtype is that of the parameters, their gradients and the
     AdamW state (fp32; bf16 halves their memory, as a plain bf16 loop does, at the cost of small
-    updates rounding away); activation_checkpointing
+    updates rounding away); fp8 puts the decoder's linear layers in float8; activation_checkpointing
     is true, false or the fraction of layers checkpointed; sdpa_backend puts that attention kernel first on
     GPU (auto: PyTorch's choice); steps is the
     last step, over which the schedule runs; export is a directory for the final HF model (relative: inside log.dir) or null."""
@@ -142,6 +150,7 @@ class TrainConfig(_Strict):
     grad_clip: float | None = Field(1.0, gt=0)
     dtype: Literal["auto", "bf16", "fp32"] = "auto"
     master_dtype: Literal["fp32", "bf16"] = "fp32"
+    fp8: Fp8Config = Fp8Config()
     seed: int = 0
     steps: int = Field(ge=1)
     checkpoint: CheckpointConfig = CheckpointConfig()
@@ -154,6 +163,8 @@ class TrainConfig(_Strict):
             raise ValueError(f"global_batch={self.global_batch} must be a multiple of micro_batch={self.micro_batch}")
         if self.schedule.warmup_steps > self.steps:
             raise ValueError(f"schedule.warmup_steps={self.schedule.warmup_steps} must be <= steps={self.steps}")
+        if self.fp8.enabled and self.dtype == "fp32":
+            raise ValueError("fp8.enabled=true needs bf16 compute: dtype auto (bf16 on GPU) or bf16, not fp32")
         if self.schedule.min_lr > self.optim.lr:
             raise ValueError(f"schedule.min_lr={self.schedule.min_lr} must be <= optim.lr={self.optim.lr}")
         return self

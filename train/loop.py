@@ -22,6 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from train import checkpoint
 from train.config import TrainConfig
 from train.data import TokenStream, load_tokenizer, load_tokens
+from train.float8 import precompute_weight_scales
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
 from train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights, materialize
 from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, parallelize
@@ -128,7 +129,8 @@ class Trainer:
         one_rank = self.mesh.size() == 1  # no FSDP: the model computes in compute_dtype, ``self.master`` holds the weights
         twin = one_rank and master_dtype != compute_dtype
         self.model = parallelize(build_meta_model(c).to(compute_dtype if one_rank else master_dtype), self.mesh,
-                                 activation_checkpointing=cfg.activation_checkpointing, compile=cfg.compile, param_dtype=compute_dtype)
+                                 activation_checkpointing=cfg.activation_checkpointing, compile=cfg.compile, param_dtype=compute_dtype,
+                                 fp8_recipe=cfg.fp8.recipe if cfg.fp8.enabled else None)
         self.master = build_meta_model(c).to(master_dtype) if twin else self.model
         load_initial_weights(self.master, cfg.model, c, cfg.seed, device)
         self.master_weights = None
@@ -230,6 +232,8 @@ class Trainer:
         grad_norm = clip_grad_norm_(list(self.master.parameters()), cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if cfg.fp8.enabled:
+            precompute_weight_scales(self.model)
         if self.master_weights is not None:
             self.master_weights.copy_to_model()
         dist.all_reduce(loss_sum, group=self.mesh["dp"].get_group())
