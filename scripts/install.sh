@@ -26,4 +26,8 @@ fi
 echo "[install] pip install -e .[test] (torch 2.13.0 CPU wheel first, so no CUDA build is pulled)"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[test]" 2>&1 | grep -v "is ignored" || true
+# torchao (the [fp8] extra) prints warnings in every process that imports transformers on a CPU
+# torch, so the CPU tests of FP8 get it from a folder of its own instead of the venv.
+echo "[install] torchao for the FP8 tests into .extras/fp8"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --upgrade --target "$ROOT/.extras/fp8" "torchao==0.17.0" 2>&1 | grep -v "is ignored" || true
 "$VENV/bin/python" -c "import torch, transformers, submitit, hpc, train; print('[install] ok: torch', torch.__version__, 'transformers', transformers.__version__)"

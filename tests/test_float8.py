@@ -15,6 +15,21 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from train.config import ConfigError, load_config
 from train_helpers import ROOT, TINY, clean_env, train_cmd
 
+# torchao lives apart from the venv (scripts/install.sh puts it in .extras/fp8): installed there, it would print
+# warnings in every process of the suite that imports transformers.
+FP8_SITE = ROOT / ".extras" / "fp8"
+sys.path.insert(0, str(FP8_SITE))
+
+
+@pytest.fixture
+def torchao_float8():
+    try:
+        import torchao.float8
+    except ImportError:
+        pytest.fail(f"torchao is not in {FP8_SITE}: run scripts/install.sh")
+    return torchao.float8
+
+
 PROJECTIONS = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}
 
 
@@ -41,8 +56,8 @@ def test_fp8_needs_bf16_compute():
 
 
 @pytest.mark.parametrize("recipe, all_gather", [("tensorwise", True), ("tensorwise", False), ("rowwise", False)])
-def test_only_the_decoder_projections_become_float8(recipe, all_gather):
-    float8 = pytest.importorskip("torchao.float8")
+def test_only_the_decoder_projections_become_float8(recipe, all_gather, torchao_float8):
+    float8 = torchao_float8
     from torchao.float8.float8_linear import Float8Linear
     from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
 
@@ -60,8 +75,7 @@ def test_only_the_decoder_projections_become_float8(recipe, all_gather):
     assert float8.Float8LinearConfig.from_recipe_name(recipe)  # the recipe names the config accepts
 
 
-def test_linears_whose_dims_are_not_multiples_of_16_stay():
-    pytest.importorskip("torchao.float8")
+def test_linears_whose_dims_are_not_multiples_of_16_stay(torchao_float8):
     from train.float8 import convert_decoder_linears
 
     with torch.device("meta"):
@@ -70,9 +84,8 @@ def test_linears_whose_dims_are_not_multiples_of_16_stay():
     assert sorted(names) == sorted(f"{i}.self_attn.{p}_proj" for i in range(2) for p in "qkvo")
 
 
-def test_emulated_float8_step_tracks_full_precision():
+def test_emulated_float8_step_tracks_full_precision(torchao_float8):
     """Same weights and batch: the float8 model's loss and gradients stay close to the fp32 model's, and are not equal to them."""
-    pytest.importorskip("torchao.float8")
     from train.float8 import convert_decoder_linears
 
     ref, fp8 = _tiny_model(), _tiny_model()
@@ -89,16 +102,15 @@ def test_emulated_float8_step_tracks_full_precision():
     assert torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0) > 0.99
 
 
-def test_emulated_float8_under_dp2_tp2_tracks_one_process(tmp_path):
+def test_emulated_float8_under_dp2_tp2_tracks_one_process(tmp_path, torchao_float8):
     """float8 -> TP -> FSDP2 (float8 all-gather over dp, weight scales precomputed after each step) on gloo: the first
     step's loss is one process's within float8 rounding (each dp rank scales its own activations), and both runs train."""
-    pytest.importorskip("torchao.float8")
     script = ROOT / "tests" / "scripts" / "float8_layouts.py"
     procs = {}
     for name, nproc, tp in (("one", 1, 1), ("dp2tp2", 4, 2)):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(script), "--tp", str(tp),
                "--out", str(tmp_path / f"{name}.json")]
-        procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=clean_env(PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=clean_env(PYTHONPATH=f"{ROOT}:{FP8_SITE}"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for name, proc in procs.items():
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out[-3000:]
