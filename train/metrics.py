@@ -60,14 +60,17 @@ class MetricsLog:
         self.path = Path(run_dir) / "metrics.jsonl"
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._keep_until(resume_step)
+            kept = self._keep_until(resume_step)
+            if tracking is not None:  # steps a tracker missed before the resume (it skips those it holds)
+                for record in kept:
+                    tracking.log(record)
             self._file = self.path.open("a", buffering=1)
 
-    def _keep_until(self, step: int) -> None:
-        """Drop records after the resumed step: a stopped run logged them past its last checkpoint."""
+    def _keep_until(self, step: int) -> list[dict]:
+        """Drop records after the resumed step (a stopped run logged them past its last checkpoint); returns those kept."""
         if not self.path.exists():
-            return
-        kept = []
+            return []
+        kept, records = [], []
         for line in self.path.read_text().splitlines():
             try:
                 record = json.loads(line)
@@ -75,7 +78,9 @@ class MetricsLog:
                 continue
             if record.get("step", 0) <= step:
                 kept.append(line + "\n")
+                records.append(record)
         self.path.write_text("".join(kept))
+        return records
 
     def restart_clock(self) -> None:
         """Start the next timing window now (after work that is not training, e.g. a checkpoint save)."""

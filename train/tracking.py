@@ -181,34 +181,59 @@ class TensorBoardTracker:
 
 
 class Tracking:
-    """The configured trackers of rank 0: ``log`` each written record, ``run_ids`` for the checkpoint, ``close`` at the end."""
+    """The configured trackers of rank 0: ``log`` each written record, ``run_ids`` for the checkpoint, ``close`` at the end.
+
+    A tracker never stops training: one that fails (to start, or later: a server gone, W&B's service process
+    killed by the job's signal) is reported in one line and left out for the rest of this process. Its steps
+    are sent at the next start, from metrics.jsonl (``MetricsLog`` passes the records it keeps there)."""
 
     def __init__(self, cfg: TrainConfig, run_ids: dict[str, str], resume_step: int):
         run_dir, config = Path(cfg.log.dir), cfg.model_dump(mode="json")
+        opener = {
+            "mlflow": lambda: MLflowTracker(run_dir, cfg.log.mlflow_uri, run_ids.get("mlflow"), flat_params(config)),
+            "wandb": lambda: WandbTracker(run_dir, cfg.log.wandb_project, run_ids.get("wandb"), config),
+            "tensorboard": lambda: TensorBoardTracker(run_dir, resume_step, yaml.safe_dump(config, sort_keys=False)),
+        }
+        self.ids = dict(run_ids)  # kept for a tracker that fails or is left out, so a later start continues its run
         self.trackers = []
         for name in cfg.log.tracker:
-            if name == "mlflow":
-                self.trackers.append(MLflowTracker(run_dir, cfg.log.mlflow_uri, run_ids.get(name), flat_params(config)))
-            elif name == "wandb":
-                self.trackers.append(WandbTracker(run_dir, cfg.log.wandb_project, run_ids.get(name), config))
-            else:
-                self.trackers.append(TensorBoardTracker(run_dir, resume_step, yaml.safe_dump(config, sort_keys=False)))
+            try:
+                tracker = opener[name]()
+            except Exception as e:  # noqa: BLE001 (any error of a tracker's client)
+                _report(name, "cannot start", e)
+                continue
+            self.trackers.append(tracker)
+            if tracker.run_id is not None:
+                self.ids[name] = tracker.run_id
+            if tracker.last_step > resume_step:
+                print(f"[track] {name}: the run holds steps {resume_step + 1}-{tracker.last_step} already; they keep their first values", flush=True)
         self.total_steps, self.step = cfg.steps, resume_step
-        for t in self.trackers:
-            if t.last_step > resume_step:
-                print(f"[track] {t.name}: the run holds steps {resume_step + 1}-{t.last_step} already; they keep their first values", flush=True)
 
     def run_ids(self) -> dict[str, str]:
-        return {t.name: t.run_id for t in self.trackers if t.run_id is not None}
+        return dict(self.ids)
 
     def log(self, record: dict) -> None:
+        """Send ``record`` to each tracker that does not hold its step yet."""
         values = numeric(record)
         self.step = record["step"]
-        for t in self.trackers:
+        for t in list(self.trackers):
             if self.step > t.last_step:
-                t.log(self.step, values)
+                try:
+                    t.log(self.step, values)
+                except Exception as e:  # noqa: BLE001
+                    _report(t.name, f"cannot log step {self.step}", e)
+                    self.trackers.remove(t)
+                    continue
                 t.last_step = self.step
 
     def close(self) -> None:
         for t in self.trackers:
-            t.close(finished=self.step >= self.total_steps)
+            try:
+                t.close(finished=self.step >= self.total_steps)
+            except Exception as e:  # noqa: BLE001
+                _report(t.name, "cannot close its run", e)
+
+
+def _report(name: str, what: str, error: Exception) -> None:
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    print(f"[track] {name}: {what} ({type(error).__name__}: {first}); training goes on without it", flush=True)
