@@ -59,9 +59,8 @@ class MLflowTracker:
     name = "mlflow"
 
     def __init__(self, run_dir: Path, uri: str | None, run_id: str | None, params: dict[str, str]):
-        if uri is None:
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 wants an opt-in for the file store
-            uri = (Path(run_dir) / "mlruns").resolve().as_uri()
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 wants an opt-in for file stores
+        uri = uri or (Path(run_dir) / "mlruns").resolve().as_uri()
         from mlflow.entities import Metric, Param, RunStatus
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
@@ -85,7 +84,8 @@ class MLflowTracker:
         new = [Param(k, v) for k, v in params.items() if k not in held]
         for i in range(0, len(new), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=new[i:i + 100])
-        self.last_step = max((m.step for key in run.data.metrics for m in self.client.get_metric_history(self.run_id, key)), default=0)
+        keys = ["loss"] if "loss" in run.data.metrics else run.data.metrics  # every trainer record has a loss
+        self.last_step = max((m.step for key in keys for m in self.client.get_metric_history(self.run_id, key)), default=0)
 
     def _experiment(self, name: str, error: type[Exception]) -> str:
         found = self.client.get_experiment_by_name(name)
@@ -108,7 +108,7 @@ def wandb_records(path: Path) -> Iterator:
     """The protobuf records (``wandb.proto.wandb_internal_pb2.Record``) of a W&B run file ``run-<id>.wandb``.
 
     The file is a LevelDB-style log: a 7-byte header, then 32 KiB blocks of chunks, each with a 7-byte
-    header (CRC32, little-endian length, type: 1 whole record, 2 first, 3 middle, 4 last part)."""
+    header (checksum, little-endian length, type: 1 whole record, 2 first, 3 middle, 4 last part)."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     data, block, pos, parts = Path(path).read_bytes(), 32768, 7, b""
@@ -129,9 +129,9 @@ def wandb_records(path: Path) -> Iterator:
             yield record
 
 
-def wandb_run_files(wandb_dir: Path, run_id: str) -> list[Path]:
-    """The run files of ``run_id`` under ``<dir>/wandb``, one per process that wrote the run, oldest first."""
-    return sorted(Path(wandb_dir).glob(f"wandb/*-{run_id}/run-{run_id}.wandb"))
+def wandb_run_files(run_dir: Path, run_id: str) -> list[Path]:
+    """The run files of ``run_id`` under ``<run_dir>/wandb``, one per process that wrote the run, oldest first."""
+    return sorted(Path(run_dir).glob(f"wandb/*-{run_id}/run-{run_id}.wandb"))
 
 
 class WandbTracker:
