@@ -15,7 +15,7 @@ import pytest
 
 from train_helpers import ROOT, TINY, clean_env, finish, launch, metrics
 
-mlflow = pytest.importorskip("mlflow")
+pytest.importorskip("mlflow")
 pytest.importorskip("wandb")
 from mlflow.tracking import MlflowClient  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
@@ -47,18 +47,15 @@ def resumed_run(tmp_path_factory):
     """Train 6 steps (checkpoints at 3 and 6), drop the step-6 checkpoint as if the job had died before saving it,
     run again: the second attempt resumes at step 3 and trains 4-6 anew. Returns (run dir, first attempt's metrics, output)."""
     run = tmp_path_factory.mktemp("tracked") / "run"
-    finish(launch(2, run, *OVERRIDES), run)
-    first = metrics(run)
-    assert tracker_ids(run, 3) == tracker_ids(run, 6)
-    shutil.rmtree(run / "checkpoints" / "step-00000006")
-    out = finish(launch(2, run, *OVERRIDES), run)
+    with pytest.MonkeyPatch.context() as mp:
+        for var in ("SLURM_JOB_NAME", "PBS_JOBNAME"):  # no batch job: the experiment is named after the run directory
+            mp.delenv(var, raising=False)
+        finish(launch(2, run, *OVERRIDES), run)
+        first = metrics(run)
+        assert tracker_ids(run, 3) == tracker_ids(run, 6)
+        shutil.rmtree(run / "checkpoints" / "step-00000006")
+        out = finish(launch(2, run, *OVERRIDES), run)
     return run, first, out
-
-
-@pytest.fixture(autouse=True)
-def no_job_name(monkeypatch):
-    monkeypatch.delenv("SLURM_JOB_NAME", raising=False)  # the experiment is then named after the run directory
-    monkeypatch.delenv("PBS_JOBNAME", raising=False)
 
 
 def test_resume_continues_the_tracker_runs(resumed_run):
