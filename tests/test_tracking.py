@@ -216,3 +216,41 @@ def test_wandb_run_file_reader_across_blocks(tmp_path, monkeypatch):
     assert config["big"] == big
     history = [items(r.history.item) for r in records if r.WhichOneof("record_type") == "history"]
     assert [(h["_step"], h["x"], h["blob"]) for h in history] == [(s, s / 7, big[:s * 300]) for s in range(1, 200)]
+
+
+def test_steps_a_tracker_missed_are_sent_at_the_next_start(tmp_path, monkeypatch):
+    """An attempt whose trackers stopped after step 5 while metrics.jsonl went on to the checkpoint at step 8: the next
+    start (resume_step 8) sends steps 6-8 from metrics.jsonl, and only those, to the same runs."""
+    from train.config import load_config
+    from train.metrics import MetricsLog
+    from train.tracking import Tracking
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.delenv("SLURM_JOB_NAME", raising=False)
+    cfg = load_config(TINY, [f"log.dir={tmp_path}", "log.tracker=[mlflow, wandb]", "steps=12"])
+    records = [{"step": s, "loss": 8 - s / 10, "lr": 1e-3 * s} for s in range(1, 9)]
+    first = Tracking(cfg, {}, 0)
+    for record in records[:5]:
+        first.log(record)
+    first.close()
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 9, "loss"')
+    ids = first.run_ids()
+
+    again = Tracking(cfg, ids, 8)
+    assert again.run_ids() == ids
+    log = MetricsLog(tmp_path, True, 10, 12, tokens_per_step=256, flops_per_token=1.0, peak_flops_total=None,
+                     resume_step=8, tracking=again)
+    log.log({"step": 9, "loss": 7.0, "lr": 9e-3})
+    log.close()
+
+    want = {s: 8 - s / 10 for s in range(1, 9)} | {9: 7.0}
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    history = client.get_metric_history(ids["mlflow"], "loss")
+    assert sorted(m.step for m in history) == list(range(1, 10))
+    assert {m.step: m.value for m in history} == want
+    assert client.get_run(ids["mlflow"]).info.status == "KILLED"  # stopped before steps=12
+    steps = [items(r.history.item) for f in wandb_run_files(tmp_path, ids["wandb"]) for r in wandb_records(f)
+             if r.WhichOneof("record_type") == "history"]
+    assert [h["_step"] for h in steps] == list(range(1, 10))
+    assert {h["_step"]: h["loss"] for h in steps} == want
