@@ -28,20 +28,20 @@ RECORD = {"loss": 7.5, "grad_norm": 1.2, "lr": 1e-3, "epoch": 0, "samples_consum
 
 
 def case(tracker: str | None, records: int) -> dict:
-    run_dir = tempfile.mkdtemp(prefix="tracking-bench-")
-    cfg = load_config(ROOT / "train" / "configs" / "tiny.yaml", [f"log.dir={run_dir}", f"log.tracker=[{tracker or ''}]"])
-    t0 = time.perf_counter()
-    tracking = Tracking(cfg, {}, 0) if tracker else None
-    start_s = time.perf_counter() - t0
-    log = MetricsLog(Path(run_dir), True, log_every=10**9, total_steps=10**9, tokens_per_step=256, flops_per_token=1e6,
-                     peak_flops_total=1e12, tracking=tracking)
-    t0 = time.perf_counter()
-    for step in range(1, records + 1):
-        log.log({"step": step, **RECORD})
-    per_record_ms = (time.perf_counter() - t0) / records * 1e3
-    t0 = time.perf_counter()
-    log.close()
-    return {"start_s": round(start_s, 3), "per_record_ms": round(per_record_ms, 3), "close_s": round(time.perf_counter() - t0, 3)}
+    with tempfile.TemporaryDirectory(prefix="tracking-bench-", ignore_cleanup_errors=True) as run_dir:
+        cfg = load_config(ROOT / "train" / "configs" / "tiny.yaml", [f"log.dir={run_dir}", f"log.tracker=[{tracker or ''}]"])
+        t0 = time.perf_counter()
+        tracking = Tracking(cfg, {}, 0) if tracker else None
+        start_s = time.perf_counter() - t0
+        log = MetricsLog(Path(run_dir), True, log_every=10**9, total_steps=10**9, tokens_per_step=256, flops_per_token=1e6,
+                         peak_flops_total=1e12, tracking=tracking)
+        t0 = time.perf_counter()
+        for step in range(1, records + 1):
+            log.log({"step": step, **RECORD})
+        per_record_ms = (time.perf_counter() - t0) / records * 1e3
+        t0 = time.perf_counter()
+        log.close()
+        return {"start_s": round(start_s, 3), "per_record_ms": round(per_record_ms, 3), "close_s": round(time.perf_counter() - t0, 3)}
 
 
 def main() -> None:
