@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -209,6 +210,7 @@ def test_wandb_run_file_reader_across_blocks(tmp_path, monkeypatch):
     for step in range(1, 200):
         run.log({"x": step / 7, "blob": big[:step * 300]}, step=step)
     run.finish()
+    wandb.teardown()  # waits until W&B's service process wrote the run file
     files = wandb_run_files(tmp_path, run.id)
     assert len(files) == 1 and files[0].stat().st_size > 4 * 32768
     records = list(wandb_records(files[0]))
@@ -234,6 +236,7 @@ def test_steps_a_tracker_missed_are_sent_at_the_next_start(tmp_path, monkeypatch
     for record in records[:5]:
         first.log(record)
     first.close()
+    time.sleep(1.1)  # W&B names a run's directory by its start second; attempts of a job start seconds apart
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 9, "loss"')
     ids = first.run_ids()
 

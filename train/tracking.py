@@ -156,7 +156,10 @@ class WandbTracker:
         self.run.log(values, step=step)
 
     def close(self, finished: bool) -> None:
+        import wandb
+
         self.run.finish(exit_code=0 if finished else 1)
+        wandb.teardown()  # finish returns before W&B's service process wrote the run file; this waits for it
 
 
 class TensorBoardTracker:
