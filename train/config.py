@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from train.data import DataConfig
+from train.tracking import missing
 
 
 class ConfigError(ValueError):
@@ -122,8 +123,29 @@ class Fp8Config(_Strict):
 
 
 class LogConfig(_Strict):
+    """tracker: experiment trackers fed by rank 0 (train/tracking.py); mlflow_uri None = the file store <dir>/mlruns;
+    wandb_project: the W&B project (offline unless WANDB_MODE is set)."""
+
     dir: str = "runs/default"
     log_every: int = Field(10, ge=1)
+    tracker: list[Literal["mlflow", "wandb", "tensorboard"]] = []
+    mlflow_uri: str | None = None
+    wandb_project: str = "hpc-train"
+
+    @field_validator("tracker", mode="before")
+    @classmethod
+    def _one_or_list(cls, value):
+        return [value] if isinstance(value, str) else value  # log.tracker=mlflow
+
+    @field_validator("tracker")
+    @classmethod
+    def _installed(cls, names: list[str]) -> list[str]:
+        if len(set(names)) != len(names):
+            raise ValueError(f"log.tracker: {', '.join(names)} names a tracker twice")
+        absent = missing(names)
+        if absent:
+            raise ValueError(f"log.tracker: {absent[0]} is not installed; pip install 'hpc-train[{absent[0]}]'")
+        return names
 
 
 class TrainConfig(_Strict):

@@ -28,6 +28,7 @@ from train.model import build_meta_model, count_params, export_hf, hf_config, lo
 from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, parallelize
 from train.precision import MasterWeights
 from train.steptime import timed_step
+from train.tracking import Tracking
 
 
 def lr_at(step: int, lr: float, warmup_steps: int, min_lr: float, total_steps: int) -> float:
@@ -90,9 +91,10 @@ class Trainer:
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        self.tracking = Tracking(cfg, self._tracker_ids, self.step) if self.rank == 0 and cfg.log.tracker else None
         self.metrics = MetricsLog(self.run_dir, self.rank == 0, cfg.log.log_every, cfg.steps, tokens_per_step=cfg.global_batch * cfg.seq_len,
                                   flops_per_token=self.flops_per_token, peak_flops_total=self.peak_flops_total,
-                                  resume_step=self.step, sync_every=self.sync_every)
+                                  resume_step=self.step, sync_every=self.sync_every, tracking=self.tracking)
 
     def _setup_data(self) -> None:
         """Tokenizer (data.tokenizer, else model.path's, else the demo one), tokens (rank 0 fills the cache first), stream."""
@@ -142,6 +144,7 @@ class Trainer:
 
     def _resume(self) -> None:
         """Load the newest complete checkpoint that loads; one that fails is set aside and the next older one tried."""
+        self._tracker_ids: dict[str, str] = {}  # the tracker runs this training run logs to (rank 0's checkpoint meta)
         found = [str(path) for _, path in checkpoint.complete_checkpoints(self.cfg.checkpoint_dir)]
         candidates = [found[::-1]]
         dist.broadcast_object_list(candidates, src=0)
@@ -159,6 +162,7 @@ class Trainer:
                 continue
             self.stream.load_state_dict(meta["data"])
             self.step = meta["step"]
+            self._tracker_ids = meta.get("tracker", {})
             _log0(f"[train] resumed from {path} (step {self.step}, saved under dp={meta['dp']} x tp={meta['tp']})")
             return
         raise checkpoint.CheckpointError(f"no checkpoint in {self.cfg.checkpoint_dir} loads (each was set aside); "
@@ -175,7 +179,8 @@ class Trainer:
         """Checkpoint the current step; ``background`` (with checkpoint.async_save) returns once the state is in host
         memory and the write is committed at a later step boundary. A save still being written is committed first."""
         self.finish_save()
-        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "data": self.stream.state_dict()}
+        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "data": self.stream.state_dict(),
+                "tracker": self.tracking.run_ids() if self.tracking is not None else self._tracker_ids}
         stager = self._stager if background else None
         self.pending = checkpoint.start_save(self.cfg.checkpoint_dir, self.step, self.master, self.optimizer, meta,
                                              self.cfg.checkpoint.keep_last, stager=stager, write_group=self._write_group)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from train.tracking import Tracking
+
 # Dense peak FLOP/s per GPU for the 16-bit compute dtype (bf16), by a substring of the device name.
 PEAK_FLOPS_BF16 = {
     "H200": 989e12,
@@ -40,7 +42,8 @@ def peak_memory_gib(device: torch.device) -> float:
 
 
 class MetricsLog:
-    """Appends one JSON record per step to ``<run_dir>/metrics.jsonl`` and prints a progress line every ``log_every`` steps (rank 0 only).
+    """Appends one JSON record per step to ``<run_dir>/metrics.jsonl``, hands it to the experiment trackers (if any), and
+    prints a progress line every ``log_every`` steps (rank 0 only).
 
     Records may hold device tensors (loss, grad norm). They are read, which waits for the
     device, only every ``sync_every`` steps, at progress lines and on ``flush``; the wall time
@@ -48,23 +51,26 @@ class MetricsLog:
     """
 
     def __init__(self, run_dir: Path, enabled: bool, log_every: int, total_steps: int, *, tokens_per_step: int,
-                 flops_per_token: float, peak_flops_total: float | None, resume_step: int = 0, sync_every: int = 1):
+                 flops_per_token: float, peak_flops_total: float | None, resume_step: int = 0, sync_every: int = 1, tracking: Tracking | None = None):
         self.enabled, self.log_every, self.total_steps = enabled, log_every, total_steps
         self.tokens_per_step, self.flops_per_token, self.peak_flops_total = tokens_per_step, flops_per_token, peak_flops_total
-        self.sync_every = sync_every
+        self.sync_every, self.tracking = sync_every, tracking
         self._pending: list[dict] = []
         self.restart_clock()
         self.path = Path(run_dir) / "metrics.jsonl"
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._keep_until(resume_step)
+            kept = self._keep_until(resume_step)
+            if tracking is not None:  # steps a tracker missed before the resume (it skips those it holds)
+                for record in kept:
+                    tracking.log(record)
             self._file = self.path.open("a", buffering=1)
 
-    def _keep_until(self, step: int) -> None:
-        """Drop records after the resumed step: a stopped run logged them past its last checkpoint."""
+    def _keep_until(self, step: int) -> list[dict]:
+        """Drop records after the resumed step (a stopped run logged them past its last checkpoint); returns those kept."""
         if not self.path.exists():
-            return
-        kept = []
+            return []
+        kept, records = [], []
         for line in self.path.read_text().splitlines():
             try:
                 record = json.loads(line)
@@ -72,7 +78,9 @@ class MetricsLog:
                 continue
             if record.get("step", 0) <= step:
                 kept.append(line + "\n")
+                records.append(record)
         self.path.write_text("".join(kept))
+        return records
 
     def restart_clock(self) -> None:
         """Start the next timing window now (after work that is not training, e.g. a checkpoint save)."""
@@ -102,6 +110,8 @@ class MetricsLog:
 
     def _write(self, record: dict) -> None:
         self._file.write(json.dumps(record) + "\n")
+        if self.tracking is not None:
+            self.tracking.log(record)
         step = record["step"]
         if step % self.log_every == 0 or step == self.total_steps:
             mfu = "n/a" if record["mfu"] is None else f"{100 * record['mfu']:.1f}%"
@@ -119,3 +129,5 @@ class MetricsLog:
         self.flush()
         if self.enabled:
             self._file.close()
+        if self.tracking is not None:
+            self.tracking.close()
