@@ -1,12 +1,12 @@
 """Bad-input survey: run every command of the project with bad (and hostile-but-valid) input.
 
-    PYTHONPATH=$PWD python scripts/bad_inputs.py [--out /tmp/bad_inputs.json] [--workers 2] [--only SUBSTRING]
+    PYTHONPATH=$PWD python scripts/bad_inputs.py [--out /tmp/bad_inputs.json] [--workers 2] [--only TEXT ...] [--list]
 
 Each case is a command line with optional environment changes and files made in a
 fresh temporary directory (its working directory; ``{T}`` in an argument or value is that
 directory, ``{JOB}`` a finished job of this survey). Expected:
 
-* ``error``: exit 2, exactly one line on stderr, no traceback, the line containing the
+* ``error``: exit 2, exactly one line on stderr (not counting the library noise in ``NOISE``), no traceback, the line containing the
   case's substring when one is given, and nothing left where a path must stay absent;
 * ``ok``: exit 0 and no traceback (hostile but valid input, e.g. a job name full of shell
   text that must be carried exactly).
@@ -24,6 +24,7 @@ import copy
 import getpass
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -611,7 +612,17 @@ def base_env() -> dict[str, str]:
     return env
 
 
+# Library noise that is not the project's message: torchao's one-line notice that its compiled extension
+# was built for another Python (printed when the trainer's imports load torchao).
+NOISE = re.compile(r"^Failed to load .*/torchao/")
+
+
 def stderr_lines(text: str) -> list[str]:
+    """The non-empty stderr lines, without the library noise above."""
+    return [l for l in text.splitlines() if l.strip() and not NOISE.search(l)]
+
+
+def stderr_lines_all(text: str) -> list[str]:
     return [l for l in text.splitlines() if l.strip()]
 
 
@@ -676,7 +687,8 @@ def run_case(case: Case, job: str, env0: dict[str, str]) -> dict:
         lines = stderr_lines(err)
         return {"id": case.id, "command": (envs + " " if envs else "") + "python " + shown, "expect": case.expect,
                 "exit": rc, "first_line": (lines[0] if lines else "").replace(str(tmp), "{T}"),
-                "stderr_head": [l.replace(str(tmp), "{T}") for l in lines[:6]], "stderr_lines": len(lines),
+                "stderr_head": [l.replace(str(tmp), "{T}") for l in (lines if len(lines) <= 8 else lines[:4] + ["..."] + lines[-3:])],
+                "stderr_lines": len(lines), "noise_lines": len(stderr_lines_all(err)) - len(lines),
                 "verdict": verdict, "good_answer": case.good, "seconds": round(time.time() - t0, 1)}
 
 
