@@ -544,7 +544,7 @@ def train_cases() -> list[Case]:
 # ---------------------------------------------------------------- cases that submit for real
 
 def real_cases() -> list[Case]:
-    run = SUBMIT + ["--site", "{T}/p.yaml", "--nodes", "1", "--gpus-per-node", "1", "--time", "2"]
+    run = SUBMIT + ["--site", "{T}/p.yaml", "--nodes", "1", "--gpus-per-node", "1", "--time", "5"]
     script = ["--", "{T}/s.py"]
     c = []
     for cid, opts, cont in (("sbatch-constraint", {"constraint": "nosuchfeature"}, "constraint"),
@@ -768,8 +768,8 @@ def main() -> None:
             for n, f in enumerate(as_completed(futures), 1):
                 r = f.result()
                 results.append(r)
-                print(f"[{n}/{len(cases)}] {r['id']}: exit {r['exit']} {r['seconds']} s -> {r['verdict']}"
-                      + ("" if r["verdict"] == "good" else f" | {r['first_line'][:200]}"), flush=True)
+                print(f"[{n}/{len(cases)}] {r['id']}: exit {r['exit']} {r['seconds']} s -> {r['verdict']} | {r['first_line'][:200]}",
+                      flush=True)
     finally:
         cancel_survey_jobs(env)
     results.sort(key=lambda r: order[r["id"]])
