@@ -194,7 +194,8 @@ def submit_cases() -> list[Case]:
         for cid, targs, contains in train_bad:
             if sname != "local" and cid not in ("train-flag", "train-tp3", "train-data-missing", "train-log-owned"):
                 continue
-            c.append(Case(f"submit-{sname}-{cid}", SUBMIT + sflags + ["--dry-run", "--"] + targs, contains=contains,
+            fit = ["global_batch=32"] if sname == "ib-h200" else []  # the demo config's batch over 16 ranks
+            c.append(Case(f"submit-{sname}-{cid}", SUBMIT + sflags + ["--dry-run", "--"] + targs + fit, contains=contains,
                           files=owned, good="trainer argument checked at submit time: one line naming it"))
     # valid trainer overrides must pass on every site
     for sname, sflags in sites.items():
