@@ -111,10 +111,15 @@ def exported(var: str, want: str, script: str = "job.sbatch"):
         path = tmp / script
         if not path.is_file():
             return f"{script} not written"
-        line = next((l for l in path.read_text().split("\n") if l.startswith(f"export {var}=")), None)
-        if line is None:
+        text = path.read_text()
+        start = text.find(f"\nexport {var}=")
+        if start < 0:
             return f"no 'export {var}=' line"
-        got = subprocess.run(["bash", "-c", f'{line}\nprintf %s "${var}"'], capture_output=True, text=True).stdout
+        lex = shlex.shlex(text[start + len(f"\nexport {var}="):], posix=True)
+        lex.whitespace_split, lex.whitespace, lex.commenters = True, " \t\n", ""
+        word = lex.get_token() or ""  # the value as the shell reads it (a quoted word may span lines)
+        got = subprocess.run(["bash", "-c", f'export {var}={shlex.quote(word)}\nprintf %s "${var}"'],
+                             capture_output=True, text=True).stdout
         return None if got == want else f"{var} evaluates to {got!r}, not {want!r}"
     return check
 
