@@ -7,10 +7,11 @@ all_reduces after `warmup` untimed ones. Only torch is needed (the GPU bench imp
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
-import torch
-import torch.distributed as dist
+if TYPE_CHECKING:  # torch is imported where it runs: the login-side commands that use this module start fast
+    import torch
+
 
 GB = 1e9  # nccl-tests' GB/s
 
@@ -42,12 +43,17 @@ def bus_factor(n: int) -> float:
 
 
 def _sync(device: torch.device) -> None:
+    import torch
+
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 def time_all_reduce(x: torch.Tensor, group, iters: int, warmup: int) -> float:
     """Seconds per all_reduce of x over group: the slowest member's mean."""
+    import torch
+    import torch.distributed as dist
+
     for _ in range(warmup):
         dist.all_reduce(x, group=group)
     _sync(x.device)
@@ -64,6 +70,9 @@ def time_all_reduce(x: torch.Tensor, group, iters: int, warmup: int) -> float:
 def sweep(sizes: list[int], device: torch.device, group=None, iters: int = 5, warmup: int = 2,
           progress: Optional[Callable[[dict], None]] = None) -> list[dict]:
     """One row per size: bytes, time_us, algbw_gbps, busbw_gbps (float32 elements)."""
+    import torch
+    import torch.distributed as dist
+
     n = dist.get_world_size(group)
     rows = []
     for nbytes in sizes:
@@ -80,6 +89,8 @@ def sweep(sizes: list[int], device: torch.device, group=None, iters: int = 5, wa
 
 def copy_bandwidth(sizes: list[int], device: torch.device, iters: int = 10, warmup: int = 2) -> list[dict]:
     """Device-local copy rate per size: bytes read plus written per second (a single-device ceiling)."""
+    import torch
+
     rows = []
     for nbytes in sizes:
         src = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)

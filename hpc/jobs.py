@@ -20,8 +20,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import NoReturn, Optional, Sequence
 
+from hpc import cli
+from hpc.cli import Parser
 from hpc.metrics_report import METRICS_FILE, last_line, plot, read_metrics, summary_table, to_tensorboard
 from hpc.render import rank_log as task_log
 from hpc.slurm_query import Job, JobError, check_controller, get_job, restarts, sacct_rows, squeue_rows
@@ -30,9 +32,8 @@ POLL_S = 1.0
 NAME_WIDTH = 40
 
 
-def fail(msg: str) -> None:
-    print(f"hpc.jobs: error: {msg}", file=sys.stderr)
-    sys.exit(2)
+def fail(msg: str) -> NoReturn:
+    cli.fail("hpc.jobs", msg)
 
 
 def require_dir(job: Job) -> Path:
@@ -149,7 +150,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hpc.jobs", description=__doc__.split("\n")[0],
+    p = Parser(prog="python -m hpc.jobs", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("list", help="your jobs: id, name, state, nodes, elapsed, restarts")

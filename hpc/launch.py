@@ -19,6 +19,7 @@ import subprocess
 import sys
 from typing import Mapping, Optional, Sequence
 
+from hpc.cli import Parser
 from hpc.netcheck import DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, NodeCheckError, check_node, dist_timeout_s
 from hpc.requeue import EXIT_BAD_INPUT, EXIT_STOPPED, record_stop, shield_from_stop
 from hpc.slurm_env import LAUNCHERS, RankError, RankInfo, derive
@@ -100,7 +101,7 @@ def supervise(argv: Sequence[str], env: Mapping[str, str], who: str) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m hpc.launch", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m hpc.launch", description=__doc__.split("\n")[0])
     p.add_argument("--launcher", default="srun", choices=LAUNCHERS)
     p.add_argument("--gpus-per-node", type=int, default=None)
     p.add_argument("--rank", action="store_true", help="run CMD as one rank of torchrun / accelerate launch")

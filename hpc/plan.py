@@ -25,7 +25,6 @@ on one node) that fits, activation checkpointing only when nothing fits without 
 """
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.bandwidth import bus_factor
+from hpc.cli import Parser, fail
 from hpc.site import Partition, SiteError, SiteProfile, load_site
 
 HEADROOM = 0.10
@@ -248,7 +248,7 @@ def plan_trainer_args(site: SiteProfile, part: Partition, nodes: int, gpus_per_n
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m hpc.plan", description=__doc__.split("\n")[0])
+    ap = Parser(prog="python -m hpc.plan", description=__doc__.split("\n")[0])
     ap.add_argument("--site", required=True, help="site profile name or YAML path")
     ap.add_argument("--nodes", type=int, required=True)
     ap.add_argument("--model", required=True, help="Qwen3 size: 0.6B, 1.7B, 4B, 8B, 14B, 32B")
@@ -265,12 +265,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         gpus = a.gpus_per_node or part.gpus_per_node
         if a.nodes < 1 or not 1 <= gpus <= part.gpus_per_node or a.seq_len < 1 or a.micro_batch < 1:
             raise PlanError(f"--nodes, --seq-len, --micro-batch must be >= 1 and --gpus-per-node 1..{part.gpus_per_node}")
+        if a.nodes > part.max_nodes:
+            raise PlanError(f"--nodes {a.nodes}: partition {part.name} of site {site.name} has at most {part.max_nodes} nodes")
         if part.gpu_memory_gb is None:
             raise PlanError(f"site {site.name}: partition {part.name} has no gpu_memory_gb; add it to the profile to plan a layout")
         p = plan(qwen3_shape(a.model), a.nodes, gpus, part.gpu_memory_gb, a.seq_len, a.micro_batch, a.master_dtype)
     except (SiteError, PlanError) as e:
-        print(f"hpc.plan: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        fail("hpc.plan", str(e))
     print(report(p, site, part))
 
 

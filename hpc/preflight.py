@@ -19,9 +19,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import NoReturn, Optional, Sequence
 
+from hpc import cli
 from hpc.bandwidth import human_bytes
+from hpc.cli import Parser
 from hpc.render import rank_log
 from hpc.site import SiteError, load_site
 from hpc.spec import SpecError, add_allocation_args, build_spec, site_path
@@ -29,9 +31,8 @@ from hpc.slurm_query import ENDED
 from hpc.submitter import follow, submit
 
 
-def fail(msg: str, code: int = 2) -> None:
-    print(f"hpc.preflight: error: {msg}", file=sys.stderr)
-    sys.exit(code)
+def fail(msg: str, code: int = 2) -> NoReturn:
+    cli.fail("hpc.preflight", msg, code)
 
 
 def peak(rows: list[dict]) -> float:
@@ -156,7 +157,7 @@ def failure_line(logs: list[Path]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hpc.preflight", description=__doc__.split("\n")[0],
+    p = Parser(prog="python -m hpc.preflight", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_allocation_args(p, "job time limit, Slurm form (default: 10 minutes)", time_default="10")
     p.add_argument("--min-fraction", type=float, default=0.5,

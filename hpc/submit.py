@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import NoReturn, Optional, Sequence
 
+from hpc import cli
+from hpc.cli import Parser
 from hpc.plan import PlanError, plan_trainer_args
 from hpc.render import render_sbatch
 from hpc.site import SiteError, load_site
@@ -25,7 +27,7 @@ from hpc.submitter import first_log, follow, submit
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hpc.submit", description=__doc__.split("\n")[0],
+    p = Parser(prog="python -m hpc.submit", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_allocation_args(p, "time limit, Slurm form (e.g. 30, 2:00:00, 1-00:00:00); default: the partition's")
     p.add_argument("--job-name", help="job name (default: train)")
@@ -41,9 +43,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def fail(msg: str) -> None:
-    print(f"hpc.submit: error: {msg}", file=sys.stderr)
-    sys.exit(2)
+def fail(msg: str) -> NoReturn:
+    cli.fail("hpc.submit", msg)
 
 
 def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -17,12 +17,13 @@ from train.preempt import StopFlag
 
 def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()  # before the heavy imports: Slurm may send the pre-stop signal early
+    from hpc.cli import Parser
     from hpc.ownership import OwnershipError, claim
     from hpc.requeue import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, JOB_NAME_VAR
     from train.config import ConfigError, load_config
     from train.parallel import ParallelDims, WorldEnv
 
-    parser = argparse.ArgumentParser(prog="python -m train", description="Train Qwen3 with dp x tp (FSDP2 + tensor parallel).")
+    parser = Parser(prog="python -m train", description="Train Qwen3 with dp x tp (FSDP2 + tensor parallel).")
     parser.add_argument("--config", required=True, help="YAML config, e.g. train/configs/tiny.yaml")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, e.g. parallel.tp=2 optim.lr=1e-3")
     args = parser.parse_args(argv)
