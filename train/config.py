@@ -162,6 +162,10 @@ class TrainConfig(_Strict):
     def checkpoint_dir(self) -> Path:
         return Path(self.checkpoint.dir) if self.checkpoint.dir else Path(self.log.dir) / "checkpoints"
 
+    @property
+    def prepared_dir(self) -> Path:
+        return Path(self.data.prepared) if self.data.prepared else Path(self.log.dir) / "data"
+
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     """Set ``a.b=value`` pairs in a nested dict; values are parsed as YAML scalars (1e-3, true, null, [0.9, 0.95])."""

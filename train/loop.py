@@ -20,13 +20,16 @@ import yaml
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from train import checkpoint
-from train.config import TrainConfig
-from train.data import TokenStream, load_tokenizer, load_tokens
+from train.config import ConfigError, TrainConfig
+from train.data import DataError, PackedStream, TokenStream, load_tokenizer, load_tokens
+from train.data.prepared import open_prepared, split_rows
+from train.loss import IGNORE
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
 from train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights, materialize
 from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, parallelize
 from train.precision import MasterWeights
 from train.steptime import timed_step
+from train.tokenizer import tokenizer_source
 
 
 def lr_at(step: int, lr: float, warmup_steps: int, min_lr: float, total_steps: int) -> float:
@@ -94,17 +97,29 @@ class Trainer:
                                   resume_step=self.step, sync_every=self.sync_every)
 
     def _setup_data(self) -> None:
-        """Tokenizer (data.tokenizer, else model.path's, else the demo one), tokens (rank 0 fills the cache first), stream."""
+        """Tokenizer (data.tokenizer, else model.path's, else the demo one), then the stream: rows of the prepared data
+        (packed by document; prepared here over all ranks if missing), or blocks of the token cache (rank 0 fills it first)."""
         cfg = self.cfg
-        self.tokenizer = load_tokenizer(cfg.data.tokenizer if cfg.data.tokenizer or cfg.model.path is None else cfg.model.path)
+        name = tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat")
+        dp_rank = self.mesh["dp"].get_local_rank()
+        try:
+            self.tokenizer = load_tokenizer(name)
+            if cfg.data.packed:
+                how = "python -m train.prepare --config FILE with the training run's overrides"
+                data = open_prepared(cfg.data, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir, self.rank, dist.get_world_size(), how, _log0)
+                train_ids, _ = split_rows(data.num_rows, 0.0)
+                self.stream = PackedStream(data, train_ids, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed)
+                _log0(f"[train] data: {self.stream.num_blocks:,} packed rows of {cfg.seq_len}, {self.stream.steps_per_epoch} steps per epoch")
+                return
+        except (DataError, ValueError) as e:
+            raise ConfigError(str(e)) from None
         cache = str(self.run_dir / "cache")
         if self.rank == 0:
             tokens = load_tokens(cfg.data, self.tokenizer, cache_dir=cache)
         dist.barrier()
         if self.rank != 0:
             tokens = load_tokens(cfg.data, self.tokenizer, cache_dir=cache)
-        self.stream = TokenStream(tokens, cfg.seq_len, cfg.global_batch, cfg.micro_batch,
-                                  self.mesh["dp"].get_local_rank(), self.dims.dp, cfg.seed)
+        self.stream = TokenStream(tokens, cfg.seq_len, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed)
         _log0(f"[train] data: {tokens.numel():,} tokens, {self.stream.num_blocks:,} blocks of {cfg.seq_len + 1}, "
               f"{self.stream.steps_per_epoch} steps per epoch")
 
@@ -204,16 +219,23 @@ class Trainer:
         lr = lr_at(self.step + 1, cfg.optim.lr, cfg.schedule.warmup_steps, cfg.schedule.min_lr, cfg.steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        micro = self.stream.next_microbatches()
+        # The loss is the mean over the loss tokens of the whole global batch: each micro-batch's summed loss over the
+        # global count. FSDP averages gradients over dp, hence the factor dp.
+        loss_tokens = torch.stack([(mb[1] != IGNORE).sum() for mb in micro]).sum().to(self.device)
+        dist.all_reduce(loss_tokens, group=self.mesh["dp"].get_group())
+        scale = self.dims.dp / loss_tokens.clamp(min=1).float()
         loss_sum = torch.zeros((), device=self.device)
         with self._attention():
-            for input_ids, labels in self.stream.next_microbatches():
+            for input_ids, labels, *position_ids in micro:
                 input_ids, labels = self._to_device(input_ids), self._to_device(labels)
+                extra = {"position_ids": self._to_device(position_ids[0])} if position_ids else {}
                 if self.on_gpu:
-                    loss = self.model(input_ids=input_ids, labels=labels) / self.grad_accum
+                    loss = self.model(input_ids=input_ids, labels=labels, reduction="sum", **extra)
                 else:
-                    logits = self.model(input_ids=input_ids).logits
-                    loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten()) / self.grad_accum
-                loss.backward()
+                    logits = self.model(input_ids=input_ids, **extra).logits
+                    loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
+                (loss * scale).backward()
                 loss_sum += loss.detach()
         grad_norm = clip_grad_norm_(list(self.master.parameters()), cfg.grad_clip)
         self.optimizer.step()
@@ -224,7 +246,7 @@ class Trainer:
         self.step += 1
         if self.step % GC_EVERY_STEPS == 0:
             gc.collect(1)
-        return {"step": self.step, "loss": loss_sum.double() / self.dims.dp, "grad_norm": grad_norm, "lr": lr,
+        return {"step": self.step, "loss": loss_sum.double() / loss_tokens.clamp(min=1), "loss_tokens": loss_tokens, "grad_norm": grad_norm, "lr": lr,
                 "epoch": self.stream.epoch, "samples_consumed": self.stream.consumed, "peak_mem_gib": peak_memory_gib(self.device)}
 
     def run(self, stop_requested: Callable[[], bool] = lambda: False) -> int:

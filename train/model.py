@@ -49,13 +49,14 @@ def hf_config(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3Conf
 
 class Qwen3ForTraining(Qwen3ForCausalLM):
     """``Qwen3ForCausalLM`` (same modules and weights) whose forward with ``labels`` returns only the
-    mean next-token cross-entropy, through ``linear_cross_entropy``: the logits are never materialized."""
+    next-token cross-entropy over the counted labels (not -100; ``reduction`` mean or sum), through
+    ``linear_cross_entropy``: the logits are never materialized."""
 
-    def forward(self, input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, **kwargs):
+    def forward(self, input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, reduction: str = "mean", **kwargs):
         if labels is None:
             return super().forward(input_ids=input_ids, **kwargs)
         hidden = self.model(input_ids=input_ids, **kwargs).last_hidden_state
-        return linear_cross_entropy(hidden.flatten(0, 1), self.lm_head.weight, labels.flatten())
+        return linear_cross_entropy(hidden.flatten(0, 1), self.lm_head.weight, labels.flatten(), reduction=reduction)
 
 
 def build_meta_model(config: Qwen3Config) -> Qwen3ForTraining:

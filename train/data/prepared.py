@@ -149,9 +149,6 @@ def prepare(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: 
     manifest = {**expected, "key": key, "chunks": [{k: d[k] for k in ("index", "rows", "samples", "tokens", "loss_tokens", "truncated", "dropped")} for d in done],
                 "totals": {**total.__dict__, "packing_efficiency": round(total.efficiency(seq_len), 6)}}
     _write_text(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    t = manifest["totals"]
-    log(f"[prepare] {out}: {t['samples']:,} samples in {t['rows']:,} rows of {seq_len} tokens, {t['loss_tokens']:,} loss tokens, "
-        f"packing efficiency {100 * t['packing_efficiency']:.1f}%; overlong ({cfg.overlong}): {t['truncated']} truncated, {t['dropped']} dropped")
     return manifest
 
 
@@ -169,10 +166,6 @@ def wait_until_prepared(out: Path, expected: dict, timeout_s: float | None = Non
         if deadline is not None and time.monotonic() > deadline:
             raise DataError(f"data.prepared: {out} was not prepared within {timeout_s:.0f}s")
         time.sleep(POLL_S)
-
-
-def prepare_command(config: str | None) -> str:
-    return f"python -m train.prepare --config {config or 'FILE'} [the same overrides]"
 
 
 class PreparedData:
@@ -219,3 +212,25 @@ def split_rows(num_rows: int, fraction: float) -> tuple[np.ndarray, np.ndarray]:
     u = (ids * np.uint64(0x9E3779B97F4A7C15)) / np.float64(2**64)
     held = u < fraction
     return np.flatnonzero(~held), np.flatnonzero(held)
+
+
+def summary(manifest: dict, out: Path) -> str:
+    t = manifest["totals"]
+    return (f"{out}: {t['samples']:,} samples in {t['rows']:,} rows of {manifest['seq_len']} tokens, {t['loss_tokens']:,} loss tokens, "
+            f"packing efficiency {100 * t['packing_efficiency']:.1f}%; overlong ({manifest['overlong']}): "
+            f"{t['truncated']} truncated, {t['dropped']} dropped")
+
+
+def open_prepared(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: Path, rank: int, world: int,
+                  how_to_prepare: str, log: Callable[[str], None]) -> PreparedData:
+    """The prepared data for this config: opened if ``out`` holds it; prepared first, over all ``world`` processes, if
+    ``out`` holds nothing (each process its share, then polling the file system, never a collective, until the manifest
+    is there); refused (DataError) if ``out`` was prepared with other settings or sources."""
+    expected = describe(cfg, seq_len, tokenizer)
+    manifest = read_manifest(out)
+    if manifest is None:
+        prepare(cfg, seq_len, tokenizer, tokenizer_name, out, rank, world, log=log)
+        manifest = wait_until_prepared(out, expected)
+    data = PreparedData(out, expected, how_to_prepare)
+    log(f"[data] prepared {summary(manifest, out)}")
+    return data
