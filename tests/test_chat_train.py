@@ -1,20 +1,22 @@
 """Chat fine-tuning end to end through `python -m train`: the loss is the mean over the global batch's loss tokens,
-so the same data gives the same loss under one process, dp2 x tp2 and any gradient accumulation; bad chat data is
-one line and exit 2 on every rank."""
+so the same data gives the same loss under one process, dp2 x tp2 and any gradient accumulation; the held-out
+evaluation changes neither the training nor a resumed run; bad chat data is one line and exit 2 on every rank."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
-from train_helpers import ROOT, clean_env, finish, launch, metrics, train_cmd
+from train_helpers import ROOT, clean_env, finish, launch, metrics, seed_checkpoint, train_cmd
 
 STEPS = 4
-CHAT = ("data.format=chat", "seq_len=64", "global_batch=8", f"steps={STEPS}", "checkpoint.interval=0", "log.log_every=1",
-        "schedule.warmup_steps=0", "optim.lr=3e-3")
+CHAT = ("data.format=chat", "seq_len=64", "global_batch=8", f"steps={STEPS}", "log.log_every=1",
+        "schedule.warmup_steps=0", "optim.lr=3e-3", "eval.fraction=0.1")
+EVAL = ("eval.every=2", "eval.batches=2")
 TOL = 1e-5
 
 
@@ -30,10 +32,15 @@ def prepared(tmp_path_factory):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, prepared):
     base = tmp_path_factory.mktemp("chat")
-    layouts = {"one": (1, "micro_batch=8"), "accum8": (1, "micro_batch=1"), "dp2xtp2": (4, "micro_batch=2", "parallel.tp=2")}
+    layouts = {"one": (1, "micro_batch=8", "checkpoint.interval=2", "checkpoint.keep_last=5", *EVAL),
+               "accum8": (1, "micro_batch=1", "checkpoint.interval=0", *EVAL),
+               "dp2xtp2": (4, "micro_batch=2", "parallel.tp=2", "checkpoint.interval=0", *EVAL),
+               "no_eval": (1, "micro_batch=8", "checkpoint.interval=0")}
     procs = {name: launch(n, base / name, *CHAT, *rest, f"data.prepared={prepared}") for name, (n, *rest) in layouts.items()}
     out = {name: finish(proc, base / name) for name, proc in procs.items()}
-    return {name: metrics(base / name) for name in layouts} | {"out": out}
+    seed_checkpoint(base / "one", 2, base / "resumed")
+    out["resumed"] = finish(launch(1, base / "resumed", *CHAT, *layouts["one"][1:], f"data.prepared={prepared}"), base / "resumed")
+    return {name: metrics(base / name) for name in out} | {"out": out}
 
 
 def test_same_loss_under_any_layout_and_accumulation(runs):
@@ -42,7 +49,7 @@ def test_same_loss_under_any_layout_and_accumulation(runs):
     for name in ("accum8", "dp2xtp2"):
         other = runs[name]
         assert [other[s]["loss_tokens"] for s in one] == [one[s]["loss_tokens"] for s in one]
-        loss = max(abs(other[s]["loss"] - one[s]["loss"]) for s in one)
+        loss = max(abs(other[s][key] - one[s][key]) for s in one for key in ("loss", "eval_loss") if key in one[s])
         gnorm = max(abs(other[s]["grad_norm"] - one[s]["grad_norm"]) / one[s]["grad_norm"] for s in one)
         print(f"{name} vs one process, micro_batch 8: max |loss diff| {loss:.2e}, max rel grad-norm diff {gnorm:.2e}")
         assert loss < TOL and gnorm < TOL
@@ -50,9 +57,19 @@ def test_same_loss_under_any_layout_and_accumulation(runs):
     assert one[STEPS]["loss"] < one[1]["loss"]
 
 
-def test_progress_reports_packing(runs):
+def test_evaluation_changes_neither_training_nor_a_resumed_run(runs):
+    one, no_eval, resumed = runs["one"], runs["no_eval"], runs["resumed"]
+    assert [s for s in one if "eval_loss" in one[s]] == [2, 4] and not any("eval_loss" in r for r in no_eval.values())
+    assert [one[s]["loss"] for s in one] == [no_eval[s]["loss"] for s in one]  # bitwise
+    assert sorted(resumed) == [3, 4]
+    assert [(resumed[s]["loss"], resumed[s].get("eval_loss")) for s in resumed] == [(one[s]["loss"], one[s].get("eval_loss")) for s in resumed]
+    assert one[4]["eval_loss"] < one[2]["eval_loss"]
+
+
+def test_progress_reports_packing_and_eval(runs):
     out = runs["out"]["dp2xtp2"]
     assert "[data] prepared" in out and "packing efficiency" in out and "layout dp=2 x tp=2" in out
+    assert "held-out rows every 2 steps" in out and re.search(r"step 4/4 \| loss [\d.]+ \| eval [\d.]+ \|", out)
 
 
 def test_bad_chat_data_is_one_line_and_exit_2_on_every_rank(tmp_path):

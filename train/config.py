@@ -113,6 +113,18 @@ class CheckpointConfig(_Strict):
     async_save: bool = False
 
 
+class EvalConfig(_Strict):
+    """Held-out evaluation (packed data: data.format chat or data.pack documents): the rows of ``path`` (prepared like
+    the training data, into <data.prepared>/eval) or a ``fraction`` of the training rows (held out by a fixed hash of
+    the row, so the split depends on the data alone); every ``every`` steps (0 = never) over the first ``batches``
+    global batches of them. It reads no random numbers and leaves the training data position alone."""
+
+    path: str | None = None
+    fraction: float = Field(0.0, ge=0, lt=1)
+    every: int = Field(0, ge=0)
+    batches: int = Field(1, ge=1)
+
+
 class LogConfig(_Strict):
     dir: str = "runs/default"
     log_every: int = Field(10, ge=1)
@@ -146,6 +158,7 @@ class TrainConfig(_Strict):
     steps: int = Field(ge=1)
     checkpoint: CheckpointConfig = CheckpointConfig()
     log: LogConfig = LogConfig()
+    eval: EvalConfig = EvalConfig()
     export: str | None = None
 
     @model_validator(mode="after")
@@ -156,6 +169,12 @@ class TrainConfig(_Strict):
             raise ValueError(f"schedule.warmup_steps={self.schedule.warmup_steps} must be <= steps={self.steps}")
         if self.schedule.min_lr > self.optim.lr:
             raise ValueError(f"schedule.min_lr={self.schedule.min_lr} must be <= optim.lr={self.optim.lr}")
+        if self.eval.path is not None and self.eval.fraction:
+            raise ValueError("set one of eval.path (another source) or eval.fraction (held out of the training data), not both")
+        if self.eval.every and not (self.eval.path or self.eval.fraction):
+            raise ValueError(f"eval.every={self.eval.every} needs eval.path or eval.fraction")
+        if (self.eval.every or self.eval.fraction) and not self.data.packed:
+            raise ValueError("eval needs data packed by document: data.format=chat or data.pack=documents")
         return self
 
     @property

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -23,6 +24,7 @@ from train import checkpoint
 from train.config import ConfigError, TrainConfig
 from train.data import DataError, PackedStream, TokenStream, load_tokenizer, load_tokens
 from train.data.prepared import open_prepared, split_rows
+from train.data.stream import eval_batches
 from train.loss import IGNORE
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
 from train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights, materialize
@@ -74,8 +76,9 @@ class Trainer:
         self.grad_accum = dims.grad_accum(cfg.global_batch, cfg.micro_batch)
         _log0(f"[train] layout dp={dims.dp} x tp={dims.tp} on {env.world_size} ranks, mesh (rows: dp, columns: tp) {self.mesh.mesh.tolist()}; "
               f"grad accumulation {self.grad_accum} x micro_batch {cfg.micro_batch}; device {device.type}")
-        self._setup_data()
+        self.eval_batches: list[tuple[torch.Tensor, ...]] = []
         self.on_gpu = device.type == "cuda"
+        self._setup_data()
         self._setup_model(env.world_size)
         o = cfg.optim
         impl = {"fused": True} if self.on_gpu else {"foreach": False}
@@ -106,10 +109,18 @@ class Trainer:
             self.tokenizer = load_tokenizer(name)
             if cfg.data.packed:
                 how = "python -m train.prepare --config FILE with the training run's overrides"
-                data = open_prepared(cfg.data, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir, self.rank, dist.get_world_size(), how, _log0)
-                train_ids, _ = split_rows(data.num_rows, 0.0)
+                world = dist.get_world_size()
+                data = open_prepared(cfg.data, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir, self.rank, world, how, _log0)
+                train_ids, held = split_rows(data.num_rows, cfg.eval.fraction)
                 self.stream = PackedStream(data, train_ids, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed)
                 _log0(f"[train] data: {self.stream.num_blocks:,} packed rows of {cfg.seq_len}, {self.stream.steps_per_epoch} steps per epoch")
+                if cfg.eval.path is not None:
+                    eval_cfg = cfg.data.model_copy(update={"path": cfg.eval.path})
+                    data = open_prepared(eval_cfg, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir / "eval", self.rank, world, how, _log0)
+                    held = np.arange(data.num_rows)
+                if cfg.eval.every:
+                    self.eval_batches = eval_batches(data, held, cfg.eval.batches * cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp)
+                    _log0(f"[train] eval: {sum(len(b[0]) for b in self.eval_batches) * self.dims.dp:,} held-out rows every {cfg.eval.every} steps")
                 return
         except (DataError, ValueError) as e:
             raise ConfigError(str(e)) from None
@@ -212,6 +223,26 @@ class Trainer:
     def _to_device(self, t: torch.Tensor) -> torch.Tensor:
         return t.pin_memory().to(self.device, non_blocking=True) if self.on_gpu else t
 
+    def _summed_loss(self, input_ids: torch.Tensor, labels: torch.Tensor, *position_ids: torch.Tensor) -> torch.Tensor:
+        """The summed cross-entropy over one micro-batch's loss tokens (labels not -100)."""
+        input_ids, labels = self._to_device(input_ids), self._to_device(labels)
+        extra = {"position_ids": self._to_device(position_ids[0])} if position_ids else {}
+        if self.on_gpu:
+            return self.model(input_ids=input_ids, labels=labels, reduction="sum", **extra)
+        logits = self.model(input_ids=input_ids, **extra).logits
+        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
+
+    def evaluate(self) -> float:
+        """Mean loss over the held-out rows' loss tokens (all dp ranks; collective; waits for the device). Draws no
+        random numbers and leaves the training stream where it is."""
+        total = torch.zeros(2, dtype=torch.float64, device=self.device)
+        with torch.no_grad(), self._attention():
+            for mb in self.eval_batches:
+                total[0] += self._summed_loss(*mb).double()
+                total[1] += (mb[1] != IGNORE).sum().item()
+        dist.all_reduce(total, group=self.mesh["dp"].get_group())
+        return (total[0] / total[1].clamp(min=1)).item()
+
     def train_step(self) -> dict:
         """One optimizer step over this rank's micro-batches; returns the step's metrics record (global values; loss and
         grad norm as device tensors, read by ``MetricsLog``)."""
@@ -227,14 +258,8 @@ class Trainer:
         scale = self.dims.dp / loss_tokens.clamp(min=1).float()
         loss_sum = torch.zeros((), device=self.device)
         with self._attention():
-            for input_ids, labels, *position_ids in micro:
-                input_ids, labels = self._to_device(input_ids), self._to_device(labels)
-                extra = {"position_ids": self._to_device(position_ids[0])} if position_ids else {}
-                if self.on_gpu:
-                    loss = self.model(input_ids=input_ids, labels=labels, reduction="sum", **extra)
-                else:
-                    logits = self.model(input_ids=input_ids, **extra).logits
-                    loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
+            for mb in micro:
+                loss = self._summed_loss(*mb)
                 (loss * scale).backward()
                 loss_sum += loss.detach()
         grad_norm = clip_grad_norm_(list(self.master.parameters()), cfg.grad_clip)
@@ -261,6 +286,8 @@ class Trainer:
                 record.update(split)
             else:
                 record = self.train_step()
+            if cfg.eval.every and self.step % cfg.eval.every == 0:
+                record["eval_loss"] = self.metrics.untimed(self.evaluate)
             self.metrics.log(record)
             if interval and self.step % interval == 0:
                 self.metrics.flush()

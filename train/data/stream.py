@@ -127,3 +127,16 @@ class PackedStream(TokenStream):
 
     def _rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return model_inputs(*self.data.rows(self.row_ids[ids.numpy()]))
+
+
+def eval_batches(data, row_ids: np.ndarray, rows: int, micro_batch: int, dp_rank: int, dp_size: int) -> list[tuple[torch.Tensor, ...]]:
+    """This rank's micro-batches of the first ``rows`` of ``row_ids`` (fewer if there are fewer; a multiple of
+    micro_batch x dp_size, so every rank runs as many), each rank its contiguous share; fixed for the whole run."""
+    unit = micro_batch * dp_size
+    n = min(rows, len(row_ids)) // unit * unit
+    if n == 0:
+        raise ValueError(f"eval: {len(row_ids)} held-out rows, fewer than micro_batch x dp = {unit}; "
+                         "raise eval.fraction or give a larger eval.path")
+    share = n // dp_size
+    mine = row_ids[dp_rank * share : (dp_rank + 1) * share]
+    return [model_inputs(*data.rows(mine[i : i + micro_batch])) for i in range(0, share, micro_batch)]
