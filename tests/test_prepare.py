@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from train.data.config import DataConfig
+from train.data.packing import IGNORE as IGNORE_LABEL
 from train.data.prepared import PreparedData, describe, open_prepared, prepare, split_rows
 from train.data.sources import DEMO_CHAT, DataError
 from train.prepare import task_of
@@ -139,3 +140,27 @@ def test_prepare_through_hpc_submit_on_two_nodes_matches_one_task(slurm, tmp_pat
     one = tmp_path / "one"
     prepare(cfg(source), SEQ, tok, "chat", one, log=lambda m: None)
     assert tree(out) == tree(one)
+
+
+def test_text_documents_pack_whole_with_eos(tmp_path):
+    """data.pack=documents in text mode: each document (and its EOS) whole in a row, every token after its first a target."""
+    from train.data.packing import model_inputs
+
+    tok = load_tokenizer(None)
+    docs = ["To be, or not to be, that is the question.", "Now is the winter of our discontent.", "Exit, pursued by a bear."]
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    data_cfg = DataConfig(path=str(src), pack="documents")
+    prepare(data_cfg, 32, tok, "demo", tmp_path / "p", log=lambda m: None)
+    data = PreparedData(tmp_path / "p", describe(data_cfg, 32, tok), "-")
+    tokens, flags = data.rows(np.arange(data.num_rows))
+    x, y, pos = model_inputs(tokens, flags)
+    found = set()
+    for row in range(len(x)):
+        starts = [i for i in range(32) if pos[row, i] == 0] + [32]
+        for s, e in zip(starts, starts[1:]):
+            text = tok.decode(x[row, s:e])
+            if (y[row, s:e] != IGNORE_LABEL).any():  # not the padding
+                found.add(text.removesuffix(tok.eos_token))
+                assert y[row, s:e - 1].tolist() == x[row, s + 1:e].tolist() and y[row, e - 1] == IGNORE_LABEL
+    assert found == set(docs) and data.manifest["totals"]["rows"] == data.num_rows

@@ -152,10 +152,10 @@ def prepare(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: 
     return manifest
 
 
-def wait_until_prepared(out: Path, expected: dict, timeout_s: float | None = None) -> dict:
-    """Poll (no collective) until ``out`` holds a manifest for ``expected``; a task's error is raised here too."""
+def wait_until_prepared(out: Path, expected: dict) -> dict:
+    """Poll (no collective) until ``out`` holds a manifest for ``expected``; a task's error is raised here too. A task
+    that dies ends the job (srun, torchrun), so the wait has no bound of its own."""
     key = key_of(expected)
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         error = out / f"error-{key}.txt"
         if error.is_file():
@@ -163,8 +163,6 @@ def wait_until_prepared(out: Path, expected: dict, timeout_s: float | None = Non
         manifest = read_manifest(out)
         if manifest is not None and manifest.get("key") == key:
             return manifest
-        if deadline is not None and time.monotonic() > deadline:
-            raise DataError(f"data.prepared: {out} was not prepared within {timeout_s:.0f}s")
         time.sleep(POLL_S)
 
 
