@@ -101,3 +101,14 @@ def test_unprepared_data_is_prepared_by_the_job_without_waiting_at_a_collective(
     took = float(re.search(r"\[prepare\] task 0/2: 1 of 1 chunks of .* in ([\d.]+)s", proc.stdout).group(1))
     print(f"rank 0 prepared for {took:.1f}s while rank 1 polled; collective timeout 4 s")
     assert took > 4 and sorted(metrics(run)) == [1, 2]
+
+
+@pytest.mark.parametrize("override,message", [
+    ("data.tokenizer=train/assets/tokenizer", "data.tokenizer: train/assets/tokenizer has no chat template"),
+    ("seq_len=32", "was prepared with another seq_len (was 64, now 32); run python -m train.prepare"),
+])
+def test_no_chat_template_or_stale_prepared_data_is_one_line_exit_2(prepared, tmp_path, override, message):
+    proc = subprocess.run(train_cmd(1, *CHAT, "micro_batch=8", f"data.prepared={prepared}", f"log.dir={tmp_path}", override),
+                          cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith(("W1", "Failed to load"))]
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr[-2000:]

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, 
 from train.data.config import DataConfig
 from train.data.packing import IGNORE
 from train.data.prepared import PreparedData, describe, split_rows
+from train.data.sources import DEMO_CHAT
 from train.data.stream import PackedStream
 from train.generate import chat
 from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
@@ -37,8 +38,12 @@ def hf_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, hf_dir):
     run = tmp_path_factory.mktemp("from_hf")
+    held_out = run.parent / "held_out.jsonl"
+    with DEMO_CHAT.open() as f:
+        held_out.write_text("".join(next(f) for _ in range(40)))
     overrides = ("model.shape=null", f"model.path={hf_dir}", "data.format=chat", f"seq_len={SEQ}", f"global_batch={BATCH}",
-                 "micro_batch=2", "parallel.tp=2", "steps=1", "schedule.warmup_steps=0", "checkpoint.interval=0", "export=hf")
+                 "micro_batch=2", "parallel.tp=2", "steps=1", "schedule.warmup_steps=0", "checkpoint.interval=0", "export=hf",
+                 f"eval.path={held_out}", "eval.every=1")
     finish(launch(4, run, *overrides), run)
     return run
 
@@ -57,6 +62,7 @@ def test_first_step_loss_equals_the_hf_model_on_the_same_batch(run, hf_dir):
     print(f"first step from the sharded HF directory under dp2 x tp2: {got['loss']:.6f}, HF model on the batch: {expected:.6f}")
     assert got["loss_tokens"] == int((labels != IGNORE).sum())
     assert abs(got["loss"] - expected) < 1e-5
+    assert (run / "data" / "eval" / "manifest.json").is_file() and got["eval_loss"] > 0  # eval.path, prepared apart
 
 
 def test_export_keeps_tokenizer_template_and_generation_config_and_chats(run):

@@ -224,6 +224,7 @@ def open_prepared(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str,
     """The prepared data for this config: opened if ``out`` holds it; prepared first, over all ``world`` processes, if
     ``out`` holds nothing (each process its share, then polling the file system, never a collective, until the manifest
     is there); refused (DataError) if ``out`` was prepared with other settings or sources."""
+    make_format(cfg, tokenizer, tokenizer_name)  # a tokenizer without a chat template is refused first
     expected = describe(cfg, seq_len, tokenizer)
     manifest = read_manifest(out)
     if manifest is None:
