@@ -22,9 +22,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from train import checkpoint
 from train.config import ConfigError, TrainConfig
-from train.data import DataError, PackedStream, TokenStream, load_tokenizer, load_tokens
+from train.data import DataError, PackedStream, TokenStream, load_tokenizer
 from train.data.prepared import open_prepared, split_rows
 from train.data.stream import eval_batches
+from train.data.text import load_tokens_on_rank0
 from train.loss import IGNORE
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
 from train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights, materialize
@@ -101,7 +102,8 @@ class Trainer:
 
     def _setup_data(self) -> None:
         """Tokenizer (data.tokenizer, else model.path's, else the demo one), then the stream: rows of the prepared data
-        (packed by document; prepared here over all ranks if missing), or blocks of the token cache (rank 0 fills it first)."""
+        (packed by document; prepared here over all ranks if missing), or blocks of the token cache (rank 0 fills it,
+        the others poll for it). Neither waits at a collective while data is being prepared."""
         cfg = self.cfg
         name = tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat")
         dp_rank = self.mesh["dp"].get_local_rank()
@@ -122,15 +124,10 @@ class Trainer:
                     self.eval_batches = eval_batches(data, held, cfg.eval.batches * cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp)
                     _log0(f"[train] eval: {sum(len(b[0]) for b in self.eval_batches) * self.dims.dp:,} held-out rows every {cfg.eval.every} steps")
                 return
+            tokens = load_tokens_on_rank0(cfg.data, self.tokenizer, str(self.run_dir / "cache"), self.rank)
+            self.stream = TokenStream(tokens, cfg.seq_len, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed)
         except (DataError, ValueError) as e:
             raise ConfigError(str(e)) from None
-        cache = str(self.run_dir / "cache")
-        if self.rank == 0:
-            tokens = load_tokens(cfg.data, self.tokenizer, cache_dir=cache)
-        dist.barrier()
-        if self.rank != 0:
-            tokens = load_tokens(cfg.data, self.tokenizer, cache_dir=cache)
-        self.stream = TokenStream(tokens, cfg.seq_len, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed)
         _log0(f"[train] data: {tokens.numel():,} tokens, {self.stream.num_blocks:,} blocks of {cfg.seq_len + 1}, "
               f"{self.stream.steps_per_epoch} steps per epoch")
 

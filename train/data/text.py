@@ -10,13 +10,16 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import torch
 
 from train.data.config import DataConfig
 from train.data.formats import TextFormat
-from train.data.sources import chunks, records, source_files, source_path
+from train.data.sources import DataError, chunks, records, source_files, source_path
+
+POLL_S = 0.5
 
 _CACHE_FORMAT = 1
 
@@ -65,3 +68,24 @@ def load_tokens(cfg: DataConfig, tokenizer, cache_dir: str | None = None) -> tor
         target.parent.mkdir(parents=True, exist_ok=True)
         _save_atomic(tokens, target)
     return tokens
+
+
+def load_tokens_on_rank0(cfg: DataConfig, tokenizer, cache_dir: str, rank: int) -> torch.Tensor:
+    """Rank 0 fills the cache (``load_tokens``); the other ranks poll the file system for it (no collective, so
+    no rank times out while rank 0 tokenizes) and memory-map it. An error on rank 0 is written beside the cache
+    and raised on every rank."""
+    path = source_path(cfg)
+    target = Path(cache_dir) / f"tokens-{_cache_key(path, cfg.text_field, tokenizer)}.pt"
+    error = target.with_suffix(".error")
+    if rank == 0:
+        try:
+            return load_tokens(cfg, tokenizer, cache_dir)
+        except DataError as e:
+            error.parent.mkdir(parents=True, exist_ok=True)
+            error.write_text(str(e) + "\n")
+            raise
+    while not target.is_file():
+        if error.is_file():
+            raise DataError(error.read_text().strip())
+        time.sleep(POLL_S)
+    return torch.load(target, mmap=True, weights_only=True)
