@@ -69,7 +69,6 @@ def prepare_cmd(src: Path, out: Path, chunk: int) -> list[str]:
 
 def startup_s(src: Path, out: Path, chunk: int) -> float:
     """Seconds from nothing to the first micro-batch on prepared data: tokenizer, manifest check, memory maps, stream."""
-    from train.config import ModelConfig  # noqa: F401  (the trainer's imports, paid before the clock)
     from train.data.config import DataConfig
     from train.data.prepared import open_prepared, split_rows
     from train.data.stream import PackedStream

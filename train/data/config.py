@@ -25,8 +25,8 @@ class DataConfig(pydantic.BaseModel, extra="forbid"):
     overlong: a sample longer than seq_len is cut to its first seq_len tokens (truncate) or left out (drop).
     prepared: the directory of the prepared (tokenized, packed) data; None = ``<log.dir>/data``.
     chunk_bytes: the unit of work of ``train.prepare`` (a byte range of the source); part of the manifest.
-    tokenizer: a Hugging Face tokenizer directory; None = the shipped demo tokenizer (with a
-    Qwen3-style chat template).
+    tokenizer: a Hugging Face tokenizer directory; None = model.path's tokenizer, else the shipped demo
+    tokenizer (for chat: its variant with Qwen3's chat tokens and a Qwen3-style chat template).
     """
 
     path: str | None = None
