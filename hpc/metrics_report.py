@@ -1,7 +1,7 @@
 """A run's metrics.jsonl (one JSON object per step): read, summarise, plot, export to TensorBoard.
 
-Keys the trainer writes: step, loss, tokens_per_s, mfu (null without a known GPU
-peak), lr, grad_norm (and step_time_s, peak_mem_gib). A requeued run resumes
+Keys the trainer writes: step, loss, loss_tokens, tokens_per_s, mfu (null without a known GPU
+peak), lr, grad_norm (and step_time_s, peak_mem_gib; eval_loss at evaluated steps). A requeued run resumes
 from its last checkpoint and logs some steps again: the last record of a step wins.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Optional
 
 METRICS_FILE = "metrics.jsonl"
 PLOTTED = (("loss", "loss"), ("tokens_per_s", "tokens/s"), ("mfu", "MFU"))
-SUMMARY = ("loss", "tokens_per_s", "mfu", "lr", "grad_norm")
+SUMMARY = ("loss", "tokens_per_s", "mfu", "lr", "grad_norm", "eval_loss")
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -67,7 +67,7 @@ def summary_table(records: list[dict]) -> str:
 
 
 def plot(records: list[dict], out: Path, title: str) -> None:
-    """loss, tokens/s and MFU against the step, one panel each, into a PNG."""
+    """loss (and eval loss), tokens/s and MFU against the step, one panel each, into a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -77,7 +77,11 @@ def plot(records: list[dict], out: Path, title: str) -> None:
     for ax, (key, label) in zip(axes, PLOTTED):
         points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
         if points:
-            ax.plot(*zip(*points), marker=".", linewidth=1)
+            ax.plot(*zip(*points), marker=".", linewidth=1, label=label)
+            evaluated = [(r["step"], r["eval_loss"]) for r in records if r.get("eval_loss") is not None]
+            if key == "loss" and evaluated:
+                ax.plot(*zip(*evaluated), marker="o", linewidth=1, label="eval loss")
+                ax.legend()
         else:
             ax.text(0.5, 0.5, f"{label}: not reported", ha="center", va="center", transform=ax.transAxes)
         ax.set_ylabel(label)

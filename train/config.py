@@ -122,6 +122,18 @@ class Fp8Config(_Strict):
     recipe: Literal["tensorwise", "rowwise"] = "tensorwise"
 
 
+class EvalConfig(_Strict):
+    """Held-out evaluation (packed data: data.format chat or data.pack documents): the rows of ``path`` (prepared like
+    the training data, into <data.prepared>/eval) or a ``fraction`` of the training rows (held out by a fixed hash of
+    the row, so the split depends on the data alone); every ``every`` steps (0 = never) over the first ``batches``
+    global batches of them. It reads no random numbers and leaves the training data position alone."""
+
+    path: str | None = None
+    fraction: float = Field(0.0, ge=0, lt=1)
+    every: int = Field(0, ge=0)
+    batches: int = Field(1, ge=1)
+
+
 class LogConfig(_Strict):
     """tracker: experiment trackers fed by rank 0 (train/tracking.py); mlflow_uri None = the file store <dir>/mlruns;
     wandb_project: the W&B project (offline unless WANDB_MODE is set)."""
@@ -177,6 +189,7 @@ class TrainConfig(_Strict):
     steps: int = Field(ge=1)
     checkpoint: CheckpointConfig = CheckpointConfig()
     log: LogConfig = LogConfig()
+    eval: EvalConfig = EvalConfig()
     export: str | None = None
 
     @model_validator(mode="after")
@@ -189,11 +202,21 @@ class TrainConfig(_Strict):
             raise ValueError("fp8.enabled=true needs bf16 compute: dtype auto (bf16 on GPU) or bf16, not fp32")
         if self.schedule.min_lr > self.optim.lr:
             raise ValueError(f"schedule.min_lr={self.schedule.min_lr} must be <= optim.lr={self.optim.lr}")
+        if self.eval.path is not None and self.eval.fraction:
+            raise ValueError("set one of eval.path (another source) or eval.fraction (held out of the training data), not both")
+        if self.eval.every and not (self.eval.path or self.eval.fraction):
+            raise ValueError(f"eval.every={self.eval.every} needs eval.path or eval.fraction")
+        if (self.eval.every or self.eval.fraction) and not self.data.packed:
+            raise ValueError("eval needs data packed by document: data.format=chat or data.pack=documents")
         return self
 
     @property
     def checkpoint_dir(self) -> Path:
         return Path(self.checkpoint.dir) if self.checkpoint.dir else Path(self.log.dir) / "checkpoints"
+
+    @property
+    def prepared_dir(self) -> Path:
+        return Path(self.data.prepared) if self.data.prepared else Path(self.log.dir) / "data"
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:

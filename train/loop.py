@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -20,14 +21,19 @@ import yaml
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from train import checkpoint
-from train.config import TrainConfig
-from train.data import TokenStream, load_tokenizer, load_tokens
+from train.config import ConfigError, TrainConfig
+from train.data import DataError, PackedStream, TokenStream, load_tokenizer
+from train.data.prepared import open_prepared, split_rows
+from train.data.stream import eval_batches
+from train.data.text import load_tokens_on_rank0
 from train.float8 import precompute_weight_scales
+from train.loss import IGNORE
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
 from train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights, materialize
 from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, parallelize
 from train.precision import MasterWeights
 from train.steptime import timed_step
+from train.tokenizer import tokenizer_source
 from train.tracking import Tracking
 
 
@@ -73,8 +79,9 @@ class Trainer:
         self.grad_accum = dims.grad_accum(cfg.global_batch, cfg.micro_batch)
         _log0(f"[train] layout dp={dims.dp} x tp={dims.tp} on {env.world_size} ranks, mesh (rows: dp, columns: tp) {self.mesh.mesh.tolist()}; "
               f"grad accumulation {self.grad_accum} x micro_batch {cfg.micro_batch}; device {device.type}")
-        self._setup_data()
+        self.eval_batches: list[tuple[torch.Tensor, ...]] = []
         self.on_gpu = device.type == "cuda"
+        self._setup_data()
         self._setup_model(env.world_size)
         o = cfg.optim
         impl = {"fused": True} if self.on_gpu else {"foreach": False}
@@ -97,17 +104,33 @@ class Trainer:
                                   resume_step=self.step, sync_every=self.sync_every, tracking=self.tracking)
 
     def _setup_data(self) -> None:
-        """Tokenizer (data.tokenizer, else model.path's, else the demo one), tokens (rank 0 fills the cache first), stream."""
+        """Tokenizer (data.tokenizer, else model.path's, else the demo one), then the stream: rows of the prepared data
+        (packed by document; prepared here over all ranks if missing), or blocks of the token cache (rank 0 fills it,
+        the others poll for it). Neither waits at a collective while data is being prepared."""
         cfg = self.cfg
-        self.tokenizer = load_tokenizer(cfg.data.tokenizer if cfg.data.tokenizer or cfg.model.path is None else cfg.model.path)
-        cache = str(self.run_dir / "cache")
-        if self.rank == 0:
-            tokens = load_tokens(cfg.data, self.tokenizer, cache_dir=cache)
-        dist.barrier()
-        if self.rank != 0:
-            tokens = load_tokens(cfg.data, self.tokenizer, cache_dir=cache)
-        self.stream = TokenStream(tokens, cfg.seq_len, cfg.global_batch, cfg.micro_batch,
-                                  self.mesh["dp"].get_local_rank(), self.dims.dp, cfg.seed)
+        name = tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat")
+        dp_rank = self.mesh["dp"].get_local_rank()
+        try:
+            self.tokenizer = load_tokenizer(name)
+            if cfg.data.packed:
+                how = "python -m train.prepare --config FILE with the training run's overrides"
+                world = dist.get_world_size()
+                data = open_prepared(cfg.data, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir, self.rank, world, how, _log0)
+                train_ids, held = split_rows(data.num_rows, cfg.eval.fraction)
+                self.stream = PackedStream(data, train_ids, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed)
+                _log0(f"[train] data: {self.stream.num_blocks:,} packed rows of {cfg.seq_len}, {self.stream.steps_per_epoch} steps per epoch")
+                if cfg.eval.path is not None:
+                    eval_cfg = cfg.data.model_copy(update={"path": cfg.eval.path})
+                    data = open_prepared(eval_cfg, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir / "eval", self.rank, world, how, _log0)
+                    held = np.arange(data.num_rows)
+                if cfg.eval.every:
+                    self.eval_batches = eval_batches(data, held, cfg.eval.batches * cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp)
+                    _log0(f"[train] eval: {sum(len(b[0]) for b in self.eval_batches) * self.dims.dp:,} held-out rows every {cfg.eval.every} steps")
+                return
+            tokens = load_tokens_on_rank0(cfg.data, self.tokenizer, str(self.run_dir / "cache"), self.rank)
+            self.stream = TokenStream(tokens, cfg.seq_len, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed)
+        except (DataError, ValueError) as e:
+            raise ConfigError(str(e)) from None
         _log0(f"[train] data: {tokens.numel():,} tokens, {self.stream.num_blocks:,} blocks of {cfg.seq_len + 1}, "
               f"{self.stream.steps_per_epoch} steps per epoch")
 
@@ -216,6 +239,26 @@ class Trainer:
     def _to_device(self, t: torch.Tensor) -> torch.Tensor:
         return t.pin_memory().to(self.device, non_blocking=True) if self.on_gpu else t
 
+    def _summed_loss(self, input_ids: torch.Tensor, labels: torch.Tensor, *position_ids: torch.Tensor) -> torch.Tensor:
+        """The summed cross-entropy over one micro-batch's loss tokens (labels not -100)."""
+        input_ids, labels = self._to_device(input_ids), self._to_device(labels)
+        extra = {"position_ids": self._to_device(position_ids[0])} if position_ids else {}
+        if self.on_gpu:
+            return self.model(input_ids=input_ids, labels=labels, reduction="sum", **extra)
+        logits = self.model(input_ids=input_ids, **extra).logits
+        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
+
+    def evaluate(self) -> float:
+        """Mean loss over the held-out rows' loss tokens (all dp ranks; collective; waits for the device). Draws no
+        random numbers and leaves the training stream where it is."""
+        total = torch.zeros(2, dtype=torch.float64, device=self.device)
+        with torch.no_grad(), self._attention():
+            for mb in self.eval_batches:
+                total[0] += self._summed_loss(*mb).double()
+                total[1] += (mb[1] != IGNORE).sum().item()
+        dist.all_reduce(total, group=self.mesh["dp"].get_group())
+        return (total[0] / total[1].clamp(min=1)).item()
+
     def train_step(self) -> dict:
         """One optimizer step over this rank's micro-batches; returns the step's metrics record (global values; loss and
         grad norm as device tensors, read by ``MetricsLog``)."""
@@ -223,16 +266,17 @@ class Trainer:
         lr = lr_at(self.step + 1, cfg.optim.lr, cfg.schedule.warmup_steps, cfg.schedule.min_lr, cfg.steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        micro = self.stream.next_microbatches()
+        # The loss is the mean over the loss tokens of the whole global batch: each micro-batch's summed loss over the
+        # global count. FSDP averages gradients over dp, hence the factor dp.
+        loss_tokens = torch.stack([(mb[1] != IGNORE).sum() for mb in micro]).sum().to(self.device)
+        dist.all_reduce(loss_tokens, group=self.mesh["dp"].get_group())
+        scale = self.dims.dp / loss_tokens.clamp(min=1).float()
         loss_sum = torch.zeros((), device=self.device)
         with self._attention():
-            for input_ids, labels in self.stream.next_microbatches():
-                input_ids, labels = self._to_device(input_ids), self._to_device(labels)
-                if self.on_gpu:
-                    loss = self.model(input_ids=input_ids, labels=labels) / self.grad_accum
-                else:
-                    logits = self.model(input_ids=input_ids).logits
-                    loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten()) / self.grad_accum
-                loss.backward()
+            for mb in micro:
+                loss = self._summed_loss(*mb)
+                (loss * scale).backward()
                 loss_sum += loss.detach()
         grad_norm = clip_grad_norm_(list(self.master.parameters()), cfg.grad_clip)
         self.optimizer.step()
@@ -245,7 +289,7 @@ class Trainer:
         self.step += 1
         if self.step % GC_EVERY_STEPS == 0:
             gc.collect(1)
-        return {"step": self.step, "loss": loss_sum.double() / self.dims.dp, "grad_norm": grad_norm, "lr": lr,
+        return {"step": self.step, "loss": loss_sum.double() / loss_tokens.clamp(min=1), "loss_tokens": loss_tokens, "grad_norm": grad_norm, "lr": lr,
                 "epoch": self.stream.epoch, "samples_consumed": self.stream.consumed, "peak_mem_gib": peak_memory_gib(self.device)}
 
     def run(self, stop_requested: Callable[[], bool] = lambda: False) -> int:
@@ -262,6 +306,8 @@ class Trainer:
                 record.update(split)
             else:
                 record = self.train_step()
+            if cfg.eval.every and self.step % cfg.eval.every == 0:
+                record["eval_loss"] = self.metrics.untimed(self.evaluate)
             self.metrics.log(record)
             if interval and self.step % interval == 0:
                 self.metrics.flush()

@@ -3,8 +3,9 @@
 Tokens are processed in chunks: each chunk's logits are computed, turned into its loss and
 its logit gradient (softmax minus one-hot) and dropped, so the gradients of the hidden
 states and of the head's weight are finished in the forward pass and only scaled in the
-backward. Peak extra memory is one chunk's logits instead of all of them in fp32. Every
-label must be a valid class (packed training blocks hold no padding).
+backward. Peak extra memory is one chunk's logits instead of all of them in fp32. Tokens
+labelled ``IGNORE`` (-100: outside the loss, e.g. prompts and padding) add nothing to the loss or
+the gradients.
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ import torch
 from torch import Tensor
 
 CHUNK_TOKENS = 4096
+IGNORE = -100
 
 
 def chunk_loss_grad(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
-    """Summed cross-entropy of a chunk (computed in fp32) and its gradient w.r.t. the logits, in the logits' dtype."""
+    """Summed cross-entropy of a chunk's counted tokens (computed in fp32) and its gradient w.r.t. the logits, in the logits' dtype."""
     x = logits.float()
+    counted = labels != IGNORE
+    safe = torch.where(counted, labels, 0)
     lse = torch.logsumexp(x, dim=-1)
-    loss = (lse - x.gather(1, labels[:, None]).squeeze(1)).sum()
-    target = torch.arange(x.shape[1], device=x.device)[None, :] == labels[:, None]
-    grad = torch.exp(x - lse[:, None]) - target.to(x.dtype)
+    loss = torch.where(counted, lse - x.gather(1, safe[:, None]).squeeze(1), 0.0).sum()
+    target = torch.arange(x.shape[1], device=x.device)[None, :] == safe[:, None]
+    grad = (torch.exp(x - lse[:, None]) - target.to(x.dtype)) * counted[:, None].to(x.dtype)
     return loss, grad.to(logits.dtype)
 
 
@@ -42,7 +46,7 @@ def _chunk_fn(device: torch.device) -> Callable:
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, labels: Tensor, chunk: int) -> Tensor:
+    def forward(ctx, hidden: Tensor, weight: Tensor, labels: Tensor, chunk: int, divisor: Tensor | float) -> Tensor:
         n = hidden.shape[0]
         fn = _chunk_fn(hidden.device)
         grad_hidden = torch.empty_like(hidden)
@@ -55,15 +59,19 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_hidden[start : start + chunk] = g @ weight
             gw = g.t() @ h  # accumulated in fp32; add_ upcasts in its one pass
             grad_weight = gw.float() if grad_weight is None else grad_weight.add_(gw)
-        ctx.save_for_backward(grad_hidden.div_(n), grad_weight.div_(n).to(weight.dtype))
-        return loss / n
+        ctx.save_for_backward(grad_hidden.div_(divisor), grad_weight.div_(divisor).to(weight.dtype))
+        return loss / divisor
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
         grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_out.to(grad_hidden.dtype), grad_weight * grad_out.to(grad_weight.dtype), None, None
+        return grad_hidden * grad_out.to(grad_hidden.dtype), grad_weight * grad_out.to(grad_weight.dtype), None, None, None
 
 
-def linear_cross_entropy(hidden: Tensor, weight: Tensor, labels: Tensor, chunk: int = CHUNK_TOKENS) -> Tensor:
-    """Mean cross-entropy of ``hidden @ weight.T`` ([N, H] x [V, H]) against ``labels`` [N], computed in chunks of tokens."""
-    return _LinearCrossEntropy.apply(hidden, weight, labels, chunk)
+def linear_cross_entropy(hidden: Tensor, weight: Tensor, labels: Tensor, chunk: int = CHUNK_TOKENS, reduction: str = "mean") -> Tensor:
+    """Cross-entropy of ``hidden @ weight.T`` ([N, H] x [V, H]) against ``labels`` [N] (``IGNORE`` = not counted), computed in
+    chunks of tokens: the mean over the counted tokens (``reduction="mean"``) or their sum (``"sum"``)."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction={reduction!r}: allowed: mean, sum")
+    divisor = (labels != IGNORE).sum().clamp(min=1).to(torch.float32) if reduction == "mean" else 1.0
+    return _LinearCrossEntropy.apply(hidden, weight, labels, chunk, divisor)

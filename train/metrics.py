@@ -86,6 +86,14 @@ class MetricsLog:
         """Start the next timing window now (after work that is not training, e.g. a checkpoint save)."""
         self._t0 = time.perf_counter()
 
+    def untimed(self, fn):
+        """Run ``fn`` (e.g. an evaluation) without counting its time in the step time, tokens/s and MFU; returns its result."""
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self._t0 += time.perf_counter() - t0
+
     def log(self, record: dict) -> None:
         self._pending.append(record)
         step = record["step"]
@@ -119,8 +127,9 @@ class MetricsLog:
             if "wait_s" in record:
                 share = record["wait_s"] / max(record["compute_s"] + record["wait_s"], 1e-9)
                 split = f" | compute {record['compute_s']:.3f}s wait {record['wait_s']:.3f}s ({100 * share:.0f}% waiting)"
+            evaluated = f" | eval {record['eval_loss']:.4f}" if record.get("eval_loss") is not None else ""
             print(
-                f"step {step}/{self.total_steps} | loss {record['loss']:.4f} | lr {record['lr']:.2e} | gnorm {record['grad_norm']:.3f} "
+                f"step {step}/{self.total_steps} | loss {record['loss']:.4f}{evaluated} | lr {record['lr']:.2e} | gnorm {record['grad_norm']:.3f} "
                 f"| {record['tokens_per_s']:,.0f} tok/s | mfu {mfu} | mem {record['peak_mem_gib']:.2f} GiB{split}",
                 flush=True,
             )

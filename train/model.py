@@ -1,9 +1,10 @@
 """Qwen3 model: config from a named shape or a local HF directory, meta-device build, initial weights, HF export.
 
-The model is built on the meta device and parallelized before any memory is allocated;
-rank 0 alone materializes the full initial weights (seeded random init or the directory's
-safetensors) and ``load_initial_weights`` broadcasts them into the shards. Random init is
-thus identical for every dp x tp layout.
+The model is built on the meta device and parallelized before any memory is allocated. A random
+init is materialized in full by rank 0 and broadcast into the shards (so it is identical for every
+dp x tp layout); a local HF directory's (sharded) safetensors are read by every rank itself, only
+the slices its shards hold (``torch.distributed.checkpoint``'s Hugging Face reader), so no rank
+ever holds the whole model.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file, save_file
+import torch.distributed.checkpoint as dcp
+from safetensors.torch import save_file
+from torch.distributed.checkpoint import HuggingFaceStorageReader
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
@@ -49,13 +52,14 @@ def hf_config(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3Conf
 
 class Qwen3ForTraining(Qwen3ForCausalLM):
     """``Qwen3ForCausalLM`` (same modules and weights) whose forward with ``labels`` returns only the
-    mean next-token cross-entropy, through ``linear_cross_entropy``: the logits are never materialized."""
+    next-token cross-entropy over the counted labels (not -100; ``reduction`` mean or sum), through
+    ``linear_cross_entropy``: the logits are never materialized."""
 
-    def forward(self, input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, **kwargs):
+    def forward(self, input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, reduction: str = "mean", **kwargs):
         if labels is None:
             return super().forward(input_ids=input_ids, **kwargs)
         hidden = self.model(input_ids=input_ids, **kwargs).last_hidden_state
-        return linear_cross_entropy(hidden.flatten(0, 1), self.lm_head.weight, labels.flatten())
+        return linear_cross_entropy(hidden.flatten(0, 1), self.lm_head.weight, labels.flatten(), reduction=reduction)
 
 
 def build_meta_model(config: Qwen3Config) -> Qwen3ForTraining:
@@ -76,19 +80,25 @@ def count_params(config: Qwen3Config) -> dict[str, int]:
 
 
 def _full_initial_state(cfg: ModelConfig, config: Qwen3Config, seed: int) -> dict[str, torch.Tensor]:
-    """Rank 0's full fp32 state dict: a seeded random init, or the safetensors of ``cfg.path``."""
-    if cfg.path is None:
-        torch.manual_seed(seed)
-        return Qwen3ForCausalLM(config).float().state_dict()
-    files = sorted(Path(cfg.path).glob("*.safetensors"))
-    if not files:
-        raise ConfigError(f"model.path: {cfg.path} has no *.safetensors files")
-    state: dict[str, torch.Tensor] = {}
-    for f in files:
-        state.update({k: v.float() for k, v in load_file(f).items()})
+    """Rank 0's full fp32 state dict of a seeded random init (model.shape)."""
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(config).float().state_dict()
+
+
+def _load_hf_shards(model: nn.Module, path: str, config: Qwen3Config) -> None:
+    """Fill the (parallelized, materialized) model from the directory's safetensors; each rank reads only its slices. Collective."""
+    if not any(Path(path).glob("*.safetensors")):
+        raise ConfigError(f"model.path: {path} has no *.safetensors files")
+    state = get_model_state_dict(model)
+    if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)  # not in the files: the head is the embedding
+    try:
+        dcp.load(state, storage_reader=HuggingFaceStorageReader(path))
+    except Exception as e:  # DCP gathers every rank's read errors into one CheckpointException
+        raise ConfigError(f"model.path: {path}: its safetensors do not fit this Qwen3 config ({str(e).strip().splitlines()[-1][:200]})") from None
     if config.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    return state
+    set_model_state_dict(model, state)
 
 
 def materialize(model: nn.Module, config: Qwen3Config, device: torch.device) -> None:
@@ -98,8 +108,12 @@ def materialize(model: nn.Module, config: Qwen3Config, device: torch.device) -> 
 
 
 def load_initial_weights(model: nn.Module, cfg: ModelConfig, config: Qwen3Config, seed: int, device: torch.device) -> None:
-    """Allocate the (parallelized, meta) model on ``device`` and fill it from rank 0's full initial state."""
+    """Allocate the (parallelized, meta) model on ``device`` and fill it: from model.path's safetensors, each rank its
+    slices, or from rank 0's seeded random init."""
     materialize(model, config, device)
+    if cfg.path is not None:
+        _load_hf_shards(model, cfg.path, config)
+        return
     state = _full_initial_state(cfg, config, seed) if dist.get_rank() == 0 else {}
     set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
 

@@ -19,6 +19,15 @@ from pathlib import Path
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 DEMO_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "tokenizer"
+# The demo tokenizer plus Qwen3's chat tokens (<|im_start|>, <|im_end|> = EOS, <think>, </think>) and a Qwen3-style chat template.
+DEMO_CHAT_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "chat_tokenizer"
+
+
+def tokenizer_source(data_tokenizer: str | None, model_path: str | None, chat: bool) -> str:
+    """data.tokenizer, else model.path's tokenizer, else the demo tokenizer (its chat variant for chat data)."""
+    if data_tokenizer or model_path:
+        return data_tokenizer or model_path
+    return str(DEMO_CHAT_TOKENIZER_DIR if chat else DEMO_TOKENIZER_DIR)
 
 
 def load_tokenizer(path: str | None) -> PreTrainedTokenizerFast:
