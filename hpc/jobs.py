@@ -50,8 +50,15 @@ def rank_log(job: Job, rank: int) -> Path:
     """Task `rank`'s log (task 0's also holds the batch script's output)."""
     path = task_log(require_dir(job), job.job_id, rank)
     if not path.exists():
-        raise JobError(f"job {job.job_id} has no log for task {rank} in {path.parent} (yet)")
+        raise JobError(f"job {job.job_id} has no log for task {rank} in {path.parent}" + ("" if job.finished else " (yet)"))
     return path
+
+
+def task_number(text: str) -> int:
+    """A Slurm task number for --rank: a whole number from 0."""
+    if not text.isdigit() or not text.isascii():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a task number (0, 1, ...)")
+    return int(text)
 
 
 def table(rows: list[tuple[str, ...]]) -> str:
@@ -66,6 +73,8 @@ def cmd_list(a: argparse.Namespace) -> int:
         for row in sacct_rows("-u", user, "-S", a.since):
             runs.setdefault(row["JobIDRaw"], []).append(row)
     except JobError as e:
+        if "Invalid time specification" in str(e):
+            raise JobError(f"--since {a.since}: not a Slurm time (e.g. now-2days, 2026-12-01, 2026-12-01T08:00)") from None
         print(f"hpc.jobs: {e}; listing the jobs slurmctld knows", file=sys.stderr)
     jobs = {job_id: {**rs[-1], "Restarts": str(restarts(rs))} for job_id, rs in runs.items()}
     for live in squeue_rows("-u", user):  # slurmctld's view wins: accounting lags behind new jobs
@@ -162,7 +171,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("logs", help="print a rank's log; -f follows it until the job ends")
     s.add_argument("job")
     s.add_argument("-f", "--follow", action="store_true")
-    s.add_argument("--rank", type=int, default=0, help="Slurm task (default 0); one task per node under torchrun/accelerate")
+    s.add_argument("--rank", type=task_number, default=0, help="Slurm task (default 0); one task per node under torchrun/accelerate")
     s.set_defaults(run=cmd_logs)
     s = sub.add_parser("cancel", help="scancel the job")
     s.add_argument("job")

@@ -213,7 +213,7 @@ def dist_timeout_s(environ: Mapping[str, str]) -> float:
         value = float(text)
     except ValueError:
         value = 0.0
-    if value <= 0:
+    if not 0 < value < float("inf"):  # nan fails both comparisons
         raise NodeCheckError(f"{DIST_TIMEOUT_VAR}={text!r} must be a positive number of seconds")
     return value
 

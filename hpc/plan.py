@@ -26,7 +26,6 @@ on one node) that fits, activation checkpointing only when nothing fits without 
 from __future__ import annotations
 
 import signal
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence

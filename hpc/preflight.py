@@ -189,6 +189,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except (SiteError, SpecError) as e:
         fail(str(e))
         raise
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        fail(f"--out {out}: cannot create it ({e.strerror})")
     exp = site.network.expected
     try:
         job = submit(spec)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -69,6 +69,9 @@ class Submission(Strict):
                 raise ValueError(f"{key!r} is not an sbatch long option (lower-case letters, digits and -, without the leading --)")
             if key in PROJECT_SBATCH_OPTIONS:
                 raise ValueError(f"{key!r} is set by hpc.submit (from its flags and the profile's own keys); it cannot be given here")
+            if key in ("wrap", "mem-per-cpu", "mem-per-gpu"):
+                raise ValueError(f"{key!r} cannot be given here: " + ("the job is a script of its own" if key == "wrap" else
+                                 "Slurm takes one of --mem (partitions' mem_per_node_gb), --mem-per-cpu, --mem-per-gpu"))
             if not re.match(ONE_LINE_RE, str(value)):
                 raise ValueError(f"the value of {key!r} must be one line")
         return v
@@ -159,7 +162,7 @@ class Container(Strict):
 
 
 class Environment(Strict):
-    modules: list[str] = Field(default_factory=list)
+    modules: list[Annotated[str, Field(pattern=r"^\S+$")]] = Field(default_factory=list, description="module names, one per item")
     variables: dict[str, str] = Field(default_factory=dict)
     setup: Optional[str] = Field(None, description="shell lines run before the launch, verbatim (e.g. activate a venv)")
     python: Optional[str] = Field(None, description="python on the nodes; default: the interpreter that submits")
@@ -187,8 +190,8 @@ class Preemption(Strict):
 
 
 class Paths(Strict):
-    job_dir: str = "./jobs"
-    checkpoint_root: str = "./checkpoints"
+    job_dir: str = Field("./jobs", pattern=ONE_LINE_RE)
+    checkpoint_root: str = Field("./checkpoints", pattern=ONE_LINE_RE)
 
 
 class Training(Strict):

@@ -84,7 +84,7 @@ def expand_tasks_per_node(text: str) -> list[int]:
     """Slurm's compressed counts, e.g. '2(x3),1' -> [2, 2, 2, 1]."""
     counts: list[int] = []
     for part in text.split(","):
-        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        m = re.fullmatch(r"([0-9]+)(?:\(x([1-9][0-9]*)\))?", part.strip())
         if not m:
             raise RankError(f"SLURM_TASKS_PER_NODE={text!r} is not in Slurm's form, e.g. '2(x3),1'")
         counts += [int(m.group(1))] * int(m.group(2) or 1)
@@ -96,15 +96,16 @@ def master_port(job_id: int, restart_count: int = 0) -> int:
     return PORT_BASE + (job_id + 1009 * restart_count) % PORT_SPAN
 
 
-def first_host(nodelist: str) -> str:
-    """First host of a compressed hostlist, e.g. 'gpu-a[001-003,010],gpu-b7' -> 'gpu-a001'."""
+def node_hosts(nodelist: str) -> list[str]:
+    """The hosts of a compressed hostlist, e.g. 'gpu-a[001-003],gpu-b7' -> ['gpu-a001', 'gpu-a002', 'gpu-a003', 'gpu-b7']."""
     try:
         hosts = hostlist.expand_hostlist(nodelist)
     except hostlist.BadHostlist as e:
         raise RankError(f"SLURM_JOB_NODELIST={nodelist!r} is not a valid hostlist ({e})") from None
     if not hosts:
         raise RankError("SLURM_JOB_NODELIST is empty")
-    return hosts[0]
+    return hosts
+
 
 
 def derive(environ: Mapping[str, str], launcher: str = "srun", gpus_per_node: Optional[int] = None) -> RankInfo:
@@ -126,18 +127,23 @@ def derive(environ: Mapping[str, str], launcher: str = "srun", gpus_per_node: Op
         text = v[prop]
         if text is None:
             return None
-        if not re.fullmatch(r"\d+", text):  # int() would read "12_3" as 123
+        if not re.fullmatch(r"[0-9]+", text):  # int() would read "12_3" as 123, and other scripts' digits
             raise RankError(f"{next(n for n in SLURM_VARS[prop] if environ.get(n))}={text!r} is not a whole number")
         return int(text)
 
     job_id, num_tasks, node_rank, num_nodes = (number(k) for k in ("job_id", "num_tasks", "node_rank", "num_nodes"))
     restart = number("restart_count") or 0
     gpus = gpus_per_node if gpus_per_node is not None else number("gpus_on_node")
+    if gpus is not None and gpus < 1:
+        raise RankError(f"--gpus-per-node {gpus}: must be at least 1")
     if num_nodes < 1 or num_tasks < 1:
         raise RankError(f"{num_tasks} tasks on {num_nodes} nodes: both must be at least 1")
     if node_rank >= num_nodes:
         raise RankError(f"SLURM_NODEID={node_rank} but the step has {num_nodes} nodes (allowed 0 to {num_nodes - 1})")
-    addr, port = first_host(v["nodelist"]), master_port(job_id, restart)
+    hosts = node_hosts(v["nodelist"])
+    if len(hosts) != num_nodes:
+        raise RankError(f"SLURM_JOB_NODELIST={v['nodelist']!r} has {len(hosts)} host(s) but the step has {num_nodes} nodes")
+    addr, port = hosts[0], master_port(job_id, restart)
 
     if launcher in PER_NODE:
         if num_tasks != num_nodes:
@@ -150,6 +156,8 @@ def derive(environ: Mapping[str, str], launcher: str = "srun", gpus_per_node: Op
         return RankInfo(job_id, node_rank * gpus, num_nodes * gpus, 0, gpus, node_rank, num_nodes, addr, port, restart)
 
     per_node = expand_tasks_per_node(v["tasks_per_node"])
+    if len(per_node) != num_nodes:
+        raise RankError(f"SLURM_TASKS_PER_NODE={v['tasks_per_node']!r} lists {len(per_node)} node(s) but the step has {num_nodes}")
     if len(set(per_node)) != 1:
         raise RankError(
             f"tasks per node differ across nodes ({v['tasks_per_node']}): request --ntasks-per-node "

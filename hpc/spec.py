@@ -85,6 +85,8 @@ def prepare_submission(spec: JobSpec) -> None:
     and checkpoint directories for this job name."""
     conf = spec.site.submission.slurm_conf
     if conf and "SLURM_CONF" not in os.environ:
+        if not Path(conf).is_file():
+            raise SpecError(f"site {spec.site.name}: submission.slurm_conf {conf} does not exist")
         os.environ["SLURM_CONF"] = conf
     if shutil.which("sbatch") is None:
         raise SpecError("sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
@@ -118,10 +120,13 @@ def site_path(text: str, workdir: Path, key: str) -> Path:
 
 
 def default_train_config(site: SiteProfile) -> str:
+    """The profile's training.config as a file (a name in train/configs/ or a path), checked to exist."""
     name = site.training.config
-    if name.endswith((".yaml", ".yml")) or "/" in name:
-        return name
-    return str(TRAIN_CONFIG_DIR / f"{name}.yaml")
+    path = Path(name) if name.endswith((".yaml", ".yml")) or "/" in name else TRAIN_CONFIG_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in TRAIN_CONFIG_DIR.glob("*.yaml")))
+        raise SpecError(f"site {site.name}: training.config {name!r}: {path} does not exist (names in train/configs: {known})")
+    return str(path)
 
 
 def rank_command(args: Sequence[str], site: SiteProfile, python: str, job_dir: Path, checkpoint_dir: Path) -> tuple[str, ...]:
@@ -158,6 +163,7 @@ def check_rank_command(spec: JobSpec) -> None:
         try:
             config, overrides = split_cli(list(cmd[4:]))
             cfg = load_config(config, overrides)
+            cfg.check_paths()
             env = WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node)
             ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()).grad_accum(cfg.global_batch, cfg.micro_batch)
             check_owner(cfg.log.dir, spec.job_name, "log.dir")

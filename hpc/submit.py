@@ -77,6 +77,9 @@ def emit(spec: JobSpec, path: Path) -> None:
     text = render_sbatch(spec)
     try:
         spec.job_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        fail(f"paths.job_dir: {spec.job_dir}: cannot create it ({e.strerror})")
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     except OSError as e:

@@ -43,7 +43,9 @@ def submit(spec: JobSpec) -> submitit.SlurmJob:
             return executor.submit_text()
     except submitit.core.utils.FailedJobError as e:
         message = " ".join(str(e).split()) or captured.getvalue().strip() or "no message"
-        raise SpecError(f"sbatch refused the job: {message}") from None
+        extra = spec.site.submission.extra_sbatch
+        hint = f" (the profile's submission.extra_sbatch adds {', '.join(f'--{k}={v}' for k, v in extra.items())})" if extra else ""
+        raise SpecError(f"sbatch refused the job: {message}{hint}") from None
 
 
 def follow(job_id: str, log: Path, poll_s: float = 1.0, prefix: str = "[wait]",

@@ -2,10 +2,10 @@
 import pytest
 
 from hpc.launch import node_argv
-from hpc.slurm_env import PORT_BASE, PORT_SPAN, RankError, derive, expand_tasks_per_node, first_host, master_port
+from hpc.slurm_env import PORT_BASE, PORT_SPAN, RankError, derive, expand_tasks_per_node, master_port, node_hosts
 
 
-def task_env(procid, localid, nodeid, ntasks=8, nnodes=2, tpn="4(x2)", gpus="4", nodelist="gpu-a[001-003,010],gpu-b7"):
+def task_env(procid, localid, nodeid, ntasks=8, nnodes=2, tpn="4(x2)", gpus="4", nodelist="gpu-a[001,010]"):
     env = {
         "SLURM_JOB_ID": "123456", "SLURM_PROCID": str(procid), "SLURM_NTASKS": str(ntasks),
         "SLURM_LOCALID": str(localid), "SLURM_NODEID": str(nodeid), "SLURM_JOB_NUM_NODES": str(nnodes),
@@ -16,12 +16,12 @@ def task_env(procid, localid, nodeid, ntasks=8, nnodes=2, tpn="4(x2)", gpus="4",
     return env
 
 
-def test_first_host_of_compressed_hostlist():
-    assert first_host("gpu-a[001-003,010],gpu-b7") == "gpu-a001"
-    assert first_host("gpu-b7,gpu-a[001-003]") == "gpu-b7"
-    assert first_host("n[10-12]") == "n10"
+def test_hosts_of_compressed_hostlist():
+    assert node_hosts("gpu-a[001-003,010],gpu-b7") == ["gpu-a001", "gpu-a002", "gpu-a003", "gpu-a010", "gpu-b7"]
+    assert node_hosts("gpu-b7,gpu-a[001-003]")[0] == "gpu-b7"
+    assert node_hosts("n[10-12]") == ["n10", "n11", "n12"]
     with pytest.raises(RankError, match="not a valid hostlist"):
-        first_host("n[3-1")
+        node_hosts("n[3-1")
 
 
 def test_tasks_per_node_expansion():

@@ -8,7 +8,6 @@ with a checkpoint saved.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -29,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
+        cfg.check_paths()
         env = WorldEnv.from_env()
         dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads())
         dims.grad_accum(cfg.global_batch, cfg.micro_batch)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -92,7 +92,7 @@ class ParallelConfig(_Strict):
 
 class OptimConfig(_Strict):
     lr: float = Field(3e-4, gt=0)
-    betas: tuple[float, float] = (0.9, 0.95)
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.95)
     weight_decay: float = Field(0.1, ge=0)
     eps: float = Field(1e-8, gt=0)
 
@@ -217,6 +217,25 @@ class TrainConfig(_Strict):
     @property
     def prepared_dir(self) -> Path:
         return Path(self.data.prepared) if self.data.prepared else Path(self.log.dir) / "data"
+
+    def check_paths(self) -> None:
+        """The files the run reads and writes, checked before any rank starts: the data source (and eval.path), the
+        tokenizer, and that the export can be created. Raises ConfigError with one line."""
+        from train.data.sources import source_path
+        from train.tokenizer import load_tokenizer, tokenizer_source
+
+        try:
+            source_path(self.data)
+            if self.eval.path is not None:
+                source_path(self.data.model_copy(update={"path": self.eval.path}))
+            load_tokenizer(tokenizer_source(self.data.tokenizer, self.model.path, self.data.format == "chat"))
+        except ValueError as e:  # DataError and the tokenizer's errors are ValueErrors with one line
+            raise ConfigError(str(e)) from None
+        if self.export:
+            target = Path(self.log.dir) / self.export  # a relative export lives in log.dir
+            above = next((p for p in target.parents if p.exists()), None)
+            if target.exists() and not target.is_dir() or above is not None and not above.is_dir():
+                raise ConfigError(f"export: {target} cannot be created: {target if target.exists() else above} is a file")
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
