@@ -110,12 +110,17 @@ def prepare_submission(spec: JobSpec) -> None:
 
 
 def site_path(text: str, workdir: Path, key: str) -> Path:
-    """A profile path (``key``) with ~ and $VARS expanded, made absolute against the submit directory."""
-    expanded = os.path.expandvars(os.path.expanduser(text))
-    unset = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
-    if unset:
-        raise SpecError(f"{key}: {text!r} uses ${unset.group(1)}, which is not set in this environment")
-    path = Path(expanded)
+    """A profile path (``key``) with ~ and $VARS expanded ($USER is the user's name even where the environment lacks
+    it), made absolute against the submit directory; a variable that is not set is a SpecError."""
+    env = {"USER": getpass.getuser(), **os.environ}
+
+    def value(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        if name not in env:
+            raise SpecError(f"{key}: {text!r} uses ${name}, which is not set in this environment")
+        return env[name]
+
+    path = Path(re.sub(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))", value, os.path.expanduser(text)))
     return path if path.is_absolute() else workdir / path
 
 
@@ -136,6 +141,8 @@ def rank_command(args: Sequence[str], site: SiteProfile, python: str, job_dir: P
     root, both named after the job: a job of the same name resumes the same run.
     """
     args = list(args)
+    if args and args[-1] == "--config":
+        raise SpecError("trainer: --config needs a file")
     if args and args[0] == "-m":
         if len(args) < 2:
             raise SpecError("-- -m needs a module name, e.g. -- -m hpc.smoke")

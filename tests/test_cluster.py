@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slurm
 
 
 def queued() -> list[str]:
-    return subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout.split()
+    return sorted(subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout.split())
 
 
 def check_smoke_records(out: Path, job_id: str, nodes: int = 2, per_node: int = 2) -> None:
@@ -97,11 +97,11 @@ def test_hostile_job_name_is_only_a_name(slurm, tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("extra", [[], ["--launcher", "torchrun"], ["--partition", "low", "--gpus-per-node", "1"],
+@pytest.mark.parametrize("extra", [[], ["--launcher", "torchrun"], ["--partition", "low", "--gpus-per-node", "1", "--", "parallel.tp=1"],
                                    ["--job-name", "a b; c $(d)"]])
 def test_rendered_scripts_pass_sbatch_test_only(slurm, tmp_path, extra):
     script = tmp_path / "job.sbatch"
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", *extra, "--emit", str(script), cwd=tmp_path)
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--emit", str(script), *extra, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     t = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True, cwd=tmp_path)
     assert t.returncode == 0 and "to start at" in t.stderr, t.stderr

@@ -137,10 +137,10 @@ def test_trainer_args_get_the_plan_only_without_a_layout(tmp_path):
 
 def test_submit_adds_the_plan_on_gpu_sites_only(tmp_path):
     tiny = str(ROOT / "train" / "configs" / "tiny.yaml")
-    r = run_cli("-m", "hpc.submit", "--site", "ib-h200", "--nodes", "2", "--dry-run", "--", "--config", tiny,
+    r = run_cli("-m", "hpc.submit", "--site", "ib-h200", "--nodes", "2", "--dry-run", "--", "--config", tiny, "global_batch=32",
                 cwd=tmp_path, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "planner: dp=16 x tp=1" in r.stderr and f"--config {tiny} parallel.tp=1" in r.stdout
+    assert "planner: dp=16 x tp=1" in r.stderr and f"--config {tiny} global_batch=32 parallel.tp=1" in r.stdout
     r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--dry-run", "--", "--config", tiny,
                 cwd=tmp_path, timeout=120)
     assert r.returncode == 0 and "parallel.tp" not in r.stdout and "planner" not in r.stderr

@@ -114,7 +114,10 @@ def test_time_limit_notice_requeues_and_resumes_exactly(slurm, tmp_path, baselin
     job = submit(tmp_path, "timelimit", road)
     run = tmp_path / "jobs" / "timelimit"
     wait_for(lambda: steps_done(run) >= 12, what="12 steps")
+    limit = scontrol_fields(job)["TimeLimit"]
     shorten_time_limit(job)
+    wait_for(lambda: restarts(job) >= 1, what="the requeue after the notice")
+    subprocess.run(["scontrol", "update", f"JobId={job}", f"TimeLimit={limit}"], check=True)  # the next run has its time
     assert_completed(job, run)
     n = restarts(job)
     print(f"\n[requeue] {road}: time limit: {n} restart(s), {time.time() - t0:.0f} s wall")
