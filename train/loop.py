@@ -67,8 +67,8 @@ class Trainer:
     """One training run on this rank; the process group must already be initialized.
 
     On GPU the loss comes from the fused linear cross-entropy (no logits), AdamW is fused,
-    and the step loop waits for the device only every ``log.log_every`` steps (metrics and
-    the stop check); on CPU every step is read and checked, as before.
+    and the step loop waits for the device only every ``log.log_every`` steps (metrics); on
+    CPU every step is read. The stop check after every step waits for no device.
     """
 
     def __init__(self, cfg: TrainConfig, dims: ParallelDims, env: WorldEnv, device: torch.device):
