@@ -53,21 +53,18 @@ def stop_signals(environ: Mapping[str, str]) -> list[signal.Signals]:
     return sorted({prestop_signal(environ), signal.SIGTERM})
 
 
-def shield_from_stop(environ: Mapping[str, str]) -> list[str]:
+def shield_from_stop(environ: Mapping[str, str]) -> None:
     """Keep this supervising process alive through stop signals while its child saves.
 
     The pre-stop signal is ignored, and an ignored signal stays ignored across exec, so a
     rank program still starting up is not killed by an early notice (it catches the signal
-    once it can act on it). SIGTERM gets a handler that only records it; a handler is reset
-    to the default in the child, so SIGTERM still ends a rank program that does not catch it.
-    Returns the list that received signals are appended to.
+    once it can act on it). SIGTERM gets a handler that does nothing; a handler is reset to
+    the default in the child, so SIGTERM still ends a rank program that does not catch it.
     """
-    received: list[str] = []
     sig = prestop_signal(environ)
     if sig != signal.SIGTERM:
         signal.signal(sig, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signal.Signals(signum).name))
-    return received
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
 
 
 def record_stop(environ: Mapping[str, str], note: str) -> Path | None:
