@@ -189,8 +189,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except (SiteError, SpecError) as e:
         fail(str(e))
         raise
+    created = not out.exists()
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)  # before submitting: an unusable --out is bad input, not a failed job
     except OSError as e:
         fail(f"--out {out}: cannot create it ({e.strerror})")
     exp = site.network.expected
@@ -210,6 +211,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         subprocess.run(["scancel", job_id], capture_output=True)
         state = f"not finished within {limit_s:.0f} s (cancelled)"
     if state != "COMPLETED":
+        if created and not any(out.iterdir()):
+            out.rmdir()  # a failed preflight leaves no empty --out behind
         fail(f"job {job_id} {state}: {failure_line(rank_logs)} (logs: {spec.job_dir})", 1)
     raw = json.loads((out / f"node-{job_id}.json").read_text())
     result = analyze(raw, exp.intra_node_gbps, exp.inter_node_gbps, a.min_fraction)
