@@ -128,6 +128,8 @@ BAD = [
     (["--site", "local", "--nodes", "2", "--", "--config"], "trainer: --config needs a file"),
     (["--site", "local", "--nodes", "2", "--", "-m", "no.such.module"], "-m no.such.module: no such module"),
     (["--site", "local", "--nodes", "1", "--", "/"], "trainer: trainer argument '/' is neither --config FILE nor"),
+    (["--site", "local", "--nodes", "2", "--", "data.path=/no/such.jsonl"], "trainer: data.path: /no/such.jsonl does not exist"),
+    (["--site", "local", "--nodes", "2", "--", "data.tokenizer=/tmp"], "trainer: tokenizer: /tmp is not a Hugging Face tokenizer"),
 ]
 
 

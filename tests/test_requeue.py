@@ -195,9 +195,15 @@ def test_sigkill_during_checkpoint_save_resumes_from_previous_complete(slurm, tm
 
 
 def test_an_error_in_training_is_shown_and_not_requeued(slurm, tmp_path):
+    """A corpus that exists (so the submit-time checks pass) but whose second line is not JSON: every rank stops with
+    one line (exit 2), the job FAILs, the batch script does not requeue it, and --wait shows rank 0's error live."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"text": "a line of text"}) + "\n{not json\n")
     r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "broken", "--wait",
-                "--", "--config", str(TINY), "parallel.tp=2", f"data.path={tmp_path / 'missing.jsonl'}", cwd=tmp_path)
+                "--", "--config", str(TINY), "parallel.tp=2", f"data.path={corpus}", cwd=tmp_path)
     assert r.returncode == 1
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     assert restarts(job) == 0
-    assert f"data.path: {tmp_path / 'missing.jsonl'} does not exist" in r.stdout  # rank 0's error, followed live
+    assert f"data.path: {corpus}:2 is not valid JSON" in r.stdout  # rank 0's error, followed live
+    assert "[job] ranks ended with exit code 2: not requeued" in r.stdout
+    assert "Traceback" not in r.stdout
