@@ -140,6 +140,8 @@ class Network(Strict):
         if v:
             if any(item.startswith("^") for item in v):
                 raise ValueError("an item starting with ^ is not an exclude list here: list the HCAs to avoid under ib_hca_exclude")
+            if any("," in item for item in v):
+                raise ValueError("one HCA per item (a list, not a comma-separated string)")
             if any(item.startswith("=") for item in v[1:]):
                 raise ValueError("= (exact names) applies to the whole list: put it on the first item only")
             _nccl_list(",".join(v), "NCCL_IB_HCA")

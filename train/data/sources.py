@@ -127,4 +127,8 @@ def records(path: Path, chunk: Chunk, text_field: str) -> Iterator[tuple[Locatio
     elif path.suffix == ".jsonl":
         yield from _jsonl_records(path, chunk)
     else:
-        yield Location(path, 0), {text_field: path.read_text(encoding="utf-8")}
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(f"data.path: {path} is not UTF-8 text (byte {e.start}); give a text file in UTF-8") from None
+        yield Location(path, 0), {text_field: text}
