@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hpc.bandwidth import copy_bandwidth, human_bytes, size_ladder, sweep  # noqa: E402
+from hpc.node.bandwidth import copy_bandwidth, human_bytes, size_ladder, sweep  # noqa: E402
 
 
 def free_port() -> int:

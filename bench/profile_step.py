@@ -86,7 +86,7 @@ def main() -> None:
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]
     print(json.dumps({
         "shape": args.shape, "batch": f"{cfg.global_batch} x {cfg.seq_len} (micro {cfg.micro_batch})", "overrides": args.set,
-        "step_s": wall, "tokens_per_s": tokens / wall, "mfu": tokens / wall * trainer.flops_per_token / 989e12,
+        "step_s": wall, "tokens_per_s": tokens / wall, "mfu": tokens / wall * trainer.flops_per_token / trainer.peak_flops_total,
         "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "gpu_busy_s": busy, "gpu_idle_s": wall - busy,
         "by_kind_s": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
         "top_kernels": [{"name": n[:120], "s_per_step": s, "calls_per_step": c / args.steps, "kind": kind_of(n)} for n, (s, c) in top],

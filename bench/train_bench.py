@@ -44,8 +44,10 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from train.metrics import PEAK_FLOPS_BF16  # noqa: E402
+
 SEQ = 4096
-PEAK = 989e12
+PEAK = PEAK_FLOPS_BF16["H200"]  # the GPU of these runs
 
 
 class Case(NamedTuple):
@@ -418,7 +420,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"commit": commit, "torch": torch.__version__, "transformers": transformers.__version__,
               "gpu": torch.cuda.get_device_name(0), "seq_len": SEQ, "peak_flops": PEAK, "lr_warmup_steps": args.lr_warmup,
-              "mfu_formula": "tokens/s x (6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq) / 989e12",
+              "mfu_formula": "tokens/s x (6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq) / peak_flops",
               "results": []}
     with tempfile.TemporaryDirectory() as tmp:
         for shape in args.shapes:

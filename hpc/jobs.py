@@ -20,20 +20,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import NoReturn, Optional, Sequence
+from typing import Optional, Sequence
 
-from hpc import cli
-from hpc.cli import Parser
-from hpc.metrics_report import METRICS_FILE, last_line, plot, read_metrics, summary_table, to_tensorboard
-from hpc.render import rank_log as task_log
+from hpc.metrics_report import last_line, plot, read_metrics, summary_table, to_tensorboard
+from hpc.node.cli import HpcError, Parser, fail
+from hpc.node.contract import METRICS_FILE, task_log
 from hpc.slurm_query import Job, JobError, check_controller, get_job, restarts, sacct_rows, squeue_rows
+
+PROG = "hpc.jobs"
 
 POLL_S = 1.0
 NAME_WIDTH = 40
-
-
-def fail(msg: str) -> NoReturn:
-    cli.fail("hpc.jobs", msg)
 
 
 def require_dir(job: Job) -> Path:
@@ -75,7 +72,7 @@ def cmd_list(a: argparse.Namespace) -> int:
     except JobError as e:
         if "Invalid time specification" in str(e):
             raise JobError(f"--since {a.since}: not a Slurm time (e.g. now-2days, 2026-12-01, 2026-12-01T08:00)") from None
-        print(f"hpc.jobs: {e}; listing the jobs slurmctld knows", file=sys.stderr)
+        print(f"{PROG}: {e}; listing the jobs slurmctld knows", file=sys.stderr)
     jobs = {job_id: {**rs[-1], "Restarts": str(restarts(rs))} for job_id, rs in runs.items()}
     for live in squeue_rows("-u", user):  # slurmctld's view wins: accounting lags behind new jobs
         old = jobs.get(live["JobIDRaw"], {"Elapsed": live["Elapsed"], "Restarts": "0"})
@@ -159,7 +156,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m hpc.jobs", description=__doc__.split("\n")[0],
+    p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("list", help="your jobs: id, name, state, nodes, elapsed, restarts")
@@ -190,8 +187,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     try:
         check_controller()
         rc = a.run(a)
-    except (JobError, ValueError) as e:
-        fail(str(e))
+    except HpcError as e:
+        fail(PROG, e)
     sys.exit(rc)
 
 

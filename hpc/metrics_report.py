@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Optional
 
-METRICS_FILE = "metrics.jsonl"
+from hpc.node.cli import HpcError
 PLOTTED = (("loss", "loss"), ("tokens_per_s", "tokens/s"), ("mfu", "MFU"))
 SUMMARY = ("loss", "tokens_per_s", "mfu", "lr", "grad_norm", "eval_loss")
 
@@ -31,7 +31,7 @@ def read_metrics(path: Path) -> list[dict]:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
-            raise ValueError(f"{path} line {n} is not JSON: {line[:80]!r}") from None
+            raise HpcError(f"{path} line {n} is not JSON: {line[:80]!r}") from None
         by_step[int(rec["step"])] = rec
     return [by_step[s] for s in sorted(by_step)]
 

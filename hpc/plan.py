@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hpc.bandwidth import bus_factor
-from hpc.cli import Parser, fail
-from hpc.site import Partition, SiteError, SiteProfile, load_site
+from hpc.node.bandwidth import bus_factor
+from hpc.node.cli import HpcError, Parser, fail
+from hpc.site import Partition, SiteProfile, load_site
+from train.layout import tp_degrees
 
 HEADROOM = 0.10
 STATE_B = {"fp32": 16, "bf16": 8}  # by master_dtype
@@ -40,7 +41,7 @@ LAYER_GATHER_B, ROOT_GATHER_B, LOGIT_B, HEAD_GRAD_B, ACT_B = 10, 8, 10, 6, 2
 LOSS_CHUNK_TOKENS = 4096  # train/loss.py CHUNK_TOKENS
 
 
-class PlanError(ValueError):
+class PlanError(HpcError):
     """No layout fits, or the request cannot be planned; the message is one line."""
 
 
@@ -122,7 +123,7 @@ def memory(shape: Shape, tp: int, dp: int, ac: bool, tokens: int, gpu_gb: float,
 
 
 def tp_choices(shape: Shape, gpus_per_node: int) -> list[int]:
-    return [t for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0 and shape.kv_heads % t == 0]
+    return tp_degrees(shape.kv_heads, gpus_per_node)
 
 
 @dataclass(frozen=True)
@@ -269,8 +270,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if part.gpu_memory_gb is None:
             raise PlanError(f"site {site.name}: partition {part.name} has no gpu_memory_gb; add it to the profile to plan a layout")
         p = plan(qwen3_shape(a.model), a.nodes, gpus, part.gpu_memory_gb, a.seq_len, a.micro_batch, a.master_dtype)
-    except (SiteError, PlanError) as e:
-        fail("hpc.plan", str(e))
+    except HpcError as e:
+        fail("hpc.plan", e)
     print(report(p, site, part))
 
 

@@ -3,8 +3,8 @@
     python -m hpc.preflight --site ib-h200 --nodes 4 [--partition P] [--gpus-per-node G]
         [--min-fraction 0.5] [--out DIR] [--min-bytes B] [--max-bytes B] [--iters N]
 
-Submits a short job (the site's sbatch script, ranks started by hpc.launch, which first
-checks each node's interfaces and HCAs) running hpc.preflight_node on every rank; follows
+Submits a short job (the site's sbatch script, ranks started by hpc.node.launch, which first
+checks each node's interfaces and HCAs) running hpc.node.preflight_node on every rank; follows
 it; prints per-node facts and all_reduce bus bandwidth per message size over all ranks,
 each node and each node pair; flags slow nodes and links; writes DIR/preflight-<job>.json
 and .png. Exit 0: passed; 1: the job failed or bandwidth is below --min-fraction of the
@@ -19,20 +19,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import NoReturn, Optional, Sequence
+from typing import Optional, Sequence
 
-from hpc import cli
-from hpc.bandwidth import human_bytes
-from hpc.cli import Parser
-from hpc.render import rank_log
-from hpc.site import SiteError, load_site
+from hpc.node.bandwidth import human_bytes
+from hpc.node.cli import HpcError, Parser, error_line, fail
+from hpc.node.contract import ENDED_STATES, EXIT_FAILED, PREFLIGHT_RESULT, task_log
+from hpc.node.launch import PROG as LAUNCH_PROG
+from hpc.site import load_site
 from hpc.spec import SpecError, add_allocation_args, build_spec, site_path
-from hpc.slurm_query import ENDED
 from hpc.submitter import follow, submit
 
-
-def fail(msg: str, code: int = 2) -> NoReturn:
-    cli.fail("hpc.preflight", msg, code)
+PROG = "hpc.preflight"
 
 
 def peak(rows: list[dict]) -> float:
@@ -146,18 +143,18 @@ def plot(raw: dict, intra_expected: Optional[float], inter_expected: Optional[fl
 
 
 def failure_line(logs: list[Path]) -> str:
-    """The most telling line of the job's logs: hpc.launch's own error, else the last error-looking line."""
+    """The most telling line of the job's logs: hpc.node.launch's own error, else the last error-looking line."""
     texts = [p.read_text(errors="replace") for p in logs if p.exists()]
     for text in texts:
         for line in text.splitlines():
-            if line.startswith("hpc.launch: error on "):
+            if line.startswith(error_line(LAUNCH_PROG, "")):
                 return line
     errors = [l.strip() for t in texts for l in t.splitlines() if "Error" in l or "error" in l]
     return errors[-1] if errors else "no error message in the logs"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m hpc.preflight", description=__doc__.split("\n")[0],
+    p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_allocation_args(p, "job time limit, Slurm form (default: 10 minutes)", time_default="10")
     p.add_argument("--min-fraction", type=float, default=0.5,
@@ -169,52 +166,44 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def run(argv: Optional[Sequence[str]]) -> int:
     a = parser().parse_args(argv)
     if not 0 < a.min_fraction <= 1:
-        fail(f"--min-fraction {a.min_fraction}: must be in (0, 1]")
+        raise SpecError(f"--min-fraction {a.min_fraction}: must be in (0, 1]")
     for flag, v in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes), ("--iters", a.iters)):
         if v is not None and v < 1:
-            fail(f"{flag} {v}: must be at least 1")
+            raise SpecError(f"{flag} {v}: must be at least 1")
     if a.min_bytes and a.max_bytes and a.min_bytes > a.max_bytes:
-        fail(f"--min-bytes {a.min_bytes} is larger than --max-bytes {a.max_bytes}")
-    try:
-        site = load_site(a.site)
-        out = Path(a.out).resolve() if a.out else site_path(site.paths.job_dir, Path.cwd(), "paths.job_dir") / "preflight"
-        node_args = ["-m", "hpc.preflight_node", "--out", str(out)]
-        for flag, v in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes), ("--iters", a.iters)):
-            node_args += [flag, str(v)] if v else []
-        spec = build_spec(site, nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
-                          time=a.time, job_name="preflight", args=node_args)
-    except (SiteError, SpecError) as e:
-        fail(str(e))
-        raise
+        raise SpecError(f"--min-bytes {a.min_bytes} is larger than --max-bytes {a.max_bytes}")
+    site = load_site(a.site)
+    out = Path(a.out).resolve() if a.out else site_path(site.paths.job_dir, Path.cwd(), "paths.job_dir") / "preflight"
+    node_args = ["-m", "hpc.node.preflight_node", "--out", str(out)]
+    for flag, v in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes), ("--iters", a.iters)):
+        node_args += [flag, str(v)] if v else []
+    spec = build_spec(site, nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
+                      time=a.time, job_name="preflight", args=node_args)
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)  # before submitting: an unusable --out is bad input, not a failed job
     except OSError as e:
-        fail(f"--out {out}: cannot create it ({e.strerror})")
+        raise SpecError(f"--out {out}: cannot create it ({e.strerror})") from None
     exp = site.network.expected
-    try:
-        job = submit(spec)
-    except SpecError as e:
-        fail(str(e))
-        raise
+    job = submit(spec)
     job_id = job.job_id
-    rank_logs = [rank_log(spec.job_dir, job_id, t) for t in range(spec.nodes * spec.tasks_per_node)]
+    rank_logs = [task_log(spec.job_dir, job_id, t) for t in range(spec.nodes * spec.tasks_per_node)]
     print(f"submitted preflight job {job_id}: {spec.nodes} node(s) x {spec.tasks_per_node} rank(s), partition "
           f"{spec.partition.name}, site {site.name}; script {job.paths.submission_file}", flush=True)
     limit_s = spec.minutes * 60 + 120
     state = follow(job_id, rank_logs[0], prefix="[preflight]",
                    deadline=lambda state, started: started is not None and time.time() - started > limit_s)
-    if state not in ENDED:
+    if state not in ENDED_STATES:
         subprocess.run(["scancel", job_id], capture_output=True)
         state = f"not finished within {limit_s:.0f} s (cancelled)"
     if state != "COMPLETED":
         if created and not any(out.iterdir()):
             out.rmdir()  # a failed preflight leaves no empty --out behind
-        fail(f"job {job_id} {state}: {failure_line(rank_logs)} (logs: {spec.job_dir})", 1)
-    raw = json.loads((out / f"node-{job_id}.json").read_text())
+        fail(PROG, f"job {job_id} {state}: {failure_line(rank_logs)} (logs: {spec.job_dir})", EXIT_FAILED)
+    raw = json.loads((out / PREFLIGHT_RESULT.format(job_id=job_id)).read_text())
     result = analyze(raw, exp.intra_node_gbps, exp.inter_node_gbps, a.min_fraction)
     print()
     print(tables(raw))
@@ -226,9 +215,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     plot(raw, exp.intra_node_gbps, exp.inter_node_gbps, png)
     print(f"wrote {report} and {png}")
     if result["failed"]:
-        print(f"hpc.preflight: FAILED: bandwidth below {a.min_fraction:g} x the profile's expected", file=sys.stderr)
-        sys.exit(1)
+        print(f"{PROG}: FAILED: bandwidth below {a.min_fraction:g} x the profile's expected", file=sys.stderr)
+        return EXIT_FAILED
     print("preflight passed")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    try:
+        sys.exit(run(argv))
+    except HpcError as e:
+        fail(PROG, e)
 
 
 if __name__ == "__main__":

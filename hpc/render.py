@@ -11,7 +11,8 @@ from pathlib import Path
 import jinja2
 
 from hpc.network import network_env
-from hpc.requeue import JOB_DIR_VAR, JOB_NAME_VAR, MAX_REQUEUES_VAR, STOP_SIGNAL_VAR
+from hpc.node import contract
+from hpc.node.contract import BATCH_LOG, JOB_DIR_VAR, JOB_NAME_VAR, MAX_REQUEUES_VAR, STOP_SIGNAL_VAR, TASK_LOG
 from hpc.spec import JobSpec
 from hpc.slurm_time import format_minutes
 
@@ -25,12 +26,6 @@ _env = jinja2.Environment(
     lstrip_blocks=True,
     autoescape=False,
 )
-# Logs, named as submitit names them: task R of job J writes J_R_log.out; the batch script
-# appends to task 0's.
-RANK_LOG = "%j_%t_log.out"
-BATCH_LOG = "%j_0_log.out"
-REQUEUE_GRACE_S = 120  # how long the batch script waits for Slurm to end a run it requeued
-
 _env.filters["q"] = lambda v: shlex.quote(str(v))
 
 
@@ -86,26 +81,13 @@ def preamble_lines(spec: JobSpec) -> list[str]:
 
 def srun_args(spec: JobSpec) -> list[str]:
     """Options of the srun that starts the ranks."""
-    args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", f"--output={spec.job_dir / RANK_LOG}"]
+    args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", f"--output={spec.job_dir / TASK_LOG}"]
     container = spec.site.environment.container
     if container:
         args.append(f"--container-image={container.image}")
         if container.mounts:
             args.append(f"--container-mounts={','.join(container.mounts)}")
     return args
-
-
-def launch_argv(spec: JobSpec) -> list[str]:
-    """What srun starts on each task: the node-side launcher, then the rank command."""
-    argv = [spec.python, "-u", "-m", "hpc.launch", "--launcher", spec.launcher]
-    if spec.launcher != "srun":
-        argv += ["--gpus-per-node", str(spec.gpus_per_node)]
-    return argv + ["--", *spec.command]
-
-
-def rank_log(job_dir: Path, job_id: str, task: int) -> Path:
-    """Task ``task``'s log; task 0's also holds the batch script's own output."""
-    return job_dir / RANK_LOG.replace("%j", job_id).replace("%t", str(task))
 
 
 def render_sbatch(spec: JobSpec) -> str:
@@ -115,6 +97,10 @@ def render_sbatch(spec: JobSpec) -> str:
         directives={**directives(spec), "output": str(spec.job_dir / BATCH_LOG)},
         preamble=preamble_lines(spec),
         srun=["srun", *srun_args(spec)],
-        launch=launch_argv(spec),
-        requeue_grace_s=REQUEUE_GRACE_S,
+        launch=spec.launcher.task_argv(spec.python, spec.gpus_per_node, spec.command),
+        stop_record=f"{shlex.quote(str(spec.job_dir))}/"
+                    + contract.STOP_RECORD.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),
+        record_var=contract.STOP_RECORD_VAR,
+        max_var=MAX_REQUEUES_VAR,
+        requeue_grace_s=contract.REQUEUE_GRACE_S,
     )

@@ -17,8 +17,9 @@ from typing import Annotated, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hpc.netcheck import NcclList, NodeCheckError
-from hpc.requeue import DEFAULT_MAX_REQUEUES, DEFAULT_STOP_SIGNAL, STOP_SIGNALS
+from hpc.node.cli import HpcError
+from hpc.node.contract import DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, STOP_SIGNALS
+from hpc.node.netcheck import NcclList, NodeCheckError
 from hpc.slurm_time import parse_minutes
 
 PROJECT_SITE_DIR = Path(__file__).resolve().parent.parent / "site_configs"
@@ -26,7 +27,7 @@ USER_SITE_DIR = Path("~/.config/hpc/sites").expanduser()
 NAME_RE = r"^[A-Za-z0-9._-]+$"
 
 
-class SiteError(ValueError):
+class SiteError(HpcError):
     """A profile that cannot be found or does not validate; the message is one line."""
 
 
@@ -179,7 +180,7 @@ class Environment(Strict):
 
 class Preemption(Strict):
     signal: str = Field(DEFAULT_STOP_SIGNAL, description="pre-stop signal Slurm sends every rank before the time limit or on preemption")
-    lead_s: int = Field(120, ge=10, description="seconds before the time limit the signal comes (Slurm may send it up to 60 s earlier)")
+    lead_s: int = Field(DEFAULT_SIGNAL_LEAD_S, ge=10, description="seconds before the time limit the signal comes (Slurm may send it up to 60 s earlier)")
     max_requeues: int = Field(DEFAULT_MAX_REQUEUES, ge=0, description="requeues after which a stopped job ends instead")
 
     @field_validator("signal")

@@ -16,16 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-# Slurm's final states. A job of ours that was PREEMPTED is requeued and comes back, so a
-# follower waits on for one of ENDED.
-FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
-ENDED = FINAL - {"PREEMPTED"}
+from hpc.node.cli import HpcError
+from hpc.node.contract import ENDED_STATES
 CLIENT_TIMEOUT_S = 10  # Slurm's clients retry for a long while when slurmctld is down
 SEP = "\x1f"  # sacct's field delimiter: job names and submit lines may contain "|"
 SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed", "Partition", "NodeList", "WorkDir", "SubmitLine")
 
 
-class JobError(LookupError):
+class JobError(HpcError):
     """The job cannot be found or read; the message is one line."""
 
 
@@ -48,7 +46,7 @@ class Job:
 
     @property
     def finished(self) -> bool:
-        return self.state.split()[0] in ENDED
+        return self.state.split()[0] in ENDED_STATES
 
 
 def check_controller(environ: Mapping[str, str] = os.environ, timeout_s: float = 3.0) -> None:

@@ -14,9 +14,11 @@ from typing import Optional, Sequence
 
 from pydantic import ValidationError
 
-from hpc.ownership import OwnershipError, check_owner, claim, run_dir_name
+from hpc.node.cli import HpcError
+from hpc.node.contract import FINAL_STATES
+from hpc.node.launcher import SRUN, Launcher, get_launcher
+from hpc.node.ownership import check_owner, claim, run_dir_name
 from hpc.site import Partition, Preemption, SiteError, SiteProfile
-from hpc.slurm_env import LAUNCHERS
 from hpc.slurm_time import format_minutes, parse_minutes
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +28,7 @@ TRAIN_CONFIG_DIR = PROJECT_ROOT / "train" / "configs"
 MAX_JOB_NAME = 200
 
 
-class SpecError(ValueError):
+class SpecError(HpcError):
     """Bad command-line input; the message names the flag and what is allowed."""
 
 
@@ -38,7 +40,7 @@ class JobSpec:
     gpus_per_node: int
     minutes: int
     job_name: str
-    launcher: str
+    launcher: Launcher
     command: tuple[str, ...]
     job_dir: Path
     checkpoint_dir: Path
@@ -50,7 +52,7 @@ class JobSpec:
 
     @property
     def tasks_per_node(self) -> int:
-        return self.gpus_per_node if self.launcher == "srun" else 1
+        return self.launcher.tasks_per_node(self.gpus_per_node)
 
     @property
     def cpus_per_task(self) -> int:
@@ -90,23 +92,17 @@ def prepare_submission(spec: JobSpec) -> None:
         os.environ["SLURM_CONF"] = conf
     if shutil.which("sbatch") is None:
         raise SpecError("sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
-    from hpc.slurm_query import FINAL, JobError, check_controller, squeue_rows
+    from hpc.slurm_query import check_controller, squeue_rows
 
-    try:
-        check_controller()
-        live = [r for r in squeue_rows("-u", getpass.getuser())
-                if r["JobName"] == spec.job_name and r["State"] not in FINAL | {"COMPLETING"}]
-    except JobError as e:
-        raise SpecError(str(e)) from None
+    check_controller()
+    live = [r for r in squeue_rows("-u", getpass.getuser())
+            if r["JobName"] == spec.job_name and r["State"] not in FINAL_STATES | {"COMPLETING"}]
     if live:
         raise SpecError(f"--job-name {spec.job_name!r}: job {live[0]['JobIDRaw']} of that name is {live[0]['State']}; two jobs of one "
                         "name would share one run: wait for it, cancel it, or pick another name")
-    try:
-        claim(spec.job_dir, spec.job_name, "job directory")
-        if spec.runs_trainer:
-            claim(spec.checkpoint_dir, spec.job_name, "checkpoint directory")
-    except OwnershipError as e:
-        raise SpecError(str(e)) from None
+    claim(spec.job_dir, spec.job_name, "job directory")
+    if spec.runs_trainer:
+        claim(spec.checkpoint_dir, spec.job_name, "checkpoint directory")
 
 
 def site_path(text: str, workdir: Path, key: str) -> Path:
@@ -145,7 +141,7 @@ def rank_command(args: Sequence[str], site: SiteProfile, python: str, job_dir: P
         raise SpecError("trainer: --config needs a file")
     if args and args[0] == "-m":
         if len(args) < 2:
-            raise SpecError("-- -m needs a module name, e.g. -- -m hpc.smoke")
+            raise SpecError("-- -m needs a module name, e.g. -- -m hpc.node.smoke")
         return (python, "-u", *args)
     if args and args[0].endswith(".py"):
         if not Path(args[0]).is_file():
@@ -162,7 +158,7 @@ def rank_command(args: Sequence[str], site: SiteProfile, python: str, job_dir: P
 def check_rank_command(spec: JobSpec) -> None:
     """What every rank will run, checked here before anything is submitted: the trainer's config,
     overrides and layout for this job's ranks, or that a ``-m MODULE`` exists for the job's python."""
-    from train.config import ConfigError, load_config, split_cli
+    from train.config import load_config, split_cli
     from train.parallel import ParallelDims, WorldEnv
 
     cmd = spec.command
@@ -175,7 +171,7 @@ def check_rank_command(spec: JobSpec) -> None:
             ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()).grad_accum(cfg.global_batch, cfg.micro_batch)
             check_owner(cfg.log.dir, spec.job_name, "log.dir")
             check_owner(cfg.checkpoint_dir, spec.job_name, "checkpoint.dir")
-        except (ConfigError, OwnershipError) as e:
+        except HpcError as e:
             raise SpecError(f"trainer: {e}") from None
     elif cmd[2] == "-m" and Path(spec.python).is_file():
         probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
@@ -194,7 +190,7 @@ def build_spec(
     gpus_per_node: Optional[int] = None,
     time: Optional[str] = None,
     job_name: Optional[str] = None,
-    launcher: str = "srun",
+    launcher: str = SRUN.name,
     args: Sequence[str] = (),
     workdir: Optional[Path] = None,
     python: Optional[str] = None,
@@ -214,8 +210,7 @@ def build_spec(
     gpus = part.gpus_per_node if gpus_per_node is None else gpus_per_node
     if not 1 <= gpus <= part.gpus_per_node:
         raise SpecError(f"--gpus-per-node {gpus}: partition {part.name} allows 1 to {part.gpus_per_node}")
-    if launcher not in LAUNCHERS:
-        raise SpecError(f"--launcher {launcher}: allowed: {', '.join(LAUNCHERS)}")
+    launch = get_launcher(launcher)
     limit = part.max_minutes
     if time is None:
         minutes = limit if limit is not None else 60
@@ -255,7 +250,7 @@ def build_spec(
     checkpoint_dir = site_path(site.paths.checkpoint_root, workdir, "paths.checkpoint_root") / run_dir_name(name)
     return JobSpec(
         site=site, partition=part, nodes=nodes, gpus_per_node=gpus, minutes=minutes, job_name=name,
-        launcher=launcher, command=rank_command(args, site, python, job_dir, checkpoint_dir),
+        launcher=launch, command=rank_command(args, site, python, job_dir, checkpoint_dir),
         job_dir=job_dir, checkpoint_dir=checkpoint_dir, workdir=workdir, python=python,
         signal=pre.signal, signal_lead_s=pre.lead_s, max_requeues=pre.max_requeues,
     )

@@ -14,25 +14,27 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn, Optional, Sequence
+from typing import Optional, Sequence
 
-from hpc import cli
-from hpc.cli import Parser
-from hpc.plan import PlanError, plan_trainer_args
+from hpc.node.cli import HpcError, Parser, fail
+from hpc.node.contract import task_log
+from hpc.node.launcher import LAUNCHERS, SRUN
+from hpc.plan import plan_trainer_args
 from hpc.render import render_sbatch
-from hpc.site import SiteError, load_site
-from hpc.slurm_env import LAUNCHERS
+from hpc.site import load_site
 from hpc.spec import JobSpec, SpecError, add_allocation_args, build_spec, check_rank_command
 from hpc.submitter import first_log, follow, submit
 
+PROG = "hpc.submit"
+
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m hpc.submit", description=__doc__.split("\n")[0],
+    p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_allocation_args(p, "time limit, Slurm form (e.g. 30, 2:00:00, 1-00:00:00); default: the partition's")
     p.add_argument("--job-name", help="job name (default: train)")
-    p.add_argument("--launcher", default="srun", metavar="|".join(LAUNCHERS),
-                   help="srun: one task per GPU (default); torchrun, accelerate: one task per node running torchrun / accelerate launch")
+    p.add_argument("--launcher", default=SRUN.name, metavar="|".join(LAUNCHERS),
+                   help="; ".join(f"{name}: {launcher.help}" for name, launcher in LAUNCHERS.items()) + f" (default {SRUN.name})")
     p.add_argument("--signal", help="pre-stop signal for every rank, e.g. USR2 (default: the profile's preemption.signal)")
     p.add_argument("--signal-lead", type=int, metavar="SECONDS", help="send it this long before the time limit (default: the profile's)")
     p.add_argument("--max-requeues", type=int, metavar="N", help="requeues after which a stopped job ends (default: the profile's)")
@@ -41,10 +43,6 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument("--emit", metavar="FILE", help="write the sbatch script to FILE, submit nothing")
     p.add_argument("--wait", action="store_true", help="block until the job ends; exit with its status")
     return p
-
-
-def fail(msg: str) -> NoReturn:
-    cli.fail("hpc.submit", msg)
 
 
 def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -56,21 +54,17 @@ def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
-    try:
-        site = load_site(a.site)
-        kw = dict(nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
-                  time=a.time, job_name=a.job_name, launcher=a.launcher,
-                  signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues)
-        spec = build_spec(site, args=rank_args, **kw)
-        args, note = plan_trainer_args(site, spec.partition, spec.nodes, spec.gpus_per_node, rank_args)
-        if note:
-            print(note, file=sys.stderr)
-            spec = build_spec(site, args=args, **kw)
-        check_rank_command(spec)
-        return spec
-    except (SiteError, SpecError, PlanError) as e:
-        fail(str(e))
-        raise
+    site = load_site(a.site)
+    kw = dict(nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
+              time=a.time, job_name=a.job_name, launcher=a.launcher,
+              signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues)
+    spec = build_spec(site, args=rank_args, **kw)
+    args, note = plan_trainer_args(site, spec.partition, spec.nodes, spec.gpus_per_node, rank_args)
+    if note:
+        print(note, file=sys.stderr)
+        spec = build_spec(site, args=args, **kw)
+    check_rank_command(spec)
+    return spec
 
 
 def emit(spec: JobSpec, path: Path) -> None:
@@ -78,25 +72,22 @@ def emit(spec: JobSpec, path: Path) -> None:
     try:
         spec.job_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        fail(f"paths.job_dir: {spec.job_dir}: cannot create it ({e.strerror})")
+        raise SpecError(f"paths.job_dir: {spec.job_dir}: cannot create it ({e.strerror})") from None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     except OSError as e:
-        fail(f"--emit {path}: cannot write it ({e.strerror})")
-    print(f"wrote {path}\nsubmit it with: sbatch {path}\nlogs will be in {spec.job_dir}/ (<jobid>_<task>_log.out)")
+        raise SpecError(f"--emit {path}: cannot write it ({e.strerror})") from None
+    print(f"wrote {path}\nsubmit it with: sbatch {path}\nlogs will be {task_log(spec.job_dir, '<jobid>', '<task>')}")
 
 
 def submit_and_report(spec: JobSpec):
-    try:
-        job = submit(spec)
-    except SpecError as e:
-        fail(str(e))
+    job = submit(spec)
     rank0 = first_log(spec, job.job_id)
     print(f"submitted job {job.job_id} ({spec.nodes} node(s) x {spec.gpus_per_node} GPU(s), partition {spec.partition.name}, site {spec.site.name})")
     print(f"script:   {job.paths.submission_file}")
     print(f"rank 0:   {rank0}")
-    print(f"all logs: {spec.job_dir}/{job.job_id}_<task>_log.out")
+    print(f"all logs: {task_log(spec.job_dir, job.job_id, '<task>')}")
     print(f"follow:   python -m hpc.jobs logs {job.job_id} -f    state: python -m hpc.jobs status {job.job_id}")
     return job
 
@@ -111,21 +102,27 @@ def wait(spec: JobSpec, job_id: str) -> int:
     return 1
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    own, rank_args = split_args(sys.argv[1:] if argv is None else argv)
+def run(argv: Sequence[str]) -> int:
+    own, rank_args = split_args(argv)
     a = parser().parse_args(own)
     if a.wait and (a.dry_run or a.emit):
-        fail("--wait submits and waits; it does not go with --dry-run or --emit")
+        raise SpecError("--wait submits and waits; it does not go with --dry-run or --emit")
     spec = make_spec(a, rank_args)
     if a.dry_run:
         sys.stdout.write(render_sbatch(spec))
-        return
+        return 0
     if a.emit:
         emit(spec, Path(a.emit).resolve())
-        return
+        return 0
     job = submit_and_report(spec)
-    if a.wait:
-        sys.exit(wait(spec, job.job_id))
+    return wait(spec, job.job_id) if a.wait else 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    try:
+        sys.exit(run(sys.argv[1:] if argv is None else argv))
+    except HpcError as e:
+        fail(PROG, e)
 
 
 if __name__ == "__main__":

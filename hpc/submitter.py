@@ -15,8 +15,9 @@ from typing import Callable, Optional
 
 import submitit
 
-from hpc.render import rank_log, render_sbatch
-from hpc.slurm_query import ENDED, JobError, job_state
+from hpc.node.contract import ENDED_STATES, task_log
+from hpc.render import render_sbatch
+from hpc.slurm_query import JobError, job_state
 from hpc.spec import JobSpec, SpecError, prepare_submission
 
 class RenderedExecutor(submitit.SlurmExecutor):
@@ -73,11 +74,11 @@ def follow(job_id: str, log: Path, poll_s: float = 1.0, prefix: str = "[wait]",
                 sys.stdout.write(chunk.decode(errors="replace"))
                 sys.stdout.flush()
                 shown += len(chunk)
-        if state in ENDED or (deadline is not None and deadline(state, started)):
+        if state in ENDED_STATES or (deadline is not None and deadline(state, started)):
             return state
         time.sleep(poll_s)
 
 
 def first_log(spec: JobSpec, job_id: str) -> Path:
     """Task 0's log, which the batch script's own output shares."""
-    return rank_log(spec.job_dir, job_id, 0)
+    return task_log(spec.job_dir, job_id, 0)

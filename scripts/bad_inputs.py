@@ -130,7 +130,7 @@ def submit_cases() -> list[Case]:
     c: list[Case] = []
     site = ["--site", "local"]
 
-    def add(cid, flags, contains=None, rank=("--", "-m", "hpc.smoke"), **kw):
+    def add(cid, flags, contains=None, rank=("--", "-m", "hpc.node.smoke"), **kw):
         c.append(Case(f"submit-{cid}", SUBMIT + list(flags) + list(rank), contains=contains, **kw))
 
     g_nodes = "--nodes: whole number 1..max_nodes of the partition"
@@ -175,7 +175,7 @@ def submit_cases() -> list[Case]:
     }
     for cid, n in hostile.items():
         c.append(Case(f"submit-{cid}", SUBMIT + site + ["--nodes", "1", "--emit", "{T}/job.sbatch", f"--job-name={n}",
-                                                          "--", "-m", "hpc.smoke"],
+                                                          "--", "-m", "hpc.node.smoke"],
                       expect="ok", check=_name_check(n), absent=["pwned"],
                       good="accepted; HPC_JOB_NAME in the script is the exact name"))
     # trainer arguments after --, on every site
@@ -207,7 +207,7 @@ def submit_cases() -> list[Case]:
         fit = ["global_batch=32"] if sname == "ib-h200" else []  # the demo config's batch over 16 ranks
         c.append(Case(f"submit-{sname}-train-ok", SUBMIT + sflags + ["--dry-run", "--", "optim.lr=1e-3", *fit], expect="ok",
                       good="accepted"))
-    c.append(Case("submit-user-unset", SUBMIT + ["--site", "ib-h200", "--nodes", "1", "--dry-run", "--", "-m", "hpc.smoke"],
+    c.append(Case("submit-user-unset", SUBMIT + ["--site", "ib-h200", "--nodes", "1", "--dry-run", "--", "-m", "hpc.node.smoke"],
                   env={"USER": None}, expect="ok", good="$USER in a profile path is the user's name even where the environment lacks it"))
     return c
 
@@ -402,7 +402,7 @@ def jobs_cases() -> list[Case]:
     return c
 
 
-# ---------------------------------------------------------------- cases: hpc.launch with hand-made SLURM_* environments
+# ---------------------------------------------------------------- cases: hpc.node.launch with hand-made SLURM_* environments
 
 SRUN_ENV = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "0",
             "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)",
@@ -411,10 +411,10 @@ SRUN_ENV = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "1", "SLURM_NTASKS": "4", "S
 
 def launch_cases() -> list[Case]:
     c: list[Case] = []
-    L = ["-m", "hpc.launch"]
+    L = ["-m", "hpc.node.launch"]
     true_cmd = ["--", "true"]
 
-    def add(cid, env, contains=None, args=None, expect="error", good="hpc.launch: error on NODE: the variable and what is allowed", **kw):
+    def add(cid, env, contains=None, args=None, expect="error", good="hpc.node.launch: error: NODE: the variable and what is allowed", **kw):
         c.append(Case(f"launch-{cid}", L + (args if args is not None else true_cmd), contains=contains,
                       env={**SRUN_ENV, **env}, expect=expect, good=good, **kw))
 

@@ -40,12 +40,13 @@ def wait_job(job_id: str, timeout: float = 300) -> str:
     """Block until Slurm reports a final state for the job; returns it."""
     import time
 
-    from hpc.slurm_query import ENDED, job_state
+    from hpc.node.contract import ENDED_STATES
+    from hpc.slurm_query import job_state
 
     deadline = time.time() + timeout
     while time.time() < deadline:
         state = job_state(job_id)
-        if state in ENDED:
+        if state in ENDED_STATES:
             return state
         time.sleep(1)
     raise TimeoutError(f"job {job_id} did not finish in {timeout} s")

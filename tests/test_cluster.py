@@ -10,7 +10,7 @@ import pytest
 
 from conftest import run_cli, wait_job
 from hpc.slurm_query import scontrol_fields
-from hpc.slurm_env import master_port
+from hpc.node.slurm_env import master_port
 
 pytestmark = pytest.mark.slurm
 
@@ -42,7 +42,7 @@ def check_smoke_records(out: Path, job_id: str, nodes: int = 2, per_node: int = 
 def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
     out = tmp_path / "ranks"
     r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--wait", "--job-name", "smoke",
-                "--", "-m", "hpc.smoke", "--out", str(out), cwd=tmp_path)
+                "--", "-m", "hpc.node.smoke", "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
     assert f"job {job_id} finished: COMPLETED" in r.stdout
@@ -56,13 +56,13 @@ def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
     # the dry run is the submission: --dry-run prints, and --emit writes, exactly the script submitit submitted
     submitted = (tmp_path / "jobs" / "smoke" / f"{job_id}_submission.sh").read_text()
     dry = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke", "--dry-run",
-                  "--", "-m", "hpc.smoke", "--out", str(out), cwd=tmp_path)
+                  "--", "-m", "hpc.node.smoke", "--out", str(out), cwd=tmp_path)
     assert dry.returncode == 0 and dry.stdout == submitted
 
     # the same job written with --emit and submitted by hand with plain sbatch
     out2, script = tmp_path / "ranks2", tmp_path / "job.sbatch"
     r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke",
-                "--emit", str(script), "--", "-m", "hpc.smoke", "--out", str(out2), cwd=tmp_path)
+                "--emit", str(script), "--", "-m", "hpc.node.smoke", "--out", str(out2), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert script.read_text() == submitted.replace(str(out), str(out2))
     sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path)
@@ -76,7 +76,7 @@ def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
 def test_torchrun_launcher_one_task_per_node(slurm, tmp_path):
     out = tmp_path / "ranks"
     r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--wait",
-                "--job-name", "smoke-torchrun", "--", "-m", "hpc.smoke", "--out", str(out), cwd=tmp_path)
+                "--job-name", "smoke-torchrun", "--", "-m", "hpc.node.smoke", "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
     check_smoke_records(out, job_id)
@@ -87,7 +87,7 @@ def test_hostile_job_name_is_only_a_name(slurm, tmp_path):
     name = f"x; touch {marker}; $(touch {marker})"
     script = tmp_path / "job.sbatch"
     r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", name, "--emit", str(script),
-                "--", "-m", "hpc.smoke", "--out", str(tmp_path / "r"), cwd=tmp_path)
+                "--", "-m", "hpc.node.smoke", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path)
     job_id = sb.stdout.strip()
@@ -148,7 +148,7 @@ def test_directories_of_other_jobs_and_bad_places_are_refused(slurm, tmp_path):
     directory and a profile path with an unset variable."""
     before = queued()
     first = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", "exp 1",
-                    "--", "-m", "hpc.smoke", "--out", str(tmp_path / "r"), cwd=tmp_path)
+                    "--", "-m", "hpc.node.smoke", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     job = re.search(r"submitted job (\d+)", first.stdout).group(1)
     assert wait_job(job) == "COMPLETED"
@@ -179,10 +179,10 @@ def test_dry_run_submits_and_writes_nothing(slurm, tmp_path):
 def test_rank_mismatch_fails_with_what_to_change(slurm, tmp_path):
     from conftest import PYTHON
 
-    wrap = f"srun --ntasks-per-node=1 {PYTHON} -m hpc.launch -- {PYTHON} -c 'print(1)'"
+    wrap = f"srun --ntasks-per-node=1 {PYTHON} -m hpc.node.launch -- {PYTHON} -c 'print(1)'"
     sb = subprocess.run(["sbatch", "--parsable", "-N", "1", "--ntasks-per-node=1", "--gpus-per-node=2",
                          "-o", str(tmp_path / "%j.log"), "--wrap", wrap], capture_output=True, text=True, cwd=tmp_path)
     job_id = sb.stdout.strip()
     assert wait_job(job_id) == "FAILED"
     log = (tmp_path / f"{job_id}.log").read_text()
-    assert "hpc.launch: error on n1: 1 tasks per node but 2 GPUs per node: use --ntasks-per-node=2" in log
+    assert "hpc.node.launch: error: n1: 1 tasks per node but 2 GPUs per node: use --ntasks-per-node=2" in log

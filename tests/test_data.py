@@ -11,6 +11,7 @@ import pydantic
 import pytest
 import torch
 
+from hpc.node.cli import HpcError
 from train.data import DEMO_CORPUS, DataConfig, TokenStream, load_tokenizer, load_tokens
 
 DOCS = ["To be, or not to be, that is the question.", "Now is the winter of our discontent\nMade glorious summer."]
@@ -39,7 +40,7 @@ def write_jsonl(path, records):
 
 
 def one_line_error(match, fn, *args, **kwargs):
-    with pytest.raises(ValueError, match=match) as err:
+    with pytest.raises(HpcError, match=match) as err:
         fn(*args, **kwargs)
     assert "\n" not in str(err.value)
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import run_cli, wait_job
 from hpc.metrics_report import fmt
-from hpc.slurm_env import master_port
+from hpc.node.slurm_env import master_port
 
 pytestmark = pytest.mark.slurm
 SCRIPTS = Path(__file__).parent / "scripts"

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from hpc.metrics_report import read_metrics, summary_table
+from hpc.node.cli import HpcError
 
 
 def rec(step, loss, tps=100.0, mfu=None):
@@ -21,7 +22,7 @@ def test_requeued_steps_keep_the_last_record_and_a_partial_line_waits(tmp_path):
 def test_a_broken_line_is_an_error(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text(json.dumps(rec(1, 3.0)) + "\nnot json\n")
-    with pytest.raises(ValueError, match="line 2 is not JSON"):
+    with pytest.raises(HpcError, match="line 2 is not JSON"):
         read_metrics(path)
 
 

@@ -1,5 +1,5 @@
 """Node network checks: NCCL/gloo interface and HCA selection, on this machine's real interfaces,
-through hpc.launch, and the bounded rendezvous timeout on the real cluster."""
+through hpc.node.launch, and the bounded rendezvous timeout on the real cluster."""
 import os
 import subprocess
 import time
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PYTHON, ROOT, wait_job
-from hpc.netcheck import (
+from hpc.node.netcheck import (
     NcclList,
     DEFAULT_DIST_TIMEOUT_S, HcaPort, Interface, NodeCheckError, check_gloo_ifname, check_ib_hca,
     check_nccl_ifname, check_node, dist_timeout_s, hca_ports, interfaces,
@@ -127,20 +127,20 @@ def slurm_task_env(**extra: str) -> dict:
 
 
 def test_launch_fails_fast_naming_node_and_interfaces():
-    r = subprocess.run([PYTHON, "-m", "hpc.launch", "--", PYTHON, "-c", "print('ran')"], cwd=ROOT, capture_output=True,
+    r = subprocess.run([PYTHON, "-m", "hpc.node.launch", "--", PYTHON, "-c", "print('ran')"], cwd=ROOT, capture_output=True,
                        text=True, timeout=60, env=slurm_task_env(GLOO_SOCKET_IFNAME="ib0"))
     assert r.returncode == 2 and "ran" not in r.stdout
-    assert r.stderr.startswith("hpc.launch: error on here: GLOO_SOCKET_IFNAME=ib0 but this node has no interface ib0; it has lo (127.0.0.1")
+    assert r.stderr.startswith("hpc.node.launch: error: here: GLOO_SOCKET_IFNAME=ib0 but this node has no interface ib0; it has lo (127.0.0.1")
     assert r.stderr.count("\n") == 1
 
 
 def test_launch_exports_the_timeout_and_reports_the_interfaces():
     code = "import os; print('timeout', os.environ['HPC_DIST_TIMEOUT_S'])"
-    r = subprocess.run([PYTHON, "-m", "hpc.launch", "--", PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True,
+    r = subprocess.run([PYTHON, "-m", "hpc.node.launch", "--", PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        timeout=60, env=slurm_task_env(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="=lo"))
     assert r.returncode == 0, r.stderr
     assert "[netcheck] here: gloo lo (127.0.0.1" in r.stdout and f"timeout {DEFAULT_DIST_TIMEOUT_S}" in r.stdout
-    r = subprocess.run([PYTHON, "-m", "hpc.launch", "--", PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True,
+    r = subprocess.run([PYTHON, "-m", "hpc.node.launch", "--", PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        timeout=60, env=slurm_task_env(HPC_DIST_TIMEOUT_S="never"))
     assert r.returncode == 2 and "HPC_DIST_TIMEOUT_S='never' must be a positive number" in r.stderr
 
@@ -148,13 +148,13 @@ def test_launch_exports_the_timeout_and_reports_the_interfaces():
 @pytest.mark.slurm
 def test_missing_rank_ends_the_job_within_the_timeout(slurm, tmp_path):
     """Rank 1 never joins: rank 0's rendezvous times out after HPC_DIST_TIMEOUT_S and srun ends the job."""
-    rank_cmd = f"if [ \"$RANK\" = 1 ]; then sleep 300; else exec {PYTHON} -m hpc.smoke --out {tmp_path}/r; fi"
+    rank_cmd = f"if [ \"$RANK\" = 1 ]; then sleep 300; else exec {PYTHON} -m hpc.node.smoke --out {tmp_path}/r; fi"
     script = tmp_path / "job.sbatch"
     script.write_text(
         "#!/bin/bash\n"
         f"#SBATCH -N 2 --ntasks-per-node=1 --gpus-per-node=1 --time=5 -o {tmp_path}/%j.log\n"
         "export HPC_DIST_TIMEOUT_S=5 GLOO_SOCKET_IFNAME=eth0\n"
-        f"srun --kill-on-bad-exit=1 -o {tmp_path}/%j-rank%t.log {PYTHON} -m hpc.launch -- bash -c '{rank_cmd}'\n"
+        f"srun --kill-on-bad-exit=1 -o {tmp_path}/%j-rank%t.log {PYTHON} -m hpc.node.launch -- bash -c '{rank_cmd}'\n"
     )
     start = time.time()
     sb = subprocess.run(["sbatch", "--parsable", "--chdir", str(ROOT), str(script)], capture_output=True, text=True)
@@ -187,24 +187,24 @@ def test_nccl_lists_read_caret_and_equals_once_for_the_whole_list():
     ({"SLURM_LOCALID": "2"}, "SLURM_LOCALID=2 but the node runs 1 tasks (allowed 0 to 0)"),
 ])
 def test_launch_refuses_impossible_wiring_in_one_line(extra, message):
-    r = subprocess.run([PYTHON, "-m", "hpc.launch", "--", PYTHON, "-c", "print('ran')"], cwd=ROOT, capture_output=True,
+    r = subprocess.run([PYTHON, "-m", "hpc.node.launch", "--", PYTHON, "-c", "print('ran')"], cwd=ROOT, capture_output=True,
                        text=True, timeout=60, env=slurm_task_env(**extra))
     assert r.returncode == 2 and "ran" not in r.stdout
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
 
 
 def test_launch_of_a_missing_program_is_one_line():
-    r = subprocess.run([PYTHON, "-m", "hpc.launch", "--", "/nonexistent/python", "-c", "1"], cwd=ROOT, capture_output=True,
+    r = subprocess.run([PYTHON, "-m", "hpc.node.launch", "--", "/nonexistent/python", "-c", "1"], cwd=ROOT, capture_output=True,
                        text=True, timeout=60, env=slurm_task_env())
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == ["hpc.launch: error on rank 0 on here: cannot run '/nonexistent/python': No such file or directory"]
+    assert r.stderr.strip().splitlines() == ["hpc.node.launch: error: rank 0 on here: cannot run '/nonexistent/python': No such file or directory"]
 
 
 def test_a_clean_stop_is_exit_0_with_a_stop_record_and_failures_pass_through(tmp_path):
     record = tmp_path / "stop"
     for code, rc in ((75, 0), (3, 3), (0, 0)):
         record.unlink(missing_ok=True)
-        r = subprocess.run([PYTHON, "-m", "hpc.launch", "--", PYTHON, "-c", f"raise SystemExit({code})"], cwd=ROOT,
+        r = subprocess.run([PYTHON, "-m", "hpc.node.launch", "--", PYTHON, "-c", f"raise SystemExit({code})"], cwd=ROOT,
                            capture_output=True, text=True, timeout=60, env=slurm_task_env(HPC_STOP_RECORD=str(record)))
         assert r.returncode == rc, r.stderr
         assert record.exists() == (code == 75)

@@ -4,7 +4,7 @@ import multiprocessing
 
 import pytest
 
-from hpc.ownership import OWNER_FILE, OwnershipError, claim, run_dir_name
+from hpc.node.ownership import OWNER_FILE, OwnershipError, claim, run_dir_name
 
 NAMES = ["模型", "数据集", "...", "exp 1", "exp/1", "exp:1", "exp_1", "exp_1-", "Exp_1", "job", "a" * 64, "a" * 65, "a" * 200,
          "x; touch /tmp/owned $(id)", " exp_1", "exp_1 "]

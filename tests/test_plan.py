@@ -116,7 +116,7 @@ def test_trainer_args_get_the_plan_only_without_a_layout(tmp_path):
     part = site.partition(None)
     tiny = str(ROOT / "train" / "configs" / "tiny.yaml")
     assert plan_trainer_args(site, part, 2, 8, ["--config", tiny, "parallel.tp=2"]) == (["--config", tiny, "parallel.tp=2"], None)
-    assert plan_trainer_args(site, part, 2, 8, ["-m", "hpc.smoke"]) == (["-m", "hpc.smoke"], None)
+    assert plan_trainer_args(site, part, 2, 8, ["-m", "hpc.node.smoke"]) == (["-m", "hpc.node.smoke"], None)
     local = load_site("local")
     assert plan_trainer_args(local, local.partition(None), 2, 2, ["--config", tiny]) == (["--config", tiny], None)
     args, note = plan_trainer_args(site, part, 2, 8, ["--config", tiny, "optim.lr=1e-3"])

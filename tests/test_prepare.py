@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hpc.node.cli import HpcError
 from train.data.config import DataConfig
 from train.data.packing import IGNORE as IGNORE_LABEL
 from train.data.prepared import PreparedData, describe, open_prepared, prepare, split_rows
@@ -111,7 +112,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     bad.write_text(json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": 7}]}) + "\n")
     out, err = (proc := cli(tmp_path / "p", bad)).communicate(timeout=120)
     assert proc.returncode == 2 and err.strip().count("\n") == 0
-    assert err.startswith(f"error: data.messages_field (messages): {bad}:1 turn 1 (assistant) has content of type int")
+    assert err.startswith(f"train.prepare: error: data.messages_field (messages): {bad}:1 turn 1 (assistant) has content of type int")
     proc = subprocess.run([sys.executable, "-m", "train.prepare", "--config", str(TINY)], cwd=ROOT, env=clean_env(),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "data.pack=stream" in proc.stderr and proc.stderr.count("\n") == 1
@@ -121,7 +122,7 @@ def test_task_of_reads_torchrun_then_slurm():
     assert task_of({}) == (0, 1)
     assert task_of({"SLURM_PROCID": "2", "SLURM_NTASKS": "4"}) == (2, 4)
     assert task_of({"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) == (1, 2)
-    with pytest.raises(ValueError, match=r"RANK=3 must be in \[0, WORLD_SIZE=2\)"):
+    with pytest.raises(HpcError, match=r"RANK=3 must be in \[0, WORLD_SIZE=2\)"):
         task_of({"RANK": "3", "WORLD_SIZE": "2"})
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.ownership import run_dir_name
+from hpc.node.ownership import run_dir_name
 from hpc.render import preamble_lines, render_sbatch
 from hpc.site import PROJECT_SITE_DIR, load_site
 from hpc.spec import PROJECT_ROOT, build_spec
@@ -38,7 +38,7 @@ def test_golden(site, launcher, monkeypatch):
 
 @pytest.mark.parametrize("site", SITES)
 def test_bash_parses_every_rendering(site, monkeypatch, tmp_path):
-    for kw in ({}, {"launcher": "torchrun"}, {"launcher": "accelerate"}, {"job_name": HOSTILE}, {"args": ["-m", "hpc.smoke", "--out", "/a b/$(x)"]}):
+    for kw in ({}, {"launcher": "torchrun"}, {"launcher": "accelerate"}, {"job_name": HOSTILE}, {"args": ["-m", "hpc.node.smoke", "--out", "/a b/$(x)"]}):
         f = tmp_path / "job.sbatch"
         f.write_text(render(site, monkeypatch, **dict(kw)))
         r = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True)
@@ -73,7 +73,7 @@ def test_per_node_launch_is_one_task_per_node(monkeypatch, launcher):
     assert "#SBATCH --ntasks-per-node=1\n" in text
     assert f"--launcher {launcher} --gpus-per-node 8 --" in text
     assert f"starts {launcher} with it" in text and f", {launcher} launch, site ib-h200." in text
-    assert "$SLURM_NODEID" not in text  # the node rank is read on each node by hpc.launch, never expanded here
+    assert "$SLURM_NODEID" not in text  # the node rank is read on each node by hpc.node.launch, never expanded here
 
 
 def test_preamble_is_the_network_table(monkeypatch):

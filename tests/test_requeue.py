@@ -195,7 +195,7 @@ def test_sigkill_during_checkpoint_save_resumes_from_previous_complete(slurm, tm
     ranks = subprocess.run(["pgrep", "-f", f"checkpoint.dir={ckpt}"], capture_output=True, text=True).stdout.split()
     for pid in ranks:
         os.kill(int(pid), signal.SIGKILL)
-    assert len(ranks) >= 4  # the four ranks (and their hpc.launch supervisors)
+    assert len(ranks) >= 4  # the four ranks (and their hpc.node.launch supervisors)
     assert wait_job(job) in ("FAILED", "CANCELLED")
     assert tmp.exists(), "the kill did not land inside the save"
     complete = sorted(p.name for p in ckpt.iterdir() if not p.name.endswith(".tmp"))

@@ -1,8 +1,8 @@
 """Rank wiring from SLURM_* variables (pure functions; the real cluster proves it in test_cluster.py)."""
 import pytest
 
-from hpc.launch import node_argv
-from hpc.slurm_env import PORT_BASE, PORT_SPAN, RankError, derive, expand_tasks_per_node, master_port, node_hosts
+from hpc.node.launcher import LAUNCHERS
+from hpc.node.slurm_env import PORT_BASE, PORT_SPAN, RankError, derive, expand_tasks_per_node, master_port, node_hosts
 
 
 def task_env(procid, localid, nodeid, ntasks=8, nnodes=2, tpn="4(x2)", gpus="4", nodelist="gpu-a[001,010]"):
@@ -74,22 +74,22 @@ def test_step_variables_win_over_job_variables():
     assert (info.world_size, info.num_nodes, info.master_addr) == (4, 1, "gpu-b7")
 
 
-# every process of torchrun / accelerate runs the rank command through hpc.launch --rank
-RANK_WRAP = ["/venv/bin/python", "-u", "-m", "hpc.launch", "--rank", "--", "/venv/bin/python", "-u", "train.py", "--lr", "1"]
+# every process of torchrun / accelerate runs the rank command through hpc.node.launch --rank
+RANK_WRAP = ["/venv/bin/python", "-u", "-m", "hpc.node.launch", "--rank", "--", "/venv/bin/python", "-u", "train.py", "--lr", "1"]
 
 
 def test_torchrun_one_task_per_node():
     env = task_env(1, 0, 1, ntasks=2, tpn="1(x2)", gpus="4")
-    info = derive(env, "torchrun")
+    info = derive(env, LAUNCHERS["torchrun"])
     assert (info.node_rank, info.num_nodes, info.local_world_size, info.world_size) == (1, 2, 4, 8)
-    argv = node_argv("torchrun", ["/venv/bin/python", "-u", "train.py", "--lr", "1"], info)
+    argv = LAUNCHERS["torchrun"].node_argv(["/venv/bin/python", "-u", "train.py", "--lr", "1"], info)
     assert argv == ["/venv/bin/python", "-u", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=4",
                     "--node-rank=1", "--master-addr=gpu-a001", f"--master-port={info.master_port}", "--no-python", *RANK_WRAP]
 
 
 def test_torchrun_refuses_several_tasks_per_node():
     with pytest.raises(RankError, match="one task per node, got 8 tasks on 2 nodes"):
-        derive(task_env(0, 0, 0), "torchrun")
+        derive(task_env(0, 0, 0), LAUNCHERS["torchrun"])
 
 
 def test_restart_count_changes_port_consistently():
@@ -101,19 +101,19 @@ def test_restart_count_changes_port_consistently():
 
 @pytest.mark.parametrize("cuda,prefix", [(True, []), (False, ["env", "ACCELERATE_USE_CPU=true"])])
 def test_accelerate_one_task_per_node(cuda, prefix):
-    info = derive(task_env(1, 0, 1, ntasks=2, tpn="1(x2)", gpus="4"), "accelerate")
-    argv = node_argv("accelerate", ["/venv/bin/python", "-u", "train.py", "--lr", "1"], info, cuda=cuda)
+    info = derive(task_env(1, 0, 1, ntasks=2, tpn="1(x2)", gpus="4"), LAUNCHERS["accelerate"])
+    argv = LAUNCHERS["accelerate"].node_argv(["/venv/bin/python", "-u", "train.py", "--lr", "1"], info, cuda=cuda)
     assert argv == [*prefix, "/venv/bin/python", "-u", "-m", "accelerate.commands.launch", "--multi_gpu",
                     "--num_machines=2", "--num_processes=8", "--machine_rank=1", "--main_process_ip=gpu-a001",
                     f"--main_process_port={info.master_port}", "--no_python", *RANK_WRAP]
 
 
 def test_accelerate_single_rank_is_not_multi_gpu():
-    info = derive(task_env(0, 0, 0, ntasks=1, nnodes=1, tpn="1", gpus="1", nodelist="n1"), "accelerate")
-    argv = node_argv("accelerate", ["python", "-u", "-m", "pkg.mod"], info, cuda=True)
+    info = derive(task_env(0, 0, 0, ntasks=1, nnodes=1, tpn="1", gpus="1", nodelist="n1"), LAUNCHERS["accelerate"])
+    argv = LAUNCHERS["accelerate"].node_argv(["python", "-u", "-m", "pkg.mod"], info, cuda=True)
     assert "--multi_gpu" not in argv and argv[-2:] == ["-m", "pkg.mod"] and "--num_processes=1" in argv
 
 
 def test_accelerate_refuses_several_tasks_per_node():
     with pytest.raises(RankError, match="launcher accelerate needs one task per node, got 8 tasks on 2 nodes"):
-        derive(task_env(0, 0, 0), "accelerate")
+        derive(task_env(0, 0, 0), LAUNCHERS["accelerate"])

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 import time
 from concurrent.futures import Future
@@ -38,16 +37,19 @@ from torch.distributed.checkpoint.api import CheckpointException  # a BaseExcept
 from torch.distributed.checkpoint.staging import AsyncStager, BlockingAsyncStager
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-_NAME = re.compile(r"^step-(\d{8})$")
-META = "meta.json"
+from hpc.node.cli import HpcError
+from hpc.node.contract import CHECKPOINT_META as META
+from hpc.node.contract import CHECKPOINT_PREFIX, EXIT_FAILED, checkpoint_name, checkpoint_step
 
 
 def step_dir(root: Path, step: int) -> Path:
-    return Path(root) / f"step-{step:08d}"
+    return Path(root) / checkpoint_name(step)
 
 
-class CheckpointError(RuntimeError):
-    """A save or load that failed; the message is one line."""
+class CheckpointError(HpcError):
+    """A save or load that failed (the run failed: exit 1); the message is one line."""
+
+    code = EXIT_FAILED
 
 
 def is_complete(path: Path) -> bool:
@@ -66,9 +68,9 @@ def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for d in root.iterdir():
-        m = _NAME.match(d.name)
-        if m and is_complete(d):
-            found.append((int(m.group(1)), d))
+        step = checkpoint_step(d.name)
+        if step is not None and is_complete(d):
+            found.append((step, d))
     return sorted(found)
 
 
@@ -148,7 +150,7 @@ def start_save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.O
     error = None
     if rank == 0:
         try:
-            for stale in Path(root).glob("step-*.tmp"):  # left by a save of this run that crashed
+            for stale in Path(root).glob(f"{CHECKPOINT_PREFIX}*.tmp"):  # left by a save of this run that crashed
                 shutil.rmtree(stale)
             tmp.mkdir(parents=True)
         except OSError as e:

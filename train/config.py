@@ -13,11 +13,12 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from hpc.node.cli import HpcError
 from train.data import DataConfig
 from train.tracking import missing
 
 
-class ConfigError(ValueError):
+class ConfigError(HpcError):
     """A configuration problem; the message is one line naming the file or key and what is allowed."""
 
 
@@ -220,17 +221,14 @@ class TrainConfig(_Strict):
 
     def check_paths(self) -> None:
         """The files the run reads and writes, checked before any rank starts: the data source (and eval.path), the
-        tokenizer, and that the export can be created. Raises ConfigError with one line."""
+        tokenizer, and that the export can be created. Raises ConfigError or DataError with one line."""
         from train.data.sources import source_path
         from train.tokenizer import load_tokenizer, tokenizer_source
 
-        try:
-            source_path(self.data)
-            if self.eval.path is not None:
-                source_path(self.data.model_copy(update={"path": self.eval.path}))
-            load_tokenizer(tokenizer_source(self.data.tokenizer, self.model.path, self.data.format == "chat"))
-        except ValueError as e:  # DataError and the tokenizer's errors are ValueErrors with one line
-            raise ConfigError(str(e)) from None
+        source_path(self.data)
+        if self.eval.path is not None:
+            source_path(self.data.model_copy(update={"path": self.eval.path}))
+        load_tokenizer(tokenizer_source(self.data.tokenizer, self.model.path, self.data.format == "chat"))
         if self.export:
             target = Path(self.log.dir) / self.export  # a relative export lives in log.dir
             above = next((p for p in target.parents if p.exists()), None)

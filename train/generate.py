@@ -7,11 +7,13 @@ assistant's answer (generation stops at the model's EOS, ``<|im_end|>`` for Qwen
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import torch
+
+from hpc.node.cli import HpcError, Parser, fail
+
+PROG = "train.generate"
 
 
 def generate(model_dir: str | Path, prompt: str, tokens: int = 40, seed: int = 0) -> str:
@@ -34,7 +36,7 @@ def chat(model_dir: str | Path, message: str, tokens: int = 60, seed: int = 0, e
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     if not tok.chat_template:
-        raise ValueError(f"{model_dir}: the tokenizer has no chat template; use --prompt")
+        raise HpcError(f"{model_dir}: the tokenizer has no chat template; use --prompt")
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     torch.manual_seed(seed)
     ids = tok.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
@@ -45,23 +47,18 @@ def chat(model_dir: str | Path, message: str, tokens: int = 60, seed: int = 0, e
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m train.generate", description=__doc__.split("\n")[0])
+    p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
     p.add_argument("model_dir")
     p.add_argument("--prompt", default="ROMEO:")
     p.add_argument("--chat", metavar="MESSAGE", help="a user message, answered through the chat template")
     p.add_argument("--tokens", type=int, default=40)
     a = p.parse_args()
-    if not (Path(a.model_dir) / "config.json").is_file():
-        print(f"train.generate: error: {a.model_dir} is not an exported model directory (no config.json)", file=sys.stderr)
-        sys.exit(2)
-    if a.chat is None:
-        print(generate(a.model_dir, a.prompt, a.tokens))
-        return
     try:
-        print(chat(a.model_dir, a.chat, a.tokens))
-    except ValueError as e:
-        print(f"train.generate: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        if not (Path(a.model_dir) / "config.json").is_file():
+            raise HpcError(f"{a.model_dir} is not an exported model directory (no config.json)")
+        print(generate(a.model_dir, a.prompt, a.tokens) if a.chat is None else chat(a.model_dir, a.chat, a.tokens))
+    except HpcError as e:
+        fail(PROG, e)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ import yaml
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from train import checkpoint
-from train.config import ConfigError, TrainConfig
-from train.data import DataError, PackedStream, TokenStream, load_tokenizer
+from train.config import TrainConfig
+from train.data import PackedStream, TokenStream, load_tokenizer
 from train.data.prepared import open_prepared, split_rows
 from train.data.stream import eval_batches
 from train.data.text import load_tokens_on_rank0
@@ -110,27 +110,24 @@ class Trainer:
         cfg = self.cfg
         name = tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat")
         dp_rank = self.mesh["dp"].get_local_rank()
-        try:
-            self.tokenizer = load_tokenizer(name)
-            if cfg.data.packed:
-                how = "python -m train.prepare --config FILE with the training run's overrides"
-                world = dist.get_world_size()
-                data = open_prepared(cfg.data, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir, self.rank, world, how, _log0)
-                train_ids, held = split_rows(data.num_rows, cfg.eval.fraction)
-                self.stream = PackedStream(data, train_ids, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed)
-                _log0(f"[train] data: {self.stream.num_blocks:,} packed rows of {cfg.seq_len}, {self.stream.steps_per_epoch} steps per epoch")
-                if cfg.eval.path is not None:
-                    eval_cfg = cfg.data.model_copy(update={"path": cfg.eval.path})
-                    data = open_prepared(eval_cfg, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir / "eval", self.rank, world, how, _log0)
-                    held = np.arange(data.num_rows)
-                if cfg.eval.every:
-                    self.eval_batches = eval_batches(data, held, cfg.eval.batches * cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp)
-                    _log0(f"[train] eval: {sum(len(b[0]) for b in self.eval_batches) * self.dims.dp:,} held-out rows every {cfg.eval.every} steps")
-                return
-            tokens = load_tokens_on_rank0(cfg.data, self.tokenizer, str(self.run_dir / "cache"), self.rank)
-            self.stream = TokenStream(tokens, cfg.seq_len, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed)
-        except (DataError, ValueError) as e:
-            raise ConfigError(str(e)) from None
+        self.tokenizer = load_tokenizer(name)
+        if cfg.data.packed:
+            how = "python -m train.prepare --config FILE with the training run's overrides"
+            world = dist.get_world_size()
+            data = open_prepared(cfg.data, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir, self.rank, world, how, _log0)
+            train_ids, held = split_rows(data.num_rows, cfg.eval.fraction)
+            self.stream = PackedStream(data, train_ids, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed)
+            _log0(f"[train] data: {self.stream.num_blocks:,} packed rows of {cfg.seq_len}, {self.stream.steps_per_epoch} steps per epoch")
+            if cfg.eval.path is not None:
+                eval_cfg = cfg.data.model_copy(update={"path": cfg.eval.path})
+                data = open_prepared(eval_cfg, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir / "eval", self.rank, world, how, _log0)
+                held = np.arange(data.num_rows)
+            if cfg.eval.every:
+                self.eval_batches = eval_batches(data, held, cfg.eval.batches * cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp)
+                _log0(f"[train] eval: {sum(len(b[0]) for b in self.eval_batches) * self.dims.dp:,} held-out rows every {cfg.eval.every} steps")
+            return
+        tokens = load_tokens_on_rank0(cfg.data, self.tokenizer, str(self.run_dir / "cache"), self.rank)
+        self.stream = TokenStream(tokens, cfg.seq_len, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed)
         _log0(f"[train] data: {tokens.numel():,} tokens, {self.stream.num_blocks:,} blocks of {cfg.seq_len + 1}, "
               f"{self.stream.steps_per_epoch} steps per epoch")
 

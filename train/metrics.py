@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from hpc.node.contract import METRICS_FILE
 from train.tracking import Tracking
 
 # Dense peak FLOP/s per GPU for the 16-bit compute dtype (bf16), by a substring of the device name.
@@ -57,7 +58,7 @@ class MetricsLog:
         self.sync_every, self.tracking = sync_every, tracking
         self._pending: list[dict] = []
         self.restart_clock()
-        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path = Path(run_dir) / METRICS_FILE
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             kept = self._keep_until(resume_step)

@@ -30,9 +30,10 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
 
-from hpc.netcheck import dist_timeout_s
+from hpc.node.netcheck import dist_timeout_s
 from train.config import ConfigError, ParallelConfig
 from train.float8 import convert_decoder_linears, require_fp8
+from train.layout import tp_problem
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class WorldEnv:
                 allowed = f"0 to {bound - 1}" if name.endswith("RANK") else (f"1 to {bound}" if bound else "at least 1")
                 raise ConfigError(f"environment {name}={shown}: allowed {allowed}" + (f" ({bound_name}={bound})" if bound else ""))
         if env.world_size > 1 and not os.environ.get("MASTER_ADDR"):
-            raise ConfigError(f"environment WORLD_SIZE={env.world_size} but MASTER_ADDR is not set: start the ranks with torchrun or hpc.launch")
+            raise ConfigError(f"environment WORLD_SIZE={env.world_size} but MASTER_ADDR is not set: start the ranks with torchrun or hpc.node.launch")
         return env
 
 
@@ -80,11 +81,9 @@ class ParallelDims:
     @classmethod
     def build(cls, cfg: ParallelConfig, env: WorldEnv, kv_heads: int) -> ParallelDims:
         tp = cfg.tp
-        if kv_heads % tp:
-            allowed = [d for d in range(1, kv_heads + 1) if kv_heads % d == 0]
-            raise ConfigError(f"parallel.tp={tp} must divide the model's num_key_value_heads={kv_heads} (allowed: {allowed})")
-        if env.local_world_size % tp:
-            raise ConfigError(f"parallel.tp={tp} must divide the ranks per node LOCAL_WORLD_SIZE={env.local_world_size}, so a TP group stays on one node")
+        problem = tp_problem(tp, kv_heads, env.local_world_size)
+        if problem:
+            raise ConfigError(problem)
         dp = cfg.dp if cfg.dp is not None else env.world_size // tp
         if dp * tp != env.world_size:
             raise ConfigError(f"parallel.dp={dp} x parallel.tp={tp} = {dp * tp} must equal WORLD_SIZE={env.world_size} (omit parallel.dp to use WORLD_SIZE // tp)")

@@ -5,7 +5,7 @@ rank before the time limit or on preemption, and SIGTERM when it ends the job.
 Each rank only records the signal; after every step all ranks take the MAX of their
 flags over a gloo group of their own (a host-side collective: it never waits for the
 GPU), so they stop after the same step, save one checkpoint together and exit with
-`hpc.requeue.EXIT_STOPPED`. The flag is installed first thing in ``python -m train``,
+`hpc.node.contract.EXIT_STOPPED`. The flag is installed first thing in ``python -m train``,
 before the heavy imports, because Slurm may send the pre-stop signal up to a minute early.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import signal
 
-from hpc.requeue import stop_signals
+from hpc.node.contract import stop_signals
 
 
 class StopFlag:

@@ -10,10 +10,13 @@ sources is prepared again. Bad input: one line on stderr, exit 2.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
+
+from hpc.node.cli import HpcError, Parser, fail
+
+PROG = "train.prepare"
 
 
 def task_of(environ: dict) -> tuple[int, int]:
@@ -23,21 +26,21 @@ def task_of(environ: dict) -> tuple[int, int]:
             try:
                 rank, world = int(environ[rank_var]), int(environ[world_var])
             except ValueError:
-                raise ValueError(f"environment {rank_var}={environ[rank_var]!r} / {world_var}={environ[world_var]!r}: must be integers") from None
+                raise HpcError(f"environment {rank_var}={environ[rank_var]!r} / {world_var}={environ[world_var]!r}: must be integers") from None
             if not 0 <= rank < world:
-                raise ValueError(f"environment {rank_var}={rank} must be in [0, {world_var}={world})")
+                raise HpcError(f"environment {rank_var}={rank} must be in [0, {world_var}={world})")
             return rank, world
     return 0, 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m train.prepare", description="Tokenize, render and pack training data once.")
+    parser = Parser(prog=f"python -m {PROG}", description="Tokenize, render and pack training data once.")
     parser.add_argument("--config", required=True, help="the training YAML config, e.g. train/configs/chat.yaml")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, as for python -m train")
     args = parser.parse_args(argv)
 
     from train.config import ConfigError, load_config
-    from train.data import DataError, load_tokenizer
+    from train.data import load_tokenizer
     from train.data.prepared import describe, key_of, prepare, read_manifest, summary
     from train.tokenizer import tokenizer_source
 
@@ -57,9 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         t0 = time.perf_counter()
         manifest = prepare(cfg.data, cfg.seq_len, tokenizer, name, out, rank, world, log=lambda m: print(m, flush=True))
-    except (ConfigError, DataError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except HpcError as e:
+        fail(PROG, e)
     if manifest is not None:
         print(f"[prepare] done in {time.perf_counter() - t0:.1f}s (last task): {summary(manifest, out)}", flush=True)
     return 0

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from hpc.node.cli import HpcError
+
 DEMO_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "tokenizer"
 # The demo tokenizer plus Qwen3's chat tokens (<|im_start|>, <|im_end|> = EOS, <think>, </think>) and a Qwen3-style chat template.
 DEMO_CHAT_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "chat_tokenizer"
@@ -34,15 +36,15 @@ def load_tokenizer(path: str | None) -> PreTrainedTokenizerFast:
     """Load a fast tokenizer from ``path`` (None = demo tokenizer); it must define an EOS token."""
     directory = DEMO_TOKENIZER_DIR if path is None else Path(path).expanduser()
     if not any((directory / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
-        raise ValueError(
+        raise HpcError(
             f"tokenizer: {directory} is not a Hugging Face tokenizer directory "
             "(need tokenizer.json or tokenizer_config.json); use null for the demo tokenizer"
         )
     tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     if not isinstance(tok, PreTrainedTokenizerFast):
-        raise ValueError(
+        raise HpcError(
             f"tokenizer: {directory} loads as a slow {type(tok).__name__}; a fast tokenizer (tokenizer.json) is required"
         )
     if tok.eos_token_id is None:
-        raise ValueError(f"tokenizer: {directory} defines no eos_token; set eos_token in its tokenizer_config.json")
+        raise HpcError(f"tokenizer: {directory} defines no eos_token; set eos_token in its tokenizer_config.json")
     return tok

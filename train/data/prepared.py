@@ -22,13 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
+from hpc.node.contract import PREPARED_MANIFEST as MANIFEST
 from train.data.config import DataConfig
 from train.data.formats import make_format
 from train.data.packing import PackStats, pack
 from train.data.sources import DataError, chunks, records, source_files, source_path
 
 FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
 POLL_S = 0.5
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpc.node.cli import HpcError
 from train.data.config import DataConfig
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -20,7 +21,7 @@ DEMO_CHAT = ASSETS / "shakespeare_chat.jsonl"
 DATASET_ROWS_PER_CHUNK = 65536
 
 
-class DataError(ValueError):
+class DataError(HpcError):
     """Bad data or a bad data setting; the message is one line naming the file (and line) and the key."""
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from train.data.packing import model_inputs
+from train.data.sources import DataError
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:
@@ -38,22 +39,22 @@ class TokenStream:
         self, tokens: torch.Tensor, seq_len: int, global_batch: int, micro_batch: int, dp_rank: int, dp_size: int, seed: int
     ):
         if tokens.dim() != 1:
-            raise ValueError(f"tokens must be a 1-D tensor, got shape {tuple(tokens.shape)}")
+            raise DataError(f"tokens must be a 1-D tensor, got shape {tuple(tokens.shape)}")
         if min(seq_len, global_batch, micro_batch, dp_size) < 1:
-            raise ValueError(
+            raise DataError(
                 f"seq_len, global_batch, micro_batch and dp_size must be >= 1, "
                 f"got {seq_len}, {global_batch}, {micro_batch}, {dp_size}"
             )
         if global_batch % (micro_batch * dp_size):
-            raise ValueError(
+            raise DataError(
                 f"global_batch={global_batch} must be divisible by "
                 f"micro_batch*dp_size={micro_batch}*{dp_size}={micro_batch * dp_size}"
             )
         if not 0 <= dp_rank < dp_size:
-            raise ValueError(f"dp_rank={dp_rank} must be in [0, dp_size={dp_size})")
+            raise DataError(f"dp_rank={dp_rank} must be in [0, dp_size={dp_size})")
         self.num_blocks = tokens.numel() // (seq_len + 1)
         if self.num_blocks < global_batch:
-            raise ValueError(
+            raise DataError(
                 f"corpus too small: {tokens.numel()} tokens make {self.num_blocks} blocks of seq_len+1={seq_len + 1}, "
                 f"fewer than global_batch={global_batch}; use more data or a smaller seq_len/global_batch"
             )
@@ -101,12 +102,12 @@ class TokenStream:
     def load_state_dict(self, d: dict) -> None:
         for key in ("seed", "seq_len", "num_blocks"):
             if d[key] != getattr(self, key):
-                raise ValueError(
+                raise DataError(
                     f"data state {key}={d[key]} does not match this stream's {key}={getattr(self, key)}; "
                     "resume with the same data, seq_len and seed"
                 )
         if not 0 <= d["consumed"] <= self.num_blocks:
-            raise ValueError(f"data state consumed={d['consumed']} must be in [0, num_blocks={self.num_blocks}]")
+            raise DataError(f"data state consumed={d['consumed']} must be in [0, num_blocks={self.num_blocks}]")
         self.epoch, self.consumed = int(d["epoch"]), int(d["consumed"])
 
 
@@ -117,11 +118,11 @@ class PackedStream(TokenStream):
 
     def __init__(self, data, row_ids: np.ndarray, global_batch: int, micro_batch: int, dp_rank: int, dp_size: int, seed: int):
         if global_batch % (micro_batch * dp_size):
-            raise ValueError(f"global_batch={global_batch} must be divisible by micro_batch*dp_size={micro_batch}*{dp_size}={micro_batch * dp_size}")
+            raise DataError(f"global_batch={global_batch} must be divisible by micro_batch*dp_size={micro_batch}*{dp_size}={micro_batch * dp_size}")
         self.data, self.row_ids = data, row_ids
         self.num_blocks = len(row_ids)
         if self.num_blocks < global_batch:
-            raise ValueError(f"data too small: {self.num_blocks} packed rows of seq_len={data.seq_len}, fewer than "
+            raise DataError(f"data too small: {self.num_blocks} packed rows of seq_len={data.seq_len}, fewer than "
                              f"global_batch={global_batch}; use more data or a smaller seq_len/global_batch")
         self._init_order(data.seq_len, global_batch, micro_batch, dp_rank, dp_size, seed)
 
@@ -135,7 +136,7 @@ def eval_batches(data, row_ids: np.ndarray, rows: int, micro_batch: int, dp_rank
     unit = micro_batch * dp_size
     n = min(rows, len(row_ids)) // unit * unit
     if n == 0:
-        raise ValueError(f"eval: {len(row_ids)} held-out rows, fewer than micro_batch x dp = {unit}; "
+        raise DataError(f"eval: {len(row_ids)} held-out rows, fewer than micro_batch x dp = {unit}; "
                          "raise eval.fraction or give a larger eval.path")
     share = n // dp_size
     mine = row_ids[dp_rank * share : (dp_rank + 1) * share]

@@ -1,14 +1,5 @@
-"""SLURM_* environment -> the rank wiring torch.distributed expects.
-
-One table maps Slurm's variables to properties; `derive` turns them into RANK,
-WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR and MASTER_PORT
-for one of three launch styles:
-
-* ``srun``: one task per GPU; every task is one rank.
-* ``torchrun`` and ``accelerate``: one task per node; ``torchrun`` or
-  ``accelerate launch`` starts the node's ranks itself and needs only the node
-  rank, node count and rendezvous address.
-"""
+"""SLURM_* environment -> the rank wiring torch.distributed expects: one table of Slurm's variables,
+read for a launcher (`hpc.node.launcher`: a task per GPU, or a task per node that starts the node's ranks)."""
 from __future__ import annotations
 
 import re
@@ -16,6 +7,9 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 import hostlist
+
+from hpc.node.cli import HpcError
+from hpc.node.launcher import LAUNCHERS, SRUN, Launcher
 
 # property -> Slurm variables, first one present wins (step values before job values)
 SLURM_VARS: dict[str, tuple[str, ...]] = {
@@ -30,13 +24,6 @@ SLURM_VARS: dict[str, tuple[str, ...]] = {
     "gpus_on_node": ("SLURM_GPUS_ON_NODE",),
     "restart_count": ("SLURM_RESTART_COUNT",),
 }
-REQUIRED = {
-    "srun": ("job_id", "global_rank", "num_tasks", "local_rank", "node_rank", "num_nodes", "nodelist", "tasks_per_node"),
-    "torchrun": ("job_id", "num_tasks", "node_rank", "num_nodes", "nodelist"),
-    "accelerate": ("job_id", "num_tasks", "node_rank", "num_nodes", "nodelist"),
-}
-LAUNCHERS = tuple(REQUIRED)
-PER_NODE = ("torchrun", "accelerate")  # launchers that run one task per node
 
 # Ports for the rendezvous: below Linux's default ephemeral range (32768-60999),
 # so a port the kernel handed to some client socket never collides with it.
@@ -44,7 +31,7 @@ PORT_BASE = 15000
 PORT_SPAN = 17000
 
 
-class RankError(RuntimeError):
+class RankError(HpcError):
     """The environment cannot give a consistent rank layout; the message says what to change."""
 
 
@@ -107,17 +94,14 @@ def node_hosts(nodelist: str) -> list[str]:
     return hosts
 
 
-
-def derive(environ: Mapping[str, str], launcher: str = "srun", gpus_per_node: Optional[int] = None) -> RankInfo:
+def derive(environ: Mapping[str, str], launcher: Launcher = SRUN, gpus_per_node: Optional[int] = None) -> RankInfo:
     """Rank wiring from a Slurm task's environment.
 
     `gpus_per_node` is how many ranks each node should run (defaults to
     SLURM_GPUS_ON_NODE); under srun it must equal the tasks on the node.
     """
-    if launcher not in REQUIRED:
-        raise RankError(f"launcher {launcher!r} is not known; allowed: {', '.join(LAUNCHERS)}")
     v = slurm_values(environ)
-    missing = [SLURM_VARS[p][0] for p in REQUIRED[launcher] if v[p] is None]
+    missing = [SLURM_VARS[p][0] for p in launcher.needs if v[p] is None]
     if missing:
         raise RankError(
             f"missing {', '.join(missing)}: run this inside a Slurm job step (sbatch + srun), "
@@ -145,14 +129,14 @@ def derive(environ: Mapping[str, str], launcher: str = "srun", gpus_per_node: Op
         raise RankError(f"SLURM_JOB_NODELIST={v['nodelist']!r} has {len(hosts)} host(s) but the step has {num_nodes} nodes")
     addr, port = hosts[0], master_port(job_id, restart)
 
-    if launcher in PER_NODE:
+    if launcher.per_node:
         if num_tasks != num_nodes:
             raise RankError(
-                f"launcher {launcher} needs one task per node, got {num_tasks} tasks on {num_nodes} nodes: "
-                f"use --ntasks-per-node=1 ({launcher} starts the node's ranks itself)"
+                f"launcher {launcher.name} needs one task per node, got {num_tasks} tasks on {num_nodes} nodes: "
+                f"use --ntasks-per-node=1 ({launcher.name} starts the node's ranks itself)"
             )
         if not gpus:
-            raise RankError(f"launcher {launcher} needs the ranks per node: request --gpus-per-node or pass --gpus-per-node to hpc.launch")
+            raise RankError(f"launcher {launcher.name} needs the ranks per node: request --gpus-per-node or pass --gpus-per-node to hpc.node.launch")
         return RankInfo(job_id, node_rank * gpus, num_nodes * gpus, 0, gpus, node_rank, num_nodes, addr, port, restart)
 
     per_node = expand_tasks_per_node(v["tasks_per_node"])
@@ -167,7 +151,7 @@ def derive(environ: Mapping[str, str], launcher: str = "srun", gpus_per_node: Op
     if gpus and local_world != gpus:
         raise RankError(
             f"{local_world} tasks per node but {gpus} GPUs per node: use --ntasks-per-node={gpus} "
-            "(one task per GPU) or a launcher with one task per node (torchrun, accelerate)"
+            f"(one task per GPU) or a launcher with one task per node ({', '.join(n for n, l in LAUNCHERS.items() if l.per_node)})"
         )
     if local_world * num_nodes != num_tasks:
         raise RankError(f"{num_tasks} tasks do not fill {num_nodes} nodes x {local_world} tasks per node")

@@ -1,9 +1,5 @@
-"""Which job a run directory belongs to: one owner file per directory, written once, checked on every start.
-
-Job names map to directories one to one (`run_dir_name`), and each job and checkpoint
-directory records the exact name of the job that created it, so no job ever resumes,
-trims or deletes another job's files, whatever the names and paths involved.
-"""
+"""Which job a run directory belongs to: job names map to directories one to one, and each directory records
+the exact name of the job that created it, so no job resumes, trims or deletes another job's files."""
 from __future__ import annotations
 
 import hashlib
@@ -13,11 +9,13 @@ import re
 import time
 from pathlib import Path
 
-OWNER_FILE = ".owner.json"
+from hpc.node.cli import HpcError
+from hpc.node.contract import OWNER_FILE
+
 _SLUG_MAX = 64
 
 
-class OwnershipError(RuntimeError):
+class OwnershipError(HpcError):
     """The directory belongs to another job, or cannot be written; the message is one line."""
 
 

@@ -1,6 +1,6 @@
-"""Node side of the preflight, run on every rank under hpc.launch:
+"""Node side of the preflight, run on every rank under hpc.node.launch:
 
-    python -m hpc.preflight_node --out DIR [--min-bytes B] [--max-bytes B] [--iters N]
+    python -m hpc.node.preflight_node --out DIR [--min-bytes B] [--max-bytes B] [--iters N]
 
 Gathers each node's facts (interfaces, HCA ports, GPUs, NCCL/gloo settings), then
 sweeps all_reduce bus bandwidth (nccl on GPUs, gloo on CPU) over all ranks, over
@@ -9,7 +9,6 @@ DIR/node-<job id>.json; `python -m hpc.preflight` submits this and reads it.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -22,8 +21,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from hpc.bandwidth import human_bytes, size_ladder, sweep
-from hpc.netcheck import check_node, dist_timeout_s, hca_ports, interfaces
+from hpc.node.bandwidth import human_bytes, size_ladder, sweep
+from hpc.node.cli import Parser
+from hpc.node.contract import PREFLIGHT_RESULT
+from hpc.node.netcheck import check_node, dist_timeout_s, hca_ports, interfaces
 
 DEFAULT_SIZES = {"cuda": (8 << 10, 1 << 30), "cpu": (4 << 10, 16 << 20)}
 DEFAULT_ITERS = {"cuda": (20, 5), "cpu": (5, 2)}
@@ -55,7 +56,7 @@ def row_text(row: dict) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m hpc.preflight_node", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m hpc.node.preflight_node", description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="directory for node-<job id>.json (written by rank 0)")
     p.add_argument("--min-bytes", type=int, help="smallest message (default: 8 KB on GPU, 4 KB on CPU)")
     p.add_argument("--max-bytes", type=int, help="largest message (default: 1 GB on GPU, 16 MB on CPU)")
@@ -120,7 +121,7 @@ def main() -> None:
         job = os.environ.get("SLURM_JOB_ID", "local")
         record = {"job_id": job, "world_size": world, "backend": backend, "device": kind, "iters": iters,
                   "warmup": warmup, "timeout_s": timeout, "sizes": sizes, "nodes": order, **result}
-        path = out / f"node-{job}.json"
+        path = out / PREFLIGHT_RESULT.format(job_id=job)
         path.write_text(json.dumps(record, indent=1))
         say(f"wrote {path}")
     dist.barrier()

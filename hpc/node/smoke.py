@@ -1,13 +1,9 @@
 """A distributed smoke job: every rank records its wiring and joins a gloo all_reduce.
 
-    python -m hpc.smoke --out DIR      (under hpc.launch or torchrun)
-
-Each rank writes DIR/rank-<RANK>.json; the all_reduce of (rank + 1) must equal
-world_size * (world_size + 1) / 2 on every rank, else the job fails.
-"""
+``python -m hpc.node.smoke --out DIR``: each rank writes DIR/rank-<RANK>.json; the all_reduce of (rank + 1) must
+equal world_size * (world_size + 1) / 2 on every rank, else the job fails."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -17,13 +13,15 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from hpc.netcheck import DIST_TIMEOUT_VAR, dist_timeout_s
+from hpc.node.cli import Parser
+from hpc.node.contract import DIST_TIMEOUT_VAR
+from hpc.node.netcheck import dist_timeout_s
 
 FIELDS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m hpc.smoke")
+    p = Parser(prog="python -m hpc.node.smoke")
     p.add_argument("--out", required=True, help="directory for one JSON record per rank")
     p.add_argument("--timeout", type=float, default=dist_timeout_s(os.environ),
                    help=f"seconds for rendezvous and the collective (default: ${DIST_TIMEOUT_VAR}, else 300)")

@@ -1,16 +1,5 @@
-"""Node-side network checks, run by hpc.launch before any process group starts.
-
-Reads the NCCL/gloo variables the sbatch preamble exported and checks them against
-this node: the socket interfaces must exist, be up and have an address; the HCAs in
-NCCL_IB_HCA must exist with an active port. A mismatch raises `NodeCheckError` whose
-one-line message names what is missing and what the node has. Interfaces are read
-with ioctls and /proc, HCAs from sysfs: no external tools.
-
-NCCL list syntax (NCCL_SOCKET_IFNAME, NCCL_IB_HCA): comma-separated prefixes, ``:PORT``
-on HCAs; a leading ``^`` excludes and then a leading ``=`` makes every name exact, each
-once for the whole list, as NCCL reads them.
-GLOO_SOCKET_IFNAME is a comma list of exact interface names.
-"""
+"""Node-side network checks, run by hpc.node.launch before any process group starts: the exported NCCL/gloo
+interfaces and HCAs must exist and be up on this node (ioctls, /proc and sysfs; no external tools)."""
 from __future__ import annotations
 
 import fcntl
@@ -22,14 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-DIST_TIMEOUT_VAR = "HPC_DIST_TIMEOUT_S"
-DEFAULT_DIST_TIMEOUT_S = 300
+from hpc.node.cli import HpcError
+from hpc.node.contract import DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR
+
 IB_SYSFS = Path("/sys/class/infiniband")
 
 _SIOCGIFFLAGS, _SIOCGIFADDR, _IFF_UP = 0x8913, 0x8915, 0x1
 
 
-class NodeCheckError(RuntimeError):
+class NodeCheckError(HpcError):
     """This node cannot run the job as configured; the message is one line."""
 
 
@@ -116,8 +106,9 @@ _NAME_PORT = re.compile(r"^([A-Za-z0-9_.-]+)(?::(\d+))?$")
 
 @dataclass(frozen=True)
 class NcclList:
-    """A parsed NCCL list, read as NCCL reads it: one optional leading ``^`` (exclude) and then one
-    optional ``=`` (exact names instead of prefixes) for the whole list, then ``name[:port]`` items."""
+    """A parsed NCCL list (NCCL_SOCKET_IFNAME, NCCL_IB_HCA), read as NCCL reads it: one optional leading ``^``
+    (exclude) and then one optional ``=`` (exact names instead of prefixes) for the whole list, then ``name[:port]``
+    items (names are prefixes otherwise). GLOO_SOCKET_IFNAME is a comma list of exact names instead."""
 
     exclude: bool
     exact: bool

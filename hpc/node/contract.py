@@ -1,0 +1,99 @@
+"""What the login side, the batch script, the nodes and the trainer agree on: one home for each name,
+default, exit code, signal, job state and file name, and the stop-and-requeue contract's node half."""
+from __future__ import annotations
+
+import re
+import signal
+import time
+from pathlib import Path
+from typing import Mapping
+
+# Exit codes of a rank program (the trainer, or a script of yours).
+EXIT_DONE = 0  # the run reached its end (also a run started at or past its end)
+EXIT_FAILED = 1  # an error in the run; never requeued
+EXIT_BAD_INPUT = 2  # config, data or wiring; one line on stderr; never requeued
+EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped by a notice with a checkpoint of the stop step saved: requeue me
+
+# Variables the batch script exports for the nodes (hpc/render.py writes them, the nodes read them).
+JOB_NAME_VAR = "HPC_JOB_NAME"  # the exact job name: owner of the job's directories
+JOB_DIR_VAR = "HPC_JOB_DIR"  # the job directory (logs, metrics.jsonl); for scripts of your own
+STOP_SIGNAL_VAR = "HPC_STOP_SIGNAL"  # the pre-stop signal Slurm sends
+MAX_REQUEUES_VAR = "HPC_MAX_REQUEUES"  # read by the batch script after the step
+STOP_RECORD_VAR = "HPC_STOP_RECORD"  # where hpc.node.launch leaves the stop record
+DIST_TIMEOUT_VAR = "HPC_DIST_TIMEOUT_S"  # seconds for rendezvous and every collective
+
+DEFAULT_DIST_TIMEOUT_S = 300
+DEFAULT_STOP_SIGNAL = "USR2"  # NCCL may use USR1
+DEFAULT_SIGNAL_LEAD_S = 120  # the signal comes this long before the time limit (Slurm may send it up to 60 s earlier)
+DEFAULT_MAX_REQUEUES = 5
+STOP_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")  # allowed pre-stop signals
+REQUEUE_GRACE_S = 120  # how long the batch script waits for Slurm to end a run it requeued
+
+# Slurm's final job states. A job of ours that is PREEMPTED is requeued and comes back (partition
+# PreemptMode=REQUEUE), so whoever follows a job waits on for one of ENDED.
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+                          "DEADLINE", "PREEMPTED"})
+ENDED_STATES = FINAL_STATES - {"PREEMPTED"}
+
+# Files and directories of a job and its run.
+TASK_LOG = "%j_%t_log.out"  # task R of job J writes J_R_log.out (as submitit names them); under torchrun/accelerate task R is node R
+BATCH_LOG = "%j_0_log.out"  # the batch script's own lines go to task 0's log
+STOP_RECORD = ".stop-{job_id}-{restart}"  # in the job directory, per job id and restart
+METRICS_FILE = "metrics.jsonl"  # one JSON object per step, in the job directory (the trainer's log.dir)
+OWNER_FILE = ".owner.json"  # the exact name of the job that created a job, log or checkpoint directory
+CHECKPOINT_META = "meta.json"  # a checkpoint's completeness marker and manifest, written last
+PREPARED_MANIFEST = "manifest.json"  # prepared data's manifest, written when every chunk is done
+PREFLIGHT_RESULT = "node-{job_id}.json"  # hpc.node.preflight_node's measurements, read by hpc.preflight
+
+
+CHECKPOINT_PREFIX = "step-"
+
+
+def checkpoint_name(step: int) -> str:
+    """A complete checkpoint's directory name: step-00000100 (``.tmp`` appended while it is written)."""
+    return f"{CHECKPOINT_PREFIX}{step:08d}"
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a complete checkpoint's directory name; None for any other name."""
+    m = re.fullmatch(rf"{CHECKPOINT_PREFIX}(\d{{8}})", name)
+    return int(m.group(1)) if m else None
+
+
+def task_log(job_dir: Path, job_id: str, task: int | str) -> Path:
+    """Task ``task``'s log; task 0's also holds the batch script's own output."""
+    return Path(job_dir) / TASK_LOG.replace("%j", str(job_id)).replace("%t", str(task))
+
+
+def prestop_signal(environ: Mapping[str, str]) -> signal.Signals:
+    """The profile's pre-stop signal (default SIGUSR2)."""
+    name = environ.get(STOP_SIGNAL_VAR, DEFAULT_STOP_SIGNAL).upper().removeprefix("SIG")
+    return signal.Signals[f"SIG{name}"]
+
+
+def stop_signals(environ: Mapping[str, str]) -> list[signal.Signals]:
+    """The pre-stop signal and SIGTERM: a rank program catches them, saves with the others and exits EXIT_STOPPED."""
+    return sorted({prestop_signal(environ), signal.SIGTERM})
+
+
+def shield_from_stop(environ: Mapping[str, str]) -> None:
+    """Keep this supervising process alive through stop signals while its child saves.
+
+    The pre-stop signal is ignored, and an ignored signal stays ignored across exec, so a
+    rank program still starting up is not killed by an early notice (it catches the signal
+    once it can act on it). SIGTERM gets a handler that does nothing; a handler is reset to
+    the default in the child, so SIGTERM still ends a rank program that does not catch it.
+    """
+    sig = prestop_signal(environ)
+    if sig != signal.SIGTERM:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+
+
+def record_stop(environ: Mapping[str, str], note: str) -> Path | None:
+    """Leave the stop record the batch script looks for after the step (None outside such a job)."""
+    path = environ.get(STOP_RECORD_VAR)
+    if not path:
+        return None
+    Path(path).write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {note}\n")
+    return Path(path)

@@ -1,0 +1,90 @@
+"""First thing on every Slurm task: derive the rank wiring, then run the rank command as a child.
+
+    srun python -m hpc.node.launch [--launcher srun|torchrun|accelerate] [--gpus-per-node G] -- CMD ARGS...
+    python -m hpc.node.launch --rank -- CMD ARGS...   (one rank under torchrun / accelerate launch)
+
+With ``srun`` (one task per GPU) the task is rank RANK and runs CMD with RANK,
+WORLD_SIZE, LOCAL_RANK, ... set. With ``torchrun`` or ``accelerate`` (one task per
+node) it runs ``torchrun`` / ``accelerate launch`` with this node's rank, read here on
+the node itself, and each of their processes runs CMD through ``--rank``. Whoever runs
+CMD stays alive through stop signals and turns its clean stop (exit 75) into exit 0 and
+a stop record (`hpc.node.contract`), so a stop never reads as a failure on any launcher.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+from typing import Mapping, Optional, Sequence
+
+from hpc.node.cli import HpcError, Parser, error_line, fail
+from hpc.node.contract import DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, record_stop, shield_from_stop
+from hpc.node.launcher import LAUNCHERS, SRUN, Launcher, get_launcher
+from hpc.node.netcheck import check_node, dist_timeout_s
+from hpc.node.slurm_env import derive
+
+PROG = "hpc.node.launch"
+
+
+def prepare(launcher: Launcher, command: Sequence[str], gpus_per_node: Optional[int],
+            environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """argv and environment for this task; raises RankError or NodeCheckError with what to change."""
+    info = derive(environ, launcher, gpus_per_node)
+    env = {**environ, **launcher.rank_env(info)}
+    env.setdefault(DIST_TIMEOUT_VAR, str(DEFAULT_DIST_TIMEOUT_S))
+    dist_timeout_s(env)
+    net = check_node(env)
+    node = environ.get("SLURMD_NODENAME") or socket.gethostname()
+    print(
+        f"[launch] {node} job {info.job_id} restart {info.restart_count}: "
+        + (f"{launcher.name} x{info.local_world_size} " if launcher.per_node else
+           f"rank {info.rank}/{info.world_size} local {info.local_rank}/{info.local_world_size} ")
+        + f"node {info.node_rank}/{info.num_nodes} master {info.master_addr}:{info.master_port}",
+        flush=True,
+    )
+    if info.local_rank == 0:
+        print(f"[netcheck] {node}: {net}; {DIST_TIMEOUT_VAR}={env[DIST_TIMEOUT_VAR]}", flush=True)
+    return launcher.node_argv(command, info), env
+
+
+def supervise(argv: Sequence[str], env: Mapping[str, str], who: str) -> int:
+    """Run ``argv`` as a child through stop signals; its exit code, with a clean stop turned into 0 + stop record."""
+    shield_from_stop(env)
+    try:
+        rc = subprocess.call(list(argv), env=dict(env))
+    except OSError as e:  # a missing or non-executable program
+        print(error_line(PROG, f"{who}: cannot run {argv[0]!r}: {e.strerror}"), file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    if rc == EXIT_STOPPED:
+        record_stop(env, f"{who} stopped cleanly (exit {EXIT_STOPPED})")
+        print(f"[launch] {who}: stopped cleanly for a requeue", flush=True)
+        return 0
+    return rc if rc >= 0 else 128 - rc  # killed by a signal: the shell's convention
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
+    p.add_argument("--launcher", default=SRUN.name, choices=list(LAUNCHERS))
+    p.add_argument("--gpus-per-node", type=int, default=None)
+    p.add_argument("--rank", action="store_true", help="run CMD as one rank of torchrun / accelerate launch")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    a = p.parse_args(argv)
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not command:
+        p.error("no command given after --")
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    if a.rank:
+        sys.exit(supervise(command, os.environ, f"rank {os.environ.get('RANK', '?')} on {node}"))
+    launcher = get_launcher(a.launcher)
+    try:
+        run_argv, env = prepare(launcher, command, a.gpus_per_node, os.environ)
+    except HpcError as e:
+        fail(PROG, f"{node}: {e}", e.code)
+    who = f"{launcher.name} on {node}" if launcher.per_node else f"rank {env['RANK']} on {node}"
+    sys.exit(supervise(run_argv, env, who))
+
+
+if __name__ == "__main__":
+    main()
