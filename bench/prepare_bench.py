@@ -27,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from hpc.node.contract import PREPARED_MANIFEST, task_log  # noqa: E402
+
 SEQ = 1024
 
 
@@ -110,15 +113,15 @@ def main() -> None:
         r = subprocess.run([sys.executable, "-m", "hpc.submit", "--site", a.site, "--nodes", str(nodes), "--job-name", name, "--wait",
                             "--", *prepare_cmd(src, out, chunk)], cwd=work, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
-        logs = "".join(f.read_text() for f in (work / "jobs" / name).glob("*_log.out")) if (work / "jobs" / name).is_dir() else ""
+        logs = "".join(f.read_text() for f in (work / "jobs" / name).glob(task_log(".", "*", "*").name)) if (work / "jobs" / name).is_dir() else ""
         tasks = task_seconds(logs)
         runs.append({"where": f"{nodes} node(s)", "tasks": len(tasks), "rc": r.returncode, "wall_s": wall,
-                     "slowest_task_s": max(tasks) if tasks else None, "sha256": digest(out) if (out / "manifest.json").is_file() else None})
+                     "slowest_task_s": max(tasks) if tasks else None, "sha256": digest(out) if (out / PREPARED_MANIFEST).is_file() else None})
         print(json.dumps(runs[-1]), flush=True)
     small = work / "small.jsonl"
     make_corpus(small, 1)
     subprocess.run([sys.executable, *prepare_cmd(small, work / "small", chunk)], cwd=work, env=env, check=True, capture_output=True)
-    manifest = json.loads((work / "local-1" / "manifest.json").read_text())
+    manifest = json.loads((work / "local-1" / PREPARED_MANIFEST).read_text())
     result = {
         "bench": "prepare_bench", "date": datetime.date.today().isoformat(), "corpus_bytes": size, "seq_len": SEQ, "chunk_bytes": chunk,
         "chunks": len(manifest["chunks"]), "totals": manifest["totals"], "runs": runs,

@@ -21,7 +21,7 @@ Variants (each (shape, variant) runs in its own process):
 
 All run the trainer's data stream, learning-rate schedule and gradient clipping from the same
 seed; in the parity shape the peers also start from the trainer's initial weights, and all
-steps' losses are kept. MFU = tokens/s x FLOPs per token / 989e12 (dense bf16 peak of an H100/H200),
+steps' losses are kept. MFU = tokens/s x FLOPs per token / 989e12 (dense bf16 peak of an H100/H200, train/metrics.py),
 FLOPs per token = 6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq;
 for float8 variants the same formula (bf16-equivalent MFU). Timing excludes the warm-up steps
 (compilation) and is taken between device synchronizations. The table compares each variant with
