@@ -13,15 +13,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from hpc.node.cli import Parser
-from hpc.node.contract import DIST_TIMEOUT_VAR
+from hpc.node.cli import Parser, fail
+from hpc.node.contract import DIST_TIMEOUT_VAR, EXIT_FAILED
 from hpc.node.netcheck import dist_timeout_s
 
+PROG = "hpc.node.smoke"
 FIELDS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def main() -> None:
-    p = Parser(prog="python -m hpc.node.smoke")
+    p = Parser(prog=f"python -m {PROG}")
     p.add_argument("--out", required=True, help="directory for one JSON record per rank")
     p.add_argument("--timeout", type=float, default=dist_timeout_s(os.environ),
                    help=f"seconds for rendezvous and the collective (default: ${DIST_TIMEOUT_VAR}, else 300)")
@@ -44,7 +45,7 @@ def main() -> None:
     dist.barrier()
     dist.destroy_process_group()
     if t.item() != expected:
-        raise SystemExit(f"all_reduce gave {t.item()}, expected {expected}")
+        fail(PROG, f"all_reduce gave {t.item()}, expected {expected}", EXIT_FAILED)
 
 
 if __name__ == "__main__":
