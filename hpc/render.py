@@ -13,6 +13,7 @@ import jinja2
 from hpc.network import network_env
 from hpc.node import contract
 from hpc.node.contract import BATCH_LOG, JOB_DIR_VAR, JOB_NAME_VAR, MAX_REQUEUES_VAR, STOP_SIGNAL_VAR, TASK_LOG
+from hpc.node.launcher import LAUNCH_MODULE
 from hpc.spec import JobSpec
 from hpc.slurm_time import format_minutes
 
@@ -98,6 +99,7 @@ def render_sbatch(spec: JobSpec) -> str:
         preamble=preamble_lines(spec),
         srun=["srun", *srun_args(spec)],
         launch=spec.launcher.task_argv(spec.python, spec.gpus_per_node, spec.command),
+        launch_module=LAUNCH_MODULE,
         stop_record=f"{shlex.quote(str(spec.job_dir))}/"
                     + contract.STOP_RECORD.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),
         record_var=contract.STOP_RECORD_VAR,

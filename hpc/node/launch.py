@@ -21,11 +21,11 @@ from typing import Mapping, Optional, Sequence
 
 from hpc.node.cli import HpcError, Parser, error_line, fail
 from hpc.node.contract import DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, record_stop, shield_from_stop
-from hpc.node.launcher import LAUNCHERS, SRUN, Launcher, get_launcher
+from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
 from hpc.node.netcheck import check_node, dist_timeout_s
 from hpc.node.slurm_env import derive
 
-PROG = "hpc.node.launch"
+PROG = LAUNCH_MODULE
 
 
 def prepare(launcher: Launcher, command: Sequence[str], gpus_per_node: Optional[int],
