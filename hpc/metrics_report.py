@@ -32,7 +32,10 @@ def read_metrics(path: Path) -> list[dict]:
             rec = json.loads(line)
         except json.JSONDecodeError:
             raise HpcError(f"{path} line {n} is not JSON: {line[:80]!r}") from None
-        by_step[int(rec["step"])] = rec
+        try:
+            by_step[int(rec["step"])] = rec
+        except (KeyError, TypeError, ValueError):  # a ValueError here would not reach hpc.jobs' one-line errors
+            raise HpcError(f"{path} line {n} has no whole-number step: {line[:80]!r}") from None
     return [by_step[s] for s in sorted(by_step)]
 
 

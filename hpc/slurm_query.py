@@ -18,6 +18,7 @@ from typing import Mapping, Optional
 
 from hpc.node.cli import HpcError
 from hpc.node.contract import ENDED_STATES
+
 CLIENT_TIMEOUT_S = 10  # Slurm's clients retry for a long while when slurmctld is down
 SEP = "\x1f"  # sacct's field delimiter: job names and submit lines may contain "|"
 SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed", "Partition", "NodeList", "WorkDir", "SubmitLine")

@@ -24,6 +24,9 @@ def test_a_broken_line_is_an_error(tmp_path):
     path.write_text(json.dumps(rec(1, 3.0)) + "\nnot json\n")
     with pytest.raises(HpcError, match="line 2 is not JSON"):
         read_metrics(path)
+    path.write_text(json.dumps(rec(1, 3.0)) + '\n{"loss": 1.0}\n')
+    with pytest.raises(HpcError, match="line 2 has no whole-number step"):
+        read_metrics(path)
 
 
 def test_summary_table():
