@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hpc.node.cli import HpcError
-from hpc.node.contract import DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, STOP_SIGNALS
+from hpc.node.contract import DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, SITE_DIRS_VAR, STOP_SIGNALS
 from hpc.node.netcheck import NcclList, NodeCheckError
 from hpc.slurm_time import parse_minutes
 
@@ -233,7 +233,7 @@ class SiteProfile(Strict):
 
 
 def site_dirs() -> list[Path]:
-    dirs = [Path(d).expanduser() for d in os.environ.get("HPC_SITE_DIRS", "").split(":") if d]
+    dirs = [Path(d).expanduser() for d in os.environ.get(SITE_DIRS_VAR, "").split(":") if d]
     return dirs + [USER_SITE_DIR, PROJECT_SITE_DIR]
 
 

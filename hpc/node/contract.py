@@ -21,6 +21,7 @@ STOP_SIGNAL_VAR = "HPC_STOP_SIGNAL"  # the pre-stop signal Slurm sends
 MAX_REQUEUES_VAR = "HPC_MAX_REQUEUES"  # read by the batch script after the step
 STOP_RECORD_VAR = "HPC_STOP_RECORD"  # where hpc.node.launch leaves the stop record
 DIST_TIMEOUT_VAR = "HPC_DIST_TIMEOUT_S"  # seconds for rendezvous and every collective
+SITE_DIRS_VAR = "HPC_SITE_DIRS"  # login side: more directories of site profiles (colon-separated)
 
 DEFAULT_DIST_TIMEOUT_S = 300
 DEFAULT_STOP_SIGNAL = "USR2"  # NCCL may use USR1
