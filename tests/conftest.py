@@ -1,13 +1,11 @@
-"""Shared fixtures: the project's paths, the tiny environment, and the local Slurm cluster."""
+"""Shared by the tiers: the project's paths, a command line run as a user would, and waiting for a Slurm job."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -21,25 +19,8 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict
                           env={**os.environ, **(env or {})})
 
 
-@pytest.fixture(scope="session")
-def slurm() -> dict[str, str]:
-    """The local cluster (scripts/cluster.sh up), shared by the whole test session."""
-    import yaml
-
-    conf = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())["submission"]["slurm_conf"]
-    os.environ["SLURM_CONF"] = conf
-    if shutil.which("sbatch") is None or not Path(conf).is_file():
-        pytest.fail("the local Slurm cluster is not up: run `bash scripts/cluster.sh up` (scripts/test.sh does)")
-    r = subprocess.run(["sinfo", "-h", "-o", "%D %t"], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.fail(f"sinfo failed ({r.stderr.strip()}): start the cluster with `bash scripts/cluster.sh up`")
-    return {"SLURM_CONF": conf}
-
-
 def wait_job(job_id: str, timeout: float = 300) -> str:
     """Block until Slurm reports a final state for the job; returns it."""
-    import time
-
     from hpc.slurm_query import ENDED, job_state
 
     deadline = time.time() + timeout

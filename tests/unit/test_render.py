@@ -1,17 +1,15 @@
-"""Rendered sbatch scripts: golden files per shipped profile, valid bash, every value quoted."""
+"""Rendered sbatch scripts: golden files per shipped profile and launcher, every value quoted."""
 import os
 import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from hpc.ownership import run_dir_name
 from hpc.render import preamble_lines, render_sbatch
 from hpc.site import PROJECT_SITE_DIR, load_site
 from hpc.spec import PROJECT_ROOT, build_spec
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parent.parent / "golden"
 SITES = sorted(p.stem for p in PROJECT_SITE_DIR.glob("*.yaml"))
 HOSTILE = "x; touch /tmp/owned $(id) `id` 'q\" $HOME"  # a backslash is refused: #SBATCH lines drop it
 
@@ -34,29 +32,6 @@ def test_golden(site, launcher, monkeypatch):
         path.write_text(text)
     assert path.exists(), f"no golden file {path}; create it with UPDATE_GOLDEN=1 pytest {__file__}"
     assert text == path.read_text(), f"{path} differs; review and refresh with UPDATE_GOLDEN=1"
-
-
-@pytest.mark.parametrize("site", SITES)
-def test_bash_parses_every_rendering(site, monkeypatch, tmp_path):
-    for kw in ({}, {"launcher": "torchrun"}, {"launcher": "accelerate"}, {"job_name": HOSTILE}, {"args": ["-m", "hpc.smoke", "--out", "/a b/$(x)"]}):
-        f = tmp_path / "job.sbatch"
-        f.write_text(render(site, monkeypatch, **dict(kw)))
-        r = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-
-
-def test_hostile_job_name_stays_one_quoted_word(monkeypatch):
-    text = render("local", monkeypatch, job_name=HOSTILE)
-    line = next(l for l in text.splitlines() if l.startswith("#SBATCH --job-name="))
-    assert shlex.split(line.removeprefix("#SBATCH --job-name=")) == [HOSTILE]
-    # outside the quoted directive it appears only in a comment, one quoted export and as a directory name
-    export = next(l for l in text.splitlines() if l.startswith("export HPC_JOB_NAME="))
-    r = subprocess.run(["bash", "-c", f'{export}; printf %s "$HPC_JOB_NAME"'], capture_output=True, text=True)
-    assert r.stdout == HOSTILE
-    executable = [l for l in text.splitlines() if l and not l.startswith("#") and l != export]
-    assert not any("touch /tmp" in l or "$(id)" in l for l in executable)
-    assert f"/jobs/{run_dir_name(HOSTILE)}/%j_0_log.out" in text
-    assert run_dir_name(HOSTILE).startswith("x_touch_tmp_owned_id_id_q_HOME-")
 
 
 def test_trainer_args_are_quoted_and_default_config_added(monkeypatch):

@@ -1,12 +1,8 @@
-"""train.prepare: the same bytes for any number of tasks, a manifest that must match, corrupt shards refused,
-the prepared rows memory-mapped; once through hpc.submit on the local cluster."""
+"""train.prepare in process: a manifest that must match, corrupt shards refused, the prepared rows memory-mapped."""
 
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +14,6 @@ from train.data.prepared import PreparedData, describe, open_prepared, prepare, 
 from train.data.sources import DEMO_CHAT, DataError
 from train.prepare import task_of
 from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
-from train_helpers import ROOT, TINY, clean_env
 
 SEQ = 64
 LINES = 600  # about 150 kB: 10 chunks of 16 kB
@@ -43,29 +38,6 @@ def cfg(path: Path, **kw) -> DataConfig:
 
 def tree(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
-
-
-def cli(out: Path, source: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
-    args = [sys.executable, "-m", "train.prepare", "--config", str(TINY), "data.format=chat", f"data.path={source}",
-            "data.chunk_bytes=16384", f"seq_len={SEQ}", f"data.prepared={out}", *extra]
-    return subprocess.Popen(args, cwd=ROOT, env=clean_env(**(env or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def test_one_task_and_three_concurrent_tasks_write_the_same_bytes(tmp_path, source, tok):
-    one = tmp_path / "one"
-    manifest = prepare(cfg(source), SEQ, tok, "chat", one, 0, 1, log=lambda m: None)
-    n = -(-source.stat().st_size // 16384)
-    assert n >= 6 and len(manifest["chunks"]) == n and manifest["totals"]["samples"] == LINES
-    three = tmp_path / "three"
-    procs = [cli(three, source, env={"SLURM_PROCID": str(r), "SLURM_NTASKS": "3"}) for r in range(3)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0], outs
-    assert sum("done in" in o for o, _ in outs) == 1  # the task that finished last wrote the manifest
-    assert sorted(int(re.search(rf"task \d/3: (\d+) of {n} chunks", o).group(1)) for o, _ in outs) == sorted(len(range(r, n, 3)) for r in range(3))
-    assert tree(one) == tree(three)
-    t = manifest["totals"]
-    print(f"prepared {LINES} conversations: {t['rows']} rows of {SEQ}, packing efficiency {100 * t['packing_efficiency']:.1f}%, "
-          f"1 task and 3 tasks byte-identical ({len(tree(one))} files)")
 
 
 def test_prepared_rows_are_memory_mapped_and_split_deterministically(tmp_path, source, tok):
@@ -106,40 +78,12 @@ def test_mismatched_or_corrupt_prepared_data_is_refused_in_one_line(tmp_path, so
     refused(r"data.prepared: .*chunk-00002.*(missing or corrupt|the manifest says)")
 
 
-def test_cli_bad_input_is_one_line_exit_2(tmp_path):
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": 7}]}) + "\n")
-    out, err = (proc := cli(tmp_path / "p", bad)).communicate(timeout=120)
-    assert proc.returncode == 2 and err.strip().count("\n") == 0
-    assert err.startswith(f"error: data.messages_field (messages): {bad}:1 turn 1 (assistant) has content of type int")
-    proc = subprocess.run([sys.executable, "-m", "train.prepare", "--config", str(TINY)], cwd=ROOT, env=clean_env(),
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "data.pack=stream" in proc.stderr and proc.stderr.count("\n") == 1
-
-
 def test_task_of_reads_torchrun_then_slurm():
     assert task_of({}) == (0, 1)
     assert task_of({"SLURM_PROCID": "2", "SLURM_NTASKS": "4"}) == (2, 4)
     assert task_of({"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) == (1, 2)
     with pytest.raises(ValueError, match=r"RANK=3 must be in \[0, WORLD_SIZE=2\)"):
         task_of({"RANK": "3", "WORLD_SIZE": "2"})
-
-
-@pytest.mark.slurm
-def test_prepare_through_hpc_submit_on_two_nodes_matches_one_task(slurm, tmp_path, source, tok):
-    from conftest import run_cli
-
-    out = tmp_path / "slurm"
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "chat-prepare", "--wait", "--",
-                "-m", "train.prepare", "--config", str(TINY), "data.format=chat", f"data.path={source}", "data.chunk_bytes=16384",
-                f"seq_len={SEQ}", f"data.prepared={out}", cwd=tmp_path)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
-    logs = "".join(p.read_text() for p in (tmp_path / "jobs" / "chat-prepare").glob("*_log.out"))
-    tasks = set(re.findall(r"\[prepare\] task (\d)/(\d)", logs))
-    assert len(tasks) == 4 and {w for _, w in tasks} == {"4"}, logs[-3000:]
-    one = tmp_path / "one"
-    prepare(cfg(source), SEQ, tok, "chat", one, log=lambda m: None)
-    assert tree(out) == tree(one)
 
 
 def test_text_documents_pack_whole_with_eos(tmp_path):

@@ -1,11 +1,8 @@
-"""FP8 training (train/float8.py) on CPU: the one-line errors, which modules become float8, an emulated float8 step
-(float8 rounding, high-precision products) against the same model in full precision, and emulated float8 under
-dp2 x tp2 (TP, FSDP2 with float8 all-gather) against one process."""
+"""FP8 training (train/float8.py) on CPU: the one-line errors, which modules become float8, and an emulated float8 step
+(float8 rounding, high-precision products) against the same model in full precision."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 
 import pytest
@@ -13,7 +10,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from train.config import ConfigError, load_config
-from train_helpers import ROOT, TINY, clean_env, train_cmd
+from train_helpers import ROOT, TINY
 
 # torchao lives apart from the venv (scripts/install.sh puts it in .extras/fp8): installed there, it would print
 # warnings in every process of the suite that imports transformers.
@@ -38,15 +35,6 @@ def _tiny_model(**dims) -> Qwen3ForCausalLM:
     config = Qwen3Config(**{"vocab_size": 256, "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4,
                             "num_key_value_heads": 2, "head_dim": 16, "tie_word_embeddings": False, **dims})
     return Qwen3ForCausalLM(config)
-
-
-def test_fp8_on_cpu_exits_2_with_one_line(tmp_path):
-    proc = subprocess.run(train_cmd(1, "fp8.enabled=true", f"log.dir={tmp_path}"), cwd=ROOT, env=clean_env(),
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert errors == ["error: fp8.enabled=true needs a CUDA GPU of compute capability 8.9 or newer (H100, H200, L40S, ...); this run is on cpu"]
-    assert "Traceback" not in proc.stderr
 
 
 def test_fp8_needs_bf16_compute():
@@ -100,21 +88,3 @@ def test_emulated_float8_step_tracks_full_precision(torchao_float8):
     assert abs(losses[0] - losses[1]) < 0.01 * losses[0]
     assert losses[0] != losses[1]
     assert torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0) > 0.99
-
-
-def test_emulated_float8_under_dp2_tp2_tracks_one_process(tmp_path, torchao_float8):
-    """float8 -> TP -> FSDP2 (float8 all-gather over dp, weight scales precomputed after each step) on gloo: the first
-    step's loss is one process's within float8 rounding (each dp rank scales its own activations), and both runs train."""
-    script = ROOT / "tests" / "scripts" / "float8_layouts.py"
-    procs = {}
-    for name, nproc, tp in (("one", 1, 1), ("dp2tp2", 4, 2)):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(script), "--tp", str(tp),
-               "--out", str(tmp_path / f"{name}.json")]
-        procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=clean_env(PYTHONPATH=f"{ROOT}:{FP8_SITE}"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for name, proc in procs.items():
-        out, _ = proc.communicate(timeout=300)
-        assert proc.returncode == 0, out[-3000:]
-    one, sharded = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "dp2tp2"))
-    assert (sharded["dp"], sharded["tp"], sharded["float8_modules"], one["float8_modules"]) == (2, 2, 14, 14)
-    assert abs(one["losses"][0] - sharded["losses"][0]) < 0.01
-    assert one["losses"][1] < one["losses"][0] and sharded["losses"][1] < sharded["losses"][0]
