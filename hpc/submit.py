@@ -55,17 +55,23 @@ def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def plan_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
+    """The command line's job checked against the site profile, with the planner's layout added where it adds one."""
+    site = load_site(a.site)
+    kw = dict(nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
+              time=a.time, job_name=a.job_name, launcher=a.launcher,
+              signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues)
+    spec = build_spec(site, args=rank_args, **kw)
+    args, note = plan_trainer_args(site, spec.partition, spec.nodes, spec.gpus_per_node, rank_args)
+    if note:
+        print(note, file=sys.stderr)
+        spec = build_spec(site, args=args, **kw)
+    return spec
+
+
 def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
     try:
-        site = load_site(a.site)
-        kw = dict(nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
-                  time=a.time, job_name=a.job_name, launcher=a.launcher,
-                  signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues)
-        spec = build_spec(site, args=rank_args, **kw)
-        args, note = plan_trainer_args(site, spec.partition, spec.nodes, spec.gpus_per_node, rank_args)
-        if note:
-            print(note, file=sys.stderr)
-            spec = build_spec(site, args=args, **kw)
+        spec = plan_spec(a, rank_args)
         check_rank_command(spec)
         return spec
     except (SiteError, SpecError, PlanError) as e:

@@ -30,3 +30,19 @@ def wait_job(job_id: str, timeout: float = 300) -> str:
             return state
         time.sleep(1)
     raise TimeoutError(f"job {job_id} did not finish in {timeout} s")
+
+
+GOLDEN = ROOT / "tests" / "golden"
+GOLDEN_WORKDIR, GOLDEN_PYTHON = "/home/alice/project", "/opt/venv/bin/python"
+
+
+def assert_golden(name: str, script: str, workdir: Path) -> None:
+    """``script`` (rendered or submitted from ``workdir``) equals tests/golden/NAME.sbatch, with the machine's paths
+    written as a fixed workdir, python and {PROJECT}; UPDATE_GOLDEN=1 writes the file instead."""
+    text = (script.replace(str(workdir.resolve()), GOLDEN_WORKDIR).replace(PYTHON, GOLDEN_PYTHON)
+            .replace(str(ROOT), "{PROJECT}"))
+    path = GOLDEN / f"{name}.sbatch"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}; create it with UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{path} differs; review the change and refresh it with UPDATE_GOLDEN=1"

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, wait_job
+from conftest import assert_golden, run_cli, wait_job
 from hpc.slurm_query import scontrol_fields
 from hpc.slurm_env import master_port
+from unit.test_golden import command_line
 
 pytestmark = pytest.mark.slurm
 
@@ -41,8 +42,7 @@ def check_smoke_records(out: Path, job_id: str, nodes: int = 2, per_node: int = 
 
 def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
     out = tmp_path / "ranks"
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--wait", "--job-name", "smoke",
-                "--", "-m", "hpc.smoke", "--out", str(out), cwd=tmp_path)
+    r = run_cli("-m", "hpc.submit", "--wait", *command_line("submitit", tmp_path), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
     assert f"job {job_id} finished: COMPLETED" in r.stdout
@@ -55,6 +55,7 @@ def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
 
     # the dry run is the submission: --dry-run prints, and --emit writes, exactly the script submitit submitted
     submitted = (tmp_path / "jobs" / "smoke" / f"{job_id}_submission.sh").read_text()
+    assert_golden("submitit", submitted, tmp_path)  # the file tests/unit/test_golden.py renders
     dry = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke", "--dry-run",
                   "--", "-m", "hpc.smoke", "--out", str(out), cwd=tmp_path)
     assert dry.returncode == 0 and dry.stdout == submitted

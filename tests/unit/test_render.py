@@ -1,5 +1,4 @@
-"""Rendered sbatch scripts: golden files per shipped profile and launcher, every value quoted."""
-import os
+"""Rendered sbatch scripts: every value quoted, one task per node for torchrun and accelerate, the network preamble."""
 import shlex
 from pathlib import Path
 
@@ -9,7 +8,6 @@ from hpc.render import preamble_lines, render_sbatch
 from hpc.site import PROJECT_SITE_DIR, load_site
 from hpc.spec import PROJECT_ROOT, build_spec
 
-GOLDEN = Path(__file__).parent.parent / "golden"
 SITES = sorted(p.stem for p in PROJECT_SITE_DIR.glob("*.yaml"))
 HOSTILE = "x; touch /tmp/owned $(id) `id` 'q\" $HOME"  # a backslash is refused: #SBATCH lines drop it
 
@@ -21,17 +19,6 @@ def render(site_name: str, monkeypatch, **kw) -> str:
     spec = build_spec(site, nodes=kw.pop("nodes", 2), workdir=Path("/home/alice/project"),
                       python=site.environment.python or "/opt/venv/bin/python", **kw)
     return render_sbatch(spec).replace(str(PROJECT_ROOT), "{PROJECT}")
-
-
-@pytest.mark.parametrize("site,launcher", [(site, "srun") for site in SITES] + [("local", "torchrun"), ("local", "accelerate")])
-def test_golden(site, launcher, monkeypatch):
-    """One golden script per profile, and per launcher; hpc.submit submits exactly this text."""
-    text = render(site, monkeypatch, launcher=launcher)
-    path = GOLDEN / (f"{site}.sbatch" if launcher == "srun" else f"{site}-{launcher}.sbatch")
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert path.exists(), f"no golden file {path}; create it with UPDATE_GOLDEN=1 pytest {__file__}"
-    assert text == path.read_text(), f"{path} differs; review and refresh with UPDATE_GOLDEN=1"
 
 
 def test_trainer_args_are_quoted_and_default_config_added(monkeypatch):
