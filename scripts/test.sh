@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite by tier: scripts/test.sh [unit|dist|slurm] [pytest args...]; no tier runs all three.
-# unit and dist need no cluster; slurm and the whole suite (re)start the local Slurm cluster and stop it after.
+# unit and dist need no cluster; slurm and the whole suite (re)start the local Slurm cluster and stop it after, and run
+# test files on TEST_WORKERS (default 2) pytest-xdist workers: one file's jobs wait for Slurm while another's train.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -14,7 +15,7 @@ if [ "$tier" = unit ] || [ "$tier" = dist ]; then
   exec .venv/bin/python -m pytest "${paths[@]}" "$@"
 fi
 bash scripts/cluster.sh up || exit 1
-.venv/bin/python -m pytest "${paths[@]}" "$@"
+.venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile "${paths[@]}" "$@"
 rc=$?
 bash scripts/cluster.sh down >/dev/null 2>&1
 exit $rc

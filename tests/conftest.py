@@ -46,3 +46,12 @@ def assert_golden(name: str, script: str, workdir: Path) -> None:
         path.write_text(text)
     assert path.exists(), f"no golden file {path}; create it with UPDATE_GOLDEN=1"
     assert text == path.read_text(), f"{path} differs; review the change and refresh it with UPDATE_GOLDEN=1"
+
+
+def job_nodes(job_id: str) -> list[str]:
+    """The nodes Slurm gave the job, in order (other jobs may hold any node, so tests never assume n1, n2)."""
+    import hostlist
+
+    from hpc.slurm_query import scontrol_fields
+
+    return hostlist.expand_hostlist(scontrol_fields(job_id)["NodeList"])

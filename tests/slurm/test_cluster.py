@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_golden, run_cli, wait_job
+from conftest import assert_golden, job_nodes, run_cli, wait_job
 from hpc.slurm_query import scontrol_fields
 from hpc.slurm_env import master_port
 from unit.test_golden import command_line
@@ -16,27 +16,29 @@ from unit.test_golden import command_line
 pytestmark = pytest.mark.slurm
 
 
-def queued() -> list[str]:
-    return sorted(subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout.split())
+def queued(workdir: Path) -> list[str]:
+    """The jobs slurmctld knows (running, pending or ended within MinJobAge) that were submitted from ``workdir``."""
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i %Z"], capture_output=True, text=True, check=True).stdout
+    return sorted(job for job, _, where in (line.partition(" ") for line in out.splitlines()) if where == str(workdir))
 
 
 def check_smoke_records(out: Path, job_id: str, nodes: int = 2, per_node: int = 2) -> None:
     """Every rank derived a consistent wiring and the gloo all_reduce summed all ranks."""
-    world = nodes * per_node
+    world, hosts = nodes * per_node, job_nodes(job_id)
     recs = [json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))]
     assert sorted(int(r["rank"]) for r in recs) == list(range(world))
     by_node: dict[str, list[dict]] = {}
     for r in recs:
         assert r["world_size"] == str(world) and r["local_world_size"] == str(per_node)
-        assert r["master_addr"] == "n1" and r["master_port"] == str(master_port(int(job_id)))
+        assert r["master_addr"] == hosts[0] and r["master_port"] == str(master_port(int(job_id)))
         assert r["job_id"] == job_id
         assert r["allreduce"] == r["expected"] == world * (world + 1) / 2
         assert int(r["rank"]) == int(r["node_rank"]) * per_node + int(r["local_rank"])
         assert r["hostname"] == r["slurmd_nodename"]  # every node has its own namespace and hostname
         by_node.setdefault(r["slurmd_nodename"], []).append(r)
-    assert sorted(by_node) == [f"n{i + 1}" for i in range(nodes)]
+    assert sorted(by_node) == sorted(hosts) and len(hosts) == nodes
     for name, rs in by_node.items():
-        assert {r["node_rank"] for r in rs} == {str(int(name[1:]) - 1)}
+        assert {r["node_rank"] for r in rs} == {str(hosts.index(name))}
         assert sorted(r["local_rank"] for r in rs) == [str(i) for i in range(per_node)]
 
 
@@ -136,24 +138,24 @@ BAD = [
 
 @pytest.mark.parametrize("args,message", BAD)
 def test_bad_input_exits_2_before_submitting(slurm, tmp_path, args, message):
-    before = queued()
+    before = queued(tmp_path)
     r = run_cli("-m", "hpc.submit", *args, cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
-    assert queued() == before
+    assert queued(tmp_path) == before
     assert not (tmp_path / "jobs").exists()
 
 
 def test_directories_of_other_jobs_and_bad_places_are_refused(slurm, tmp_path):
     """A directory another job name created is refused before submitting; so are an --emit path that is a
     directory and a profile path with an unset variable."""
-    before = queued()
+    before = queued(tmp_path)
     first = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", "exp 1",
                     "--", "-m", "hpc.smoke", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     job = re.search(r"submitted job (\d+)", first.stdout).group(1)
     assert wait_job(job) == "COMPLETED"
-    before = queued()
+    before = queued(tmp_path)
     owned = next((tmp_path / "jobs").iterdir())
     assert owned.name.startswith("exp_1-")
     r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "exp_1",
@@ -167,14 +169,14 @@ def test_directories_of_other_jobs_and_bad_places_are_refused(slurm, tmp_path):
     r = run_cli("-m", "hpc.submit", "--site", str(profile), "--nodes", "1", "--dry-run", cwd=tmp_path)
     assert r.returncode == 2 and "paths.job_dir: '$HPC_TEST_UNSET/jobs' uses $HPC_TEST_UNSET, which is not set" in r.stderr, r.stderr
     assert not (tmp_path / "$HPC_TEST_UNSET").exists()
-    assert queued() == before
+    assert queued(tmp_path) == before
 
 
 def test_dry_run_submits_and_writes_nothing(slurm, tmp_path):
-    before = queued()
+    before = queued(tmp_path)
     r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--dry-run", cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in r.stdout
-    assert queued() == before and list(tmp_path.iterdir()) == []
+    assert queued(tmp_path) == before and list(tmp_path.iterdir()) == []
 
 
 def test_rank_mismatch_fails_with_what_to_change(slurm, tmp_path):

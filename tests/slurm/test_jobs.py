@@ -7,24 +7,25 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, wait_job
+from conftest import job_nodes, run_cli, wait_job
 from hpc.metrics_report import fmt
 from hpc.slurm_env import master_port
+from hpc.slurm_query import scontrol_fields
 
 pytestmark = pytest.mark.slurm
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
-def check_records(out: Path, nodes: int = 2, per_node: int = 2) -> list[dict]:
-    """World size, rank layout over the nodes, the cross-node reduce and DDP-equal weights on every rank."""
+def check_records(out: Path, job: str, nodes: int = 2, per_node: int = 2) -> list[dict]:
+    """World size, rank layout over the job's nodes, the cross-node reduce and DDP-equal weights on every rank."""
     recs = sorted((json.loads(p.read_text()) for p in out.glob("rank-*.json")), key=lambda r: r["rank"])
-    world = nodes * per_node
+    world, hosts = nodes * per_node, job_nodes(job)
     assert [r["rank"] for r in recs] == list(range(world))
     for r in recs:
         node = r["rank"] // per_node
         assert r["world_size"] == world and r["allreduce"] == world * (world + 1) / 2
         assert int(r.get("node_rank", r.get("group_rank"))) == node
-        assert r["hostname"] == r["slurmd_nodename"] == f"n{node + 1}"  # each node its own namespace
+        assert r["hostname"] == r["slurmd_nodename"] == hosts[node]  # each node its own namespace
     assert len({r["weights_checksum"] for r in recs}) == 1
     return recs
 
@@ -35,7 +36,8 @@ def test_accelerate_script_on_2_nodes_then_status_logs_report(slurm, tmp_path):
                 "--job-name", "acc", "--", str(SCRIPTS / "accelerate_train.py"), "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
-    recs = check_records(out)
+    recs = check_records(out, job)
+    hosts = job_nodes(job)
     assert {r["distributed_type"] for r in recs} == {"DistributedType.MULTI_CPU"}
     assert recs[0]["gathered"] == [0, 1, 2, 3]
 
@@ -43,13 +45,13 @@ def test_accelerate_script_on_2_nodes_then_status_logs_report(slurm, tmp_path):
     assert [m["step"] for m in metrics] == list(range(1, 9))
     st = run_cli("-m", "hpc.jobs", "status", job)
     assert st.returncode == 0, st.stderr
-    assert f"job {job} (acc): COMPLETED" in st.stdout and "2 node(s) n[1-2]" in st.stdout and "restarts 0" in st.stdout
+    assert f"job {job} (acc): COMPLETED" in st.stdout and f"2 node(s) {scontrol_fields(job)['NodeList']}" in st.stdout and "restarts 0" in st.stdout
     assert f"last step 8: loss {fmt(metrics[-1]['loss'])}, {fmt(metrics[-1]['tokens_per_s'])} tokens/s, MFU n/a" in st.stdout
 
     log0 = run_cli("-m", "hpc.jobs", "logs", job)
     assert "[accelerate_train] 4 processes, DistributedType.MULTI_CPU, reduce 10" in log0.stdout
     log1 = run_cli("-m", "hpc.jobs", "logs", job, "--rank", "1")
-    assert f"[launch] n2 job {job}" in log1.stdout and "[launch] n1" not in log1.stdout  # task 1 = node n2
+    assert f"[launch] {hosts[1]} job {job}" in log1.stdout and f"[launch] {hosts[0]}" not in log1.stdout  # task 1 = 2nd node
 
     png, tb = tmp_path / "report.png", tmp_path / "tb"
     rep = run_cli("-m", "hpc.jobs", "report", job, "--out", str(png), "--tensorboard", str(tb))
@@ -78,11 +80,12 @@ def test_torchrun_script_emitted_and_followed(slurm, tmp_path):
     follow = run_cli("-m", "hpc.jobs", "logs", job, "-f", "--rank", "1", timeout=300)  # returns when the job ends
     logs = "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted((tmp_path / "jobs" / "tr_run").glob("*.log")))
     assert follow.returncode == 0, follow.stderr + logs
-    assert f"[launch] n2 job {job}" in follow.stdout
+    hosts = job_nodes(job)
+    assert f"[launch] {hosts[1]} job {job}" in follow.stdout
     assert "[torchrun_train] rank 2/4 all_reduce 10" in follow.stdout and "[torchrun_train] rank 3/4 all_reduce 10" in follow.stdout
     assert follow.stderr.strip().endswith(f"job {job} ended: COMPLETED")
-    recs = check_records(out)
-    assert {(r["master_addr"], r["master_port"], r["local_world_size"]) for r in recs} == {("n1", str(master_port(int(job))), "2")}
+    recs = check_records(out, job)
+    assert {(r["master_addr"], r["master_port"], r["local_world_size"]) for r in recs} == {(hosts[0], str(master_port(int(job))), "2")}
 
 
 def test_requeue_counts_as_restart_and_cancel(slurm, tmp_path):
