@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import job_nodes, run_cli, wait_job
+from conftest import ROOT, job_nodes, run_cli, wait_job
 from hpc.metrics_report import fmt
 from hpc.slurm_env import master_port
 from hpc.slurm_query import scontrol_fields
 
 pytestmark = pytest.mark.slurm
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = ROOT / "tests" / "scripts"
 
 
 def check_records(out: Path, job: str, nodes: int = 2, per_node: int = 2) -> list[dict]:
