@@ -9,7 +9,7 @@ import sys
 
 
 from train_helpers import ROOT, clean_env, train_cmd
-from unit.test_float8 import FP8_SITE
+from unit.test_float8 import FP8_SITE, torchao_float8  # noqa: F401 (torchao_float8: a fixture)
 
 
 def test_fp8_on_cpu_exits_2_with_one_line(tmp_path):
