@@ -188,4 +188,4 @@ def test_rank_mismatch_fails_with_what_to_change(slurm, tmp_path):
     job_id = sb.stdout.strip()
     assert wait_job(job_id) == "FAILED"
     log = (tmp_path / f"{job_id}.log").read_text()
-    assert "hpc.launch: error on n1: 1 tasks per node but 2 GPUs per node: use --ntasks-per-node=2" in log
+    assert f"hpc.launch: error on {job_nodes(job_id)[0]}: 1 tasks per node but 2 GPUs per node: use --ntasks-per-node=2" in log
