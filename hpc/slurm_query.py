@@ -22,6 +22,7 @@ from hpc.node.contract import ENDED_STATES
 CLIENT_TIMEOUT_S = 10  # Slurm's clients retry for a long while when slurmctld is down
 SEP = "\x1f"  # sacct's field delimiter: job names and submit lines may contain "|"
 SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed", "Partition", "NodeList", "WorkDir", "SubmitLine")
+SQUEUE_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed")
 
 
 class JobError(HpcError):
@@ -85,25 +86,42 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
         raise JobError(f"{argv[0]} got no answer within {CLIENT_TIMEOUT_S} s: is Slurm (slurmctld, or slurmdbd for sacct) up?") from None
 
 
+def sacct_command(*args: str) -> list[str]:
+    return ["sacct", "-X", "-D", "-n", "-P", f"--delimiter={SEP}", "-o", ",".join(SACCT_FIELDS), *args]
+
+
+def parse_sacct(text: str) -> list[dict[str, str]]:
+    """sacct_command's output: one dict of SACCT_FIELDS per run of a job (requeues included)."""
+    return [dict(zip(SACCT_FIELDS, line.split(SEP))) for line in text.splitlines() if line]
+
+
 def sacct_rows(*args: str) -> list[dict[str, str]]:
     """`sacct -X -D` rows (one per run of a job, requeues included) as dicts of SACCT_FIELDS."""
-    r = _run(["sacct", "-X", "-D", "-n", "-P", f"--delimiter={SEP}", "-o", ",".join(SACCT_FIELDS), *args])
+    r = _run(sacct_command(*args))
     if r.returncode != 0:
         raise JobError(f"sacct failed: {r.stderr.strip()}")
-    return [dict(zip(SACCT_FIELDS, line.split(SEP))) for line in r.stdout.splitlines() if line]
+    return parse_sacct(r.stdout)
+
+
+def squeue_command(*args: str) -> list[str]:
+    return ["squeue", "-h", "-o", SEP.join(("%i", "%j", "%T", "%D", "%M")), *args]
+
+
+def parse_squeue(text: str) -> list[dict[str, str]]:
+    """squeue_command's output: one dict of SQUEUE_FIELDS per live job."""
+    return [dict(zip(SQUEUE_FIELDS, line.split(SEP))) for line in text.splitlines() if line]
 
 
 def squeue_rows(*args: str) -> list[dict[str, str]]:
-    """`squeue` rows (live jobs) as dicts of JobIDRaw, JobName, State, NNodes, Elapsed.
+    """`squeue` rows (live jobs) as dicts of SQUEUE_FIELDS.
 
     Live jobs come from slurmctld at once; accounting records a new job a moment later
     (first as "allocation", PENDING).
     """
-    fields = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed")
-    r = _run(["squeue", "-h", "-o", SEP.join(("%i", "%j", "%T", "%D", "%M")), *args])
+    r = _run(squeue_command(*args))
     if r.returncode != 0:
         raise JobError(f"squeue failed: {r.stderr.strip()}")
-    return [dict(zip(fields, line.split(SEP))) for line in r.stdout.splitlines() if line]
+    return parse_squeue(r.stdout)
 
 
 def restarts(rows: list[dict[str, str]]) -> int:
@@ -111,13 +129,20 @@ def restarts(rows: list[dict[str, str]]) -> int:
     return max(len(rows) - 1, 0) + bool(rows and rows[-1]["State"].startswith("REQUEUED"))
 
 
+def scontrol_command(job_id: str) -> list[str]:
+    return ["scontrol", "show", "job", "-o", job_id]
+
+
+def parse_scontrol(text: str) -> dict[str, str]:
+    """scontrol_command's output as a dict of its KEY=VALUE pairs; values run until the next " Key="
+    (JobName and paths may contain spaces)."""
+    return dict(re.findall(r"(?:^| )([A-Za-z_:/]+)=(.*?)(?= [A-Za-z_:/]+=|$)", text.strip()))
+
+
 def scontrol_fields(job_id: str) -> dict[str, str]:
     """`scontrol show job -o` as a dict, {} once slurmctld no longer remembers the job."""
-    r = _run(["scontrol", "show", "job", "-o", job_id])
-    if r.returncode != 0:
-        return {}
-    # KEY=VALUE pairs; values run until the next " Key=" (JobName and paths may contain spaces)
-    return dict(re.findall(r"(?:^| )([A-Za-z_:/]+)=(.*?)(?= [A-Za-z_:/]+=|$)", r.stdout.strip()))
+    r = _run(scontrol_command(job_id))
+    return parse_scontrol(r.stdout) if r.returncode == 0 else {}
 
 
 def job_state(job_id: str) -> str:
@@ -160,6 +185,11 @@ def get_job(job_id: str) -> Job:
         rows = []  # accounting is off or down: slurmctld's view alone
     if not rows and not ctl:
         raise JobError(f"job {job_id} does not exist (neither squeue/scontrol nor sacct knows it)")
+    return job_from(job_id, ctl, rows)
+
+
+def job_from(job_id: str, ctl: dict[str, str], rows: list[dict[str, str]]) -> Job:
+    """The job from slurmctld's fields (parse_scontrol; {} once it forgot the job) and its sacct runs."""
     last = rows[-1] if rows else {}
     name = ctl.get("JobName") or last.get("JobName", "")
     if ctl.get("StdOut"):

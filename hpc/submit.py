@@ -53,7 +53,8 @@ def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
+def plan_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
+    """The command line's job checked against the site profile, with the planner's layout added where it adds one."""
     site = load_site(a.site)
     kw = dict(nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
               time=a.time, job_name=a.job_name, launcher=a.launcher,
@@ -63,6 +64,11 @@ def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
     if note:
         print(note, file=sys.stderr)
         spec = build_spec(site, args=args, **kw)
+    return spec
+
+
+def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
+    spec = plan_spec(a, rank_args)
     check_rank_command(spec)
     return spec
 

@@ -1,13 +1,11 @@
-"""Shared fixtures: the project's paths, the tiny environment, and the local Slurm cluster."""
+"""Shared by the tiers: the project's paths, a command line run as a user would, and waiting for a Slurm job."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -19,21 +17,6 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict
     """Run `python ARGS` as a user would, capturing text output."""
     return subprocess.run([PYTHON, *args], cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
-
-
-@pytest.fixture(scope="session")
-def slurm() -> dict[str, str]:
-    """The local cluster (scripts/cluster.sh up), shared by the whole test session."""
-    import yaml
-
-    conf = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())["submission"]["slurm_conf"]
-    os.environ["SLURM_CONF"] = conf
-    if shutil.which("sbatch") is None or not Path(conf).is_file():
-        pytest.fail("the local Slurm cluster is not up: run `bash scripts/cluster.sh up` (scripts/test.sh does)")
-    r = subprocess.run(["sinfo", "-h", "-o", "%D %t"], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.fail(f"sinfo failed ({r.stderr.strip()}): start the cluster with `bash scripts/cluster.sh up`")
-    return {"SLURM_CONF": conf}
 
 
 def wait_job(job_id: str, timeout: float = 300) -> str:
@@ -50,3 +33,28 @@ def wait_job(job_id: str, timeout: float = 300) -> str:
             return state
         time.sleep(1)
     raise TimeoutError(f"job {job_id} did not finish in {timeout} s")
+
+
+GOLDEN = ROOT / "tests" / "golden"
+GOLDEN_WORKDIR, GOLDEN_PYTHON = "/home/alice/project", "/opt/venv/bin/python"
+
+
+def assert_golden(name: str, script: str, workdir: Path) -> None:
+    """``script`` (rendered or submitted from ``workdir``) equals tests/golden/NAME.sbatch, with the machine's paths
+    written as a fixed workdir, python and {PROJECT}; UPDATE_GOLDEN=1 writes the file instead."""
+    text = (script.replace(str(workdir.resolve()), GOLDEN_WORKDIR).replace(PYTHON, GOLDEN_PYTHON)
+            .replace(str(ROOT), "{PROJECT}"))
+    path = GOLDEN / f"{name}.sbatch"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}; create it with UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{path} differs; review the change and refresh it with UPDATE_GOLDEN=1"
+
+
+def job_nodes(job_id: str) -> list[str]:
+    """The nodes Slurm gave the job, in order (other jobs may hold any node, so tests never assume n1, n2)."""
+    import hostlist
+
+    from hpc.slurm_query import scontrol_fields
+
+    return hostlist.expand_hostlist(scontrol_fields(job_id)["NodeList"])

@@ -1,0 +1,1 @@
+"""The dist tier: processes on this machine (torchrun on CPU, the command lines), no Slurm."""

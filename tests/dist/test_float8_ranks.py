@@ -1,0 +1,39 @@
+"""FP8 training (train/float8.py) as processes on CPU: fp8 without a GPU is one line, exit 2; emulated float8 under
+dp2 x tp2 (TP, FSDP2 with float8 all-gather) against one process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+from train_helpers import ROOT, clean_env, train_cmd
+from unit.test_float8 import FP8_SITE, torchao_float8  # noqa: F401 (torchao_float8: a fixture)
+
+
+def test_fp8_on_cpu_exits_2_with_one_line(tmp_path):
+    proc = subprocess.run(train_cmd(1, "fp8.enabled=true", f"log.dir={tmp_path}"), cwd=ROOT, env=clean_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("train: error:")]
+    assert errors == ["train: error: fp8.enabled=true needs a CUDA GPU of compute capability 8.9 or newer (H100, H200, L40S, ...); this run is on cpu"]
+    assert "Traceback" not in proc.stderr
+
+
+def test_emulated_float8_under_dp2_tp2_tracks_one_process(tmp_path, torchao_float8):
+    """float8 -> TP -> FSDP2 (float8 all-gather over dp, weight scales precomputed after each step) on gloo: the first
+    step's loss is one process's within float8 rounding (each dp rank scales its own activations), and both runs train."""
+    script = ROOT / "tests" / "scripts" / "float8_layouts.py"
+    procs = {}
+    for name, nproc, tp in (("one", 1, 1), ("dp2tp2", 4, 2)):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(script), "--tp", str(tp),
+               "--out", str(tmp_path / f"{name}.json")]
+        procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=clean_env(PYTHONPATH=f"{ROOT}:{FP8_SITE}"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for name, proc in procs.items():
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out[-3000:]
+    one, sharded = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "dp2tp2"))
+    assert (sharded["dp"], sharded["tp"], sharded["float8_modules"], one["float8_modules"]) == (2, 2, 14, 14)
+    assert abs(one["losses"][0] - sharded["losses"][0]) < 0.01
+    assert one["losses"][1] < one["losses"][0] and sharded["losses"][1] < sharded["losses"][0]

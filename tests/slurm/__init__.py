@@ -1,0 +1,1 @@
+"""The slurm tier: jobs on the real local cluster (scripts/cluster.sh up)."""

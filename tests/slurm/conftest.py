@@ -1,0 +1,26 @@
+"""The slurm tier's fixture: the local cluster, already up (scripts/test.sh starts it)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+
+@pytest.fixture(scope="session")
+def slurm() -> dict[str, str]:
+    """The local cluster (scripts/cluster.sh up), shared by the whole test session."""
+    import yaml
+
+    conf = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())["submission"]["slurm_conf"]
+    os.environ["SLURM_CONF"] = conf
+    if shutil.which("sbatch") is None or not Path(conf).is_file():
+        pytest.fail("the local Slurm cluster is not up: run `bash scripts/cluster.sh up` (scripts/test.sh does)")
+    r = subprocess.run(["sinfo", "-h", "-o", "%D %t"], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"sinfo failed ({r.stderr.strip()}): start the cluster with `bash scripts/cluster.sh up`")
+    return {"SLURM_CONF": conf}

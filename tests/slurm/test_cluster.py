@@ -1,0 +1,191 @@
+"""Submission, rank wiring and quoting proven on the real local Slurm cluster."""
+import datetime
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, assert_golden, job_nodes, run_cli, wait_job
+from hpc.slurm_query import scontrol_fields
+from hpc.node.slurm_env import master_port
+from unit.test_golden import command_line
+
+pytestmark = pytest.mark.slurm
+
+
+def queued(workdir: Path) -> list[str]:
+    """The jobs slurmctld knows (running, pending or ended within MinJobAge) that were submitted from ``workdir``."""
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i %Z"], capture_output=True, text=True, check=True).stdout
+    return sorted(job for job, _, where in (line.partition(" ") for line in out.splitlines()) if where == str(workdir))
+
+
+def check_smoke_records(out: Path, job_id: str, nodes: int = 2, per_node: int = 2) -> None:
+    """Every rank derived a consistent wiring and the gloo all_reduce summed all ranks."""
+    world, hosts = nodes * per_node, job_nodes(job_id)
+    recs = [json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))]
+    assert sorted(int(r["rank"]) for r in recs) == list(range(world))
+    by_node: dict[str, list[dict]] = {}
+    for r in recs:
+        assert r["world_size"] == str(world) and r["local_world_size"] == str(per_node)
+        assert r["master_addr"] == hosts[0] and r["master_port"] == str(master_port(int(job_id)))
+        assert r["job_id"] == job_id
+        assert r["allreduce"] == r["expected"] == world * (world + 1) / 2
+        assert int(r["rank"]) == int(r["node_rank"]) * per_node + int(r["local_rank"])
+        assert r["hostname"] == r["slurmd_nodename"]  # every node has its own namespace and hostname
+        by_node.setdefault(r["slurmd_nodename"], []).append(r)
+    assert sorted(by_node) == sorted(hosts) and len(hosts) == nodes
+    for name, rs in by_node.items():
+        assert {r["node_rank"] for r in rs} == {str(hosts.index(name))}
+        assert sorted(r["local_rank"] for r in rs) == [str(i) for i in range(per_node)]
+
+
+def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
+    out = tmp_path / "ranks"
+    r = run_cli("-m", "hpc.submit", "--wait", *command_line("submitit", tmp_path), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
+    assert f"job {job_id} finished: COMPLETED" in r.stdout
+    assert "[smoke] rank 0/4 all_reduce 10 (expected 10)" in r.stdout  # rank 0's log followed live
+    returned = time.time()
+    end = subprocess.run(["sacct", "-n", "-X", "-j", job_id, "-o", "End", "--parsable2"], capture_output=True, text=True).stdout.split()
+    ended = datetime.datetime.fromisoformat(end[0]).timestamp() if end and end[0] not in ("Unknown", "None") else returned
+    assert returned - ended < 10, f"--wait returned {returned - ended:.0f} s after the job ended"
+    check_smoke_records(out, job_id)
+
+    # the dry run is the submission: --dry-run prints, and --emit writes, exactly the script submitit submitted
+    submitted = (tmp_path / "jobs" / "smoke" / f"{job_id}_submission.sh").read_text()
+    assert_golden("submitit", submitted, tmp_path)  # the file tests/unit/test_golden.py renders
+    dry = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke", "--dry-run",
+                  "--", "-m", "hpc.node.smoke", "--out", str(out), cwd=tmp_path)
+    assert dry.returncode == 0 and dry.stdout == submitted
+
+    # the same job written with --emit and submitted by hand with plain sbatch
+    out2, script = tmp_path / "ranks2", tmp_path / "job.sbatch"
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke",
+                "--emit", str(script), "--", "-m", "hpc.node.smoke", "--out", str(out2), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert script.read_text() == submitted.replace(str(out), str(out2))
+    sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert sb.returncode == 0, sb.stderr
+    job2 = sb.stdout.strip()
+    assert wait_job(job2) == "COMPLETED"
+    check_smoke_records(out2, job2)
+    assert (tmp_path / "jobs" / "smoke" / f"{job2}_3_log.out").read_text().count("[smoke] rank 3/4") == 1
+
+
+def test_torchrun_launcher_one_task_per_node(slurm, tmp_path):
+    out = tmp_path / "ranks"
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--wait",
+                "--job-name", "smoke-torchrun", "--", "-m", "hpc.node.smoke", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
+    check_smoke_records(out, job_id)
+
+
+def test_hostile_job_name_is_only_a_name(slurm, tmp_path):
+    marker = tmp_path / "owned"
+    name = f"x; touch {marker}; $(touch {marker})"
+    script = tmp_path / "job.sbatch"
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", name, "--emit", str(script),
+                "--", "-m", "hpc.node.smoke", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path)
+    job_id = sb.stdout.strip()
+    assert wait_job(job_id) == "COMPLETED"
+    got = scontrol_fields(job_id)["JobName"]  # slurmctld's record (accounting may lag behind it)
+    assert got == name
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("extra", [[], ["--launcher", "torchrun"], ["--partition", "low", "--gpus-per-node", "1", "--", "parallel.tp=1"],
+                                   ["--job-name", "a b; c $(d)"]])
+def test_rendered_scripts_pass_sbatch_test_only(slurm, tmp_path, extra):
+    script = tmp_path / "job.sbatch"
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--emit", str(script), *extra, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    t = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert t.returncode == 0 and "to start at" in t.stderr, t.stderr
+
+
+BAD = [
+    (["--site", "nosuch", "--nodes", "1"], "site 'nosuch' not found"),
+    (["--site", "local", "--nodes", "1", "--partition", "gpu"], "--partition: site local: partition 'gpu' is not in the profile; allowed: debug, low, high"),
+    (["--site", "local", "--nodes", "5"], "--nodes 5: partition debug of site local has at most 4 nodes"),
+    (["--site", "local", "--nodes", "1", "--time", "3:00:00"], "--time 3:00:00: partition debug allows at most 02:00:00"),
+    (["--site", "local", "--nodes", "1", "--time", "soon"], "--time: time 'soon' is not a Slurm time"),
+    (["--site", "local", "--nodes", "1", "--gpus-per-node", "3"], "--gpus-per-node 3: partition debug allows 1 to 2"),
+    (["--site", "local", "--nodes", "1", "--", "missing.py"], "script missing.py does not exist"),
+    (["--site", "local", "--nodes", "1", "--signal", "KILL"], "--signal: signal 'KILL' is not allowed; allowed: USR1, USR2, TERM"),
+    (["--site", "local", "--nodes", "1", "--time", "2", "--signal-lead", "120"], "--signal-lead 120: must be shorter than the time limit (120 s)"),
+    (["--site", "local", "--nodes", "1", "--max-requeues", "-1"], "--max-requeues: Input should be greater than or equal to 0"),
+    (["--site", "local", "--nodes", "1", "--time", "UNLIMITED"], "--time UNLIMITED: partition debug allows at most 02:00:00"),
+    (["--site", "local", "--nodes", "1", "--job-name", "a\\b"], "--job-name: a backslash cannot be given to Slurm exactly"),
+    (["--site", "local", "--nodes", "1", "--job-name", "n" * 201], "--job-name: 201 characters; at most 200"),
+    (["--site", "local", "--nodes", "2", "--", "optim.lr=abc"], "trainer: "),
+    (["--site", "local", "--nodes", "2", "--", "no.such.key=1"], "unknown key no"),
+    (["--site", "local", "--nodes", "2", "--", "parallel.tp=3"], "trainer: parallel.tp=3 must divide"),
+    (["--site", "local", "--nodes", "2", "--", "--config", "/nonexistent.yaml"], "trainer: --config /nonexistent.yaml: cannot read (No such file or directory)"),
+    (["--site", "local", "--nodes", "2", "--", "--config"], "trainer: --config needs a file"),
+    (["--site", "local", "--nodes", "2", "--", "-m", "no.such.module"], "-m no.such.module: no such module"),
+    (["--site", "local", "--nodes", "1", "--", "/"], "trainer: trainer argument '/' is neither --config FILE nor"),
+    (["--site", "local", "--nodes", "2", "--", "data.path=/no/such.jsonl"], "trainer: data.path: /no/such.jsonl does not exist"),
+    (["--site", "local", "--nodes", "2", "--", "data.tokenizer=/tmp"], "trainer: tokenizer: /tmp is not a Hugging Face tokenizer"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD)
+def test_bad_input_exits_2_before_submitting(slurm, tmp_path, args, message):
+    before = queued(tmp_path)
+    r = run_cli("-m", "hpc.submit", *args, cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    assert queued(tmp_path) == before
+    assert not (tmp_path / "jobs").exists()
+
+
+def test_directories_of_other_jobs_and_bad_places_are_refused(slurm, tmp_path):
+    """A directory another job name created is refused before submitting; so are an --emit path that is a
+    directory and a profile path with an unset variable."""
+    before = queued(tmp_path)
+    first = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", "exp 1",
+                    "--", "-m", "hpc.node.smoke", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    job = re.search(r"submitted job (\d+)", first.stdout).group(1)
+    assert wait_job(job) == "COMPLETED"
+    before = queued(tmp_path)
+    owned = next((tmp_path / "jobs").iterdir())
+    assert owned.name.startswith("exp_1-")
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "exp_1",
+                "--", f"log.dir={owned}", cwd=tmp_path)
+    assert r.returncode == 2 and "log.dir" in r.stderr and "belongs to job 'exp 1'" in r.stderr, r.stderr
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--emit", str(tmp_path), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Is a directory" in r.stderr, r.stderr
+    profile = tmp_path / "site.yaml"
+    profile.write_text((ROOT / "site_configs" / "local.yaml").read_text()
+                       + "paths:\n  job_dir: $HPC_TEST_UNSET/jobs\n")
+    r = run_cli("-m", "hpc.submit", "--site", str(profile), "--nodes", "1", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 2 and "paths.job_dir: '$HPC_TEST_UNSET/jobs' uses $HPC_TEST_UNSET, which is not set" in r.stderr, r.stderr
+    assert not (tmp_path / "$HPC_TEST_UNSET").exists()
+    assert queued(tmp_path) == before
+
+
+def test_dry_run_submits_and_writes_nothing(slurm, tmp_path):
+    before = queued(tmp_path)
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in r.stdout
+    assert queued(tmp_path) == before and list(tmp_path.iterdir()) == []
+
+
+def test_rank_mismatch_fails_with_what_to_change(slurm, tmp_path):
+    from conftest import PYTHON
+
+    wrap = f"srun --ntasks-per-node=1 {PYTHON} -m hpc.node.launch -- {PYTHON} -c 'print(1)'"
+    sb = subprocess.run(["sbatch", "--parsable", "-N", "1", "--ntasks-per-node=1", "--gpus-per-node=2",
+                         "-o", str(tmp_path / "%j.log"), "--wrap", wrap], capture_output=True, text=True, cwd=tmp_path)
+    job_id = sb.stdout.strip()
+    assert wait_job(job_id) == "FAILED"
+    log = (tmp_path / f"{job_id}.log").read_text()
+    assert f"hpc.node.launch: error: {job_nodes(job_id)[0]}: 1 tasks per node but 2 GPUs per node: use --ntasks-per-node=2" in log

@@ -1,0 +1,38 @@
+"""Golden sbatch scripts per feature: what hpc.submit renders for a command line is tests/golden/NAME.sbatch.
+
+The slurm tier submits the "submitit" case through submitit and compares the script Slurm received with the same
+file: the dry run is the submission. UPDATE_GOLDEN=1 refreshes every file.
+"""
+import pytest
+
+from conftest import GOLDEN_WORKDIR, ROOT, assert_golden
+from hpc.render import render_sbatch
+from hpc.site import PROJECT_SITE_DIR
+from hpc.submit import parser, plan_spec, split_args
+
+SITES = sorted(p.stem for p in PROJECT_SITE_DIR.glob("*.yaml"))
+
+TINY = "{PROJECT}/train/configs/tiny.yaml"
+
+# One line per case: NAME -> the hpc.submit command line ({WORK}: the directory it runs in, {PROJECT}: the checkout).
+CASES = {
+    **{site: ["--site", site, "--nodes", "2"] for site in SITES},  # srun, per profile; the planner's layout on GPU sites
+    "local-torchrun": ["--site", "local", "--nodes", "2", "--launcher", "torchrun"],
+    "local-accelerate": ["--site", "local", "--nodes", "2", "--launcher", "accelerate"],
+    "ib-h200-planned": ["--site", "ib-h200", "--nodes", "2", "--", "--config", TINY, "global_batch=32"],  # planner-added args
+    "ib-h200-layout-given": ["--site", "ib-h200", "--nodes", "2", "--", "--config", TINY, "global_batch=32", "parallel.tp=2"],
+    "submitit": ["--site", "local", "--nodes", "2", "--job-name", "smoke", "--", "-m", "hpc.node.smoke", "--out", "{WORK}/ranks"],
+}
+
+
+def command_line(name: str, workdir) -> list[str]:
+    return [a.replace("{WORK}", str(workdir.resolve())).replace("{PROJECT}", str(ROOT)) for a in CASES[name]]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("USER", "alice")
+    monkeypatch.setenv("HOME", GOLDEN_WORKDIR.rsplit("/", 1)[0])
+    monkeypatch.chdir(tmp_path)
+    own, rank_args = split_args(command_line(name, tmp_path))
+    assert_golden(name, render_sbatch(plan_spec(parser().parse_args(own), rank_args)), tmp_path)

@@ -1,0 +1,131 @@
+"""Packing by document: rows hold whole samples, positions restart, labels never cross a sample; a packed row's
+loss and gradients equal those of its samples run one by one; the masked fused cross-entropy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import Qwen3Config
+
+from train.data.formats import Sample
+from train.data.packing import IGNORE, START, TARGET, model_inputs, pack
+from train.loss import linear_cross_entropy
+from train.model import Qwen3ForTraining
+
+SEQ = 16
+PAD = 0
+
+
+def samples(lengths, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in lengths:
+        targets = rng.random(n) < 0.6
+        targets[0] = False
+        out.append(Sample(rng.integers(1, 50, n).astype(np.int32), targets))
+    return out
+
+
+def segments(tokens_row, flags_row):
+    """The row's segments (start, end) at START flags."""
+    starts = list(np.flatnonzero(flags_row & START)) + [len(tokens_row)]
+    return list(zip(starts[:-1], starts[1:]))
+
+
+def test_rows_hold_every_sample_whole_with_its_targets():
+    given = samples([5, 16, 3, 9, 7, 1, 12, 4, 4, 2, 11])
+    tokens, flags, stats = pack(given, SEQ, "truncate", PAD)
+    assert tokens.shape == flags.shape == (stats.rows, SEQ) and tokens.dtype == np.int32 and flags.dtype == np.uint8
+    found = []
+    for r in range(stats.rows):
+        for s, e in segments(tokens[r], flags[r]):
+            found.append((tokens[r, s:e].tolist(), ((flags[r, s:e] & TARGET) > 0).tolist()))
+    pads = [f for f in found if not any(f[1]) and set(f[0]) == {PAD}]
+    docs = sorted(f for f in found if f not in pads)
+    assert docs == sorted((s.ids.tolist(), s.targets.tolist()) for s in given)
+    assert stats.rows == 5 == -(-sum(len(s.ids) for s in given) // SEQ)  # best fit: no row more than needed here
+    assert stats.tokens == sum(len(s.ids) for s in given) and stats.loss_tokens == sum(int(s.targets.sum()) for s in given)
+    assert stats.efficiency(SEQ) == stats.tokens / (5 * SEQ)
+
+
+def test_overlong_samples_are_truncated_or_dropped():
+    given = samples([20, 5, 17])
+    _, _, cut = pack(given, SEQ, "truncate", PAD)
+    assert (cut.truncated, cut.dropped, cut.samples, cut.tokens) == (2, 0, 3, 16 + 5 + 16)
+    _, _, dropped = pack(given, SEQ, "drop", PAD)
+    assert (dropped.truncated, dropped.dropped, dropped.samples, dropped.tokens) == (0, 2, 1, 5)
+
+
+def test_model_inputs_restart_positions_and_keep_labels_inside_samples():
+    given = samples([6, 4, 3])
+    tokens, flags, _ = pack(given, SEQ, "truncate", PAD)
+    input_ids, labels, positions = model_inputs(tokens, flags)
+    (row,) = range(len(tokens))
+    expected_pos, expected_labels = [], []
+    for s, e in segments(tokens[row], flags[row]):
+        expected_pos += list(range(e - s))
+        seg_targets = (flags[row, s:e] & TARGET) > 0
+        expected_labels += [int(tokens[row, i + 1]) if seg_targets[i + 1 - s] else IGNORE for i in range(s, e - 1)] + [IGNORE]
+    assert positions[row].tolist() == expected_pos
+    assert labels[row].tolist() == expected_labels
+    assert torch.equal(input_ids, torch.from_numpy(tokens).long())
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_linear_cross_entropy_skips_ignored_labels(reduction):
+    torch.manual_seed(0)
+    hidden = torch.randn(37, 16, requires_grad=True)
+    weight = (0.3 * torch.randn(50, 16)).requires_grad_()
+    labels = torch.randint(0, 50, (37,))
+    labels[torch.rand(37) < 0.4] = IGNORE
+    ref = F.cross_entropy(hidden @ weight.t(), labels, ignore_index=IGNORE, reduction=reduction)
+    ref_grads = torch.autograd.grad(ref, (hidden, weight))
+    loss = linear_cross_entropy(hidden, weight, labels, chunk=8, reduction=reduction)
+    grads = torch.autograd.grad(loss, (hidden, weight))
+    assert torch.allclose(loss, ref, atol=1e-5)
+    for g, r in zip(grads, ref_grads):
+        assert torch.allclose(g, r, atol=1e-6)
+
+
+def tiny_model(attn: str) -> Qwen3ForTraining:
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=8, max_position_embeddings=64, use_cache=False)
+    config._attn_implementation = attn
+    return Qwen3ForTraining(config).float()
+
+
+def loss_and_grads(model, input_ids, labels, position_ids=None):
+    model.zero_grad()
+    extra = {} if position_ids is None else {"position_ids": position_ids}
+    logits = model(input_ids=input_ids, **extra).logits
+    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_packed_row_equals_its_samples_one_by_one(attn):
+    """fp32: the packed row's summed loss and every parameter's gradient equal the sums over its samples run alone."""
+    model = tiny_model(attn)
+    given = samples([7, 5, 3], seed=1)
+    tokens, flags, stats = pack(given, SEQ, "truncate", PAD)
+    assert stats.rows == 1 and stats.tokens == 15
+    input_ids, labels, positions = model_inputs(tokens, flags)
+    packed_loss, packed_grads = loss_and_grads(model, input_ids, labels, positions)
+    alone_loss, alone_grads = torch.zeros(()), None
+    for s in given:
+        x, y, p = model_inputs(s.ids[None], np.where(s.targets, TARGET, 0).astype(np.uint8)[None] | np.eye(1, len(s.ids), dtype=np.uint8))
+        loss, grads = loss_and_grads(model, x, y, p)
+        alone_loss += loss
+        alone_grads = grads if alone_grads is None else {n: alone_grads[n] + g for n, g in grads.items()}
+    print(f"{attn}: packed loss {packed_loss.item():.6f} vs one by one {alone_loss.item():.6f}, max |grad diff| "
+          f"{max((packed_grads[n] - alone_grads[n]).abs().max().item() for n in packed_grads):.2e}")
+    assert torch.allclose(packed_loss, alone_loss, rtol=1e-6, atol=1e-5)
+    for n in packed_grads:
+        assert torch.allclose(packed_grads[n], alone_grads[n], rtol=1e-5, atol=1e-6), n
+    # Without position ids the samples see each other: the loss differs (the test can fail).
+    crossed, _ = loss_and_grads(model, input_ids, labels)
+    assert not torch.allclose(crossed, alone_loss, rtol=1e-4)

@@ -1,0 +1,118 @@
+"""Layout planner: Qwen3 sizes, the memory model's choices, the CLI and hpc.submit's use of it."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from hpc.plan import LOSS_CHUNK_TOKENS, PlanError, Shape, memory, plan, plan_trainer_args, qwen3_shape, report, tp_choices
+from hpc.site import load_site
+
+# the model cards' totals and non-embedding counts, in billions
+PUBLISHED = {"0.6B": (0.6, 0.44), "1.7B": (1.7, 1.4), "4B": (4.0, 3.6), "8B": (8.2, 6.95), "14B": (14.8, 13.2), "32B": (32.8, 31.2)}
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_parameter_counts_match_the_model_cards(name):
+    s = qwen3_shape(name)
+    total, body = PUBLISHED[name]
+    assert s.params / 1e9 == pytest.approx(total, rel=0.03)
+    assert s.layers * s.layer_params / 1e9 == pytest.approx(body, rel=0.03)
+
+
+def test_unknown_model_is_an_error():
+    with pytest.raises(PlanError, match="--model 70B: allowed: 0.6B, 1.7B, 4B, 8B, 14B, 32B"):
+        qwen3_shape("70B")
+
+
+def test_tp_divides_gpus_per_node_and_kv_heads():
+    s8 = qwen3_shape("8B")
+    assert tp_choices(s8, 8) == [1, 2, 4, 8]
+    assert tp_choices(s8, 4) == [1, 2, 4]
+    assert tp_choices(s8, 6) == [1, 2]  # 3 and 6 do not divide 8 KV heads
+    four_kv = Shape("x", 1024, 4, 12, 4, 64, 3072, 1000, True)
+    assert tp_choices(four_kv, 8) == [1, 2, 4]
+
+
+def test_memory_model_moves_the_right_way():
+    s, tokens = qwen3_shape("8B"), 4096
+    base = memory(s, 1, 16, False, tokens, 141)
+    assert memory(s, 2, 8, False, tokens, 141).act_gb < base.act_gb             # TP splits activations
+    assert memory(s, 1, 16, True, tokens, 141).act_gb < base.act_gb / 5          # checkpointing keeps layer inputs only
+    assert memory(s, 1, 32, False, tokens, 141).state_gb < base.state_gb         # more nodes: FSDP shards further
+    assert memory(s, 1, 16, False, 2 * tokens, 141).act_gb == pytest.approx(2 * base.act_gb)
+    assert base.budget_gb == pytest.approx(141 * 0.9)
+
+
+def test_loss_memory_is_one_chunk_of_logits_as_the_trainer_computes_it():
+    from train.loss import CHUNK_TOKENS
+
+    assert LOSS_CHUNK_TOKENS == CHUNK_TOKENS
+    s = qwen3_shape("8B")
+    one, eight = memory(s, 1, 16, False, CHUNK_TOKENS, 141), memory(s, 1, 16, False, 8 * CHUNK_TOKENS, 141)
+    assert one.loss_gb == pytest.approx((CHUNK_TOKENS * s.vocab * 10 + 6 * s.vocab * s.hidden + 2 * CHUNK_TOKENS * s.hidden) / 1e9)
+    assert eight.loss_gb - one.loss_gb == pytest.approx(2 * 7 * CHUNK_TOKENS * s.hidden / 1e9)  # only the hidden states' gradient grows
+    assert eight.act_gb == pytest.approx(8 * one.act_gb)
+
+
+def test_smallest_tp_then_checkpointing_only_when_needed():
+    p = plan(qwen3_shape("8B"), 2, 8, 141, 4096, 1)
+    assert (p.chosen.tp, p.chosen.dp, p.chosen.ac) == (1, 16, False)
+    p = plan(qwen3_shape("32B"), 2, 8, 80, 4096, 1)
+    assert (p.chosen.tp, p.chosen.ac) == (1, True)
+    assert not p.candidates[0].fits  # tp=1 without checkpointing is over the budget
+    p = plan(qwen3_shape("32B"), 4, 8, 80, 32768, 1)
+    assert (p.chosen.tp, p.chosen.dp, p.chosen.ac) == (2, 16, True)
+    assert all(not c.fits for c in p.candidates if c.tp == 1)
+
+
+def test_bf16_master_weights_halve_the_state():
+    """One 141 GB GPU: an 8B with fp32 master state does not fit at all; with bf16 it fits without checkpointing."""
+    with pytest.raises(PlanError, match="with fp32 master weights"):
+        plan(qwen3_shape("8B"), 1, 1, 141, 4096, 1)
+    p = plan(qwen3_shape("8B"), 1, 1, 141, 4096, 1, master_dtype="bf16")
+    assert (p.chosen.tp, p.chosen.dp, p.chosen.ac) == (1, 1, False)
+    assert p.chosen.state_gb == pytest.approx(memory(qwen3_shape("8B"), 1, 1, False, 4096, 141).state_gb / 2)
+
+
+def test_nothing_fits_says_how_many_nodes_would():
+    with pytest.raises(PlanError) as e:
+        plan(qwen3_shape("32B"), 1, 8, 80, 4096, 1)
+    assert "Qwen3-32B does not fit 1 node(s) x 8 GPU(s) of 80 GB" in str(e.value) and "it fits from 2" in str(e.value)
+
+
+@pytest.mark.parametrize("site,gpus,tp_line", [
+    ("ib-h200", 8, "inside a node at 480 GB/s: 10 ms; across nodes at 360 GB/s: 13 ms (x1.3)"),
+    ("roce-h100", 8, "inside a node at 450 GB/s"),
+    ("eth-a100", 4, "across nodes at 10 GB/s: 483 ms (x20.0)"),
+])
+def test_report_explains_the_choice(site, gpus, tp_line):
+    prof = load_site(site)
+    part = prof.partition(None)
+    text = report(plan(qwen3_shape("8B"), 2, gpus, part.gpu_memory_gb, 4096, 1), prof, part)
+    assert f"2 node(s) x {gpus} GPU(s)" in text and "<- chosen" in text and tp_line in text
+    assert f"proposal: dp={2 * gpus} x tp=1, activation checkpointing off  ->  parallel.tp=1" in text
+
+
+def test_trainer_args_get_the_plan_only_without_a_layout(tmp_path):
+    site = load_site("roce-h100")
+    part = site.partition(None)
+    tiny = str(ROOT / "train" / "configs" / "tiny.yaml")
+    assert plan_trainer_args(site, part, 2, 8, ["--config", tiny, "parallel.tp=2"]) == (["--config", tiny, "parallel.tp=2"], None)
+    assert plan_trainer_args(site, part, 2, 8, ["-m", "hpc.node.smoke"]) == (["-m", "hpc.node.smoke"], None)
+    local = load_site("local")
+    assert plan_trainer_args(local, local.partition(None), 2, 2, ["--config", tiny]) == (["--config", tiny], None)
+    args, note = plan_trainer_args(site, part, 2, 8, ["--config", tiny, "optim.lr=1e-3"])
+    assert args == ["--config", tiny, "optim.lr=1e-3", "parallel.tp=1"] and note.startswith("planner: dp=16 x tp=1")
+
+    demo = str(ROOT / "train" / "configs" / "demo.yaml")  # sets parallel.tp itself
+    assert plan_trainer_args(site, part, 2, 8, ["--config", demo]) == (["--config", demo], None)
+
+    big = yaml.safe_load(Path(tiny).read_text())
+    big.update(model={"shape": "32B"}, seq_len=4096, micro_batch=1)
+    cfg = tmp_path / "big.yaml"
+    cfg.write_text(yaml.safe_dump(big))
+    args, note = plan_trainer_args(site, part, 2, 8, ["--config", str(cfg)])
+    assert args[2:] == ["parallel.tp=1", "activation_checkpointing=true"]
+    with pytest.raises(PlanError, match="Qwen3-32B does not fit 1 node"):
+        plan_trainer_args(site, part, 1, 8, ["--config", str(cfg)])

@@ -1,0 +1,111 @@
+"""train.prepare in process: a manifest that must match, corrupt shards refused, the prepared rows memory-mapped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpc.node.cli import HpcError
+from train.data.config import DataConfig
+from train.data.packing import IGNORE as IGNORE_LABEL
+from train.data.prepared import PreparedData, describe, open_prepared, prepare, split_rows
+from train.data.sources import DEMO_CHAT, DataError
+from train.prepare import task_of
+from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+
+SEQ = 64
+LINES = 600  # about 150 kB: 10 chunks of 16 kB
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer(str(DEMO_CHAT_TOKENIZER_DIR))
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("src") / "chat.jsonl"
+    with DEMO_CHAT.open() as f:
+        path.write_text("".join(next(f) for _ in range(LINES)))
+    return path
+
+
+def cfg(path: Path, **kw) -> DataConfig:
+    return DataConfig(format="chat", path=str(path), chunk_bytes=16384, **kw)
+
+
+def tree(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def test_prepared_rows_are_memory_mapped_and_split_deterministically(tmp_path, source, tok):
+    out = tmp_path / "p"
+    prepare(cfg(source), SEQ, tok, "chat", out, log=lambda m: None)
+    data = PreparedData(out, describe(cfg(source), SEQ, tok), "prepare it")
+    assert all(isinstance(t, np.memmap) for t in data.tokens)
+    ids = np.array([0, data.num_rows - 1, 5])
+    tokens, flags = data.rows(ids)
+    assert tokens.shape == flags.shape == (3, SEQ)
+    whole = np.concatenate([np.asarray(t) for t in data.tokens])
+    assert np.array_equal(tokens, whole[ids])
+    train, held = split_rows(data.num_rows, 0.1)
+    assert len(np.intersect1d(train, held)) == 0 and len(train) + len(held) == data.num_rows
+    assert 0.05 < len(held) / data.num_rows < 0.15 and np.array_equal(split_rows(data.num_rows, 0.1)[1], held)
+
+
+def test_mismatched_or_corrupt_prepared_data_is_refused_in_one_line(tmp_path, source, tok):
+    src = tmp_path / "chat.jsonl"
+    src.write_bytes(source.read_bytes())
+    out = tmp_path / "p"
+    prepare(cfg(src), SEQ, tok, "chat", out, log=lambda m: None)
+
+    def refused(match, data_cfg=cfg(src), seq=SEQ):
+        with pytest.raises(DataError, match=match) as err:
+            open_prepared(data_cfg, seq, tok, "chat", out, 0, 1, "python -m train.prepare ...", log=lambda m: None)
+        assert "\n" not in str(err.value)
+
+    refused(r"prepared with another seq_len \(was 64, now 32\)", seq=32)
+    refused(r"prepared with another enable_thinking", cfg(src, enable_thinking=True))
+    with src.open("a") as f:
+        f.write(src.read_text().splitlines()[0] + "\n")
+    refused(r"prepared with another sources \(a source file was added, removed or changed since\)")
+    prepare(cfg(src), SEQ, tok, "chat", out, log=lambda m: None)  # prepared again: opens
+    open_prepared(cfg(src), SEQ, tok, "chat", out, 0, 1, "-", log=lambda m: None)
+    shard = out / "chunk-00002.tokens.npy"
+    shard.write_bytes(shard.read_bytes()[:-100])
+    refused(r"data.prepared: .*chunk-00002.*(missing or corrupt|the manifest says)")
+
+
+def test_task_of_reads_torchrun_then_slurm():
+    assert task_of({}) == (0, 1)
+    assert task_of({"SLURM_PROCID": "2", "SLURM_NTASKS": "4"}) == (2, 4)
+    assert task_of({"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) == (1, 2)
+    with pytest.raises(HpcError, match=r"RANK=3 must be in \[0, WORLD_SIZE=2\)"):
+        task_of({"RANK": "3", "WORLD_SIZE": "2"})
+
+
+def test_text_documents_pack_whole_with_eos(tmp_path):
+    """data.pack=documents in text mode: each document (and its EOS) whole in a row, every token after its first a target."""
+    from train.data.packing import model_inputs
+
+    tok = load_tokenizer(None)
+    docs = ["To be, or not to be, that is the question.", "Now is the winter of our discontent.", "Exit, pursued by a bear."]
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    data_cfg = DataConfig(path=str(src), pack="documents")
+    prepare(data_cfg, 32, tok, "demo", tmp_path / "p", log=lambda m: None)
+    data = PreparedData(tmp_path / "p", describe(data_cfg, 32, tok), "-")
+    tokens, flags = data.rows(np.arange(data.num_rows))
+    x, y, pos = model_inputs(tokens, flags)
+    found = set()
+    for row in range(len(x)):
+        starts = [i for i in range(32) if pos[row, i] == 0] + [32]
+        for s, e in zip(starts, starts[1:]):
+            text = tok.decode(x[row, s:e])
+            if (y[row, s:e] != IGNORE_LABEL).any():  # not the padding
+                found.add(text.removesuffix(tok.eos_token))
+                assert y[row, s:e - 1].tolist() == x[row, s + 1:e].tolist() and y[row, e - 1] == IGNORE_LABEL
+    assert found == set(docs) and data.manifest["totals"]["rows"] == data.num_rows
