@@ -72,6 +72,8 @@ def job_env(spec: JobSpec) -> dict[str, str]:
         STOP_SIGNAL_VAR: spec.signal,
         MAX_REQUEUES_VAR: str(spec.max_requeues),
     })
+    if spec.container and spec.container.project == "mount":
+        env["PYTHONPATH"] = str(spec.places.project)
     return env
 
 
@@ -87,19 +89,19 @@ def preamble_lines(spec: JobSpec) -> list[str]:
 def srun_args(spec: JobSpec) -> list[str]:
     """Options of the srun that starts the ranks."""
     args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", f"--output={spec.job_dir / RANK_LOG}"]
-    container = spec.site.environment.container
-    if container:
-        args.append(f"--container-image={container.image}")
-        if container.mounts:
-            args.append(f"--container-mounts={','.join(container.mounts)}")
+    if spec.container and not spec.container.wrapped:
+        args += spec.container.srun_options(spec.places)
     return args
 
 
 def launch_argv(spec: JobSpec) -> list[str]:
-    """What srun starts on each task: the node-side launcher, then the rank command."""
-    argv = [spec.python, "-u", "-m", "hpc.launch", "--launcher", spec.launcher]
+    """What srun starts on each task: the node-side launcher (with the container runtime it runs the
+    rank command behind, for apptainer/singularity/command), then the rank command."""
+    argv = [spec.launch_python, "-u", "-m", "hpc.launch", "--launcher", spec.launcher]
     if spec.launcher != "srun":
         argv += ["--gpus-per-node", str(spec.gpus_per_node)]
+    if spec.container and spec.container.wrapped:
+        argv += ["--container", shlex.join(spec.container.prefix(spec.places))]
     return argv + ["--", *spec.command]
 
 

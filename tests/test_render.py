@@ -13,6 +13,8 @@ from hpc.spec import PROJECT_ROOT, build_spec
 
 GOLDEN = Path(__file__).parent / "golden"
 SITES = sorted(p.stem for p in PROJECT_SITE_DIR.glob("*.yaml"))
+TEST_SITE_DIR = Path(__file__).parent / "sites"
+TEST_SITES = sorted(p.stem for p in TEST_SITE_DIR.glob("*.yaml"))
 HOSTILE = "x; touch /tmp/owned $(id) `id` 'q\" $HOME"  # a backslash is refused: #SBATCH lines drop it
 
 
@@ -25,10 +27,11 @@ def render(site_name: str, monkeypatch, **kw) -> str:
     return render_sbatch(spec).replace(str(PROJECT_ROOT), "{PROJECT}")
 
 
-@pytest.mark.parametrize("site,launcher", [(site, "srun") for site in SITES] + [("local", "torchrun"), ("local", "accelerate")])
+@pytest.mark.parametrize("site,launcher", [(site, "srun") for site in SITES + TEST_SITES] + [("local", "torchrun"), ("local", "accelerate")])
 def test_golden(site, launcher, monkeypatch):
-    """One golden script per profile, and per launcher; hpc.submit submits exactly this text."""
-    text = render(site, monkeypatch, launcher=launcher)
+    """One golden script per profile, and per launcher; hpc.submit submits exactly this text.
+    roce-h100 runs in a pyxis container, the test profile apptainer-h100 in an Apptainer image."""
+    text = render(str(TEST_SITE_DIR / f"{site}.yaml") if site in TEST_SITES else site, monkeypatch, launcher=launcher)
     path = GOLDEN / (f"{site}.sbatch" if launcher == "srun" else f"{site}-{launcher}.sbatch")
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text)
