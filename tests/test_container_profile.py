@@ -1,5 +1,7 @@
-"""The profile's container section: what each runtime renders, which section wins, and bad input as one line."""
+"""The profile's container section: what each runtime renders, which section wins, bad input as one line, and
+hpc.launch keeping a wrapper that does not forward signals alive until the rank program inside has saved."""
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -141,3 +143,68 @@ def test_directories_a_mount_cannot_carry_are_refused(tmp_path, monkeypatch):
     site = load_site(str(profile(tmp_path, {"runtime": "pyxis", "image": "x.sqsh"})))
     with pytest.raises(SpecError, match=r"^container: the submit directory /home/alice/pro,ject has a comma, colon or newline"):
         build_spec(site, nodes=1, workdir=Path("/home/alice/pro,ject"), python="python", args=["-m", "hpc.smoke"])
+
+
+RANK_PROGRAM = """
+import os, signal, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+got = []
+for sig in (signal.SIGUSR2, signal.SIGTERM):
+    signal.signal(sig, lambda s, f: got.append(signal.Signals(s).name))
+(out / "ready").write_text(str(os.getpid()))
+while not got:
+    time.sleep(0.05)
+time.sleep(1)  # saving: the wrapper and hpc.launch must outlive this
+(out / "saved").write_text(" ".join(got))
+sys.exit(75)
+"""
+
+
+def descendants(pid: int) -> list[int]:
+    kids = [int(p) for p in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()]
+    return kids + [d for k in kids for d in descendants(k)]
+
+
+@pytest.mark.parametrize("who", ["every process", "hpc.launch only"])
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR2"])
+def test_a_stop_signal_reaches_the_rank_behind_a_wrapper_that_does_not_forward_it(tmp_path, who, sig):
+    """bubblewrap neither forwards signals nor survives a SIGTERM; behind hpc.launch it lives until the rank has
+    saved, whether the signal reaches every process of the step (Slurm's proctrack) or hpc.launch alone."""
+    import os
+    import signal
+    import sys
+    import time
+
+    from test_network import slurm_task_env
+
+    bwrap = shutil.which("bwrap")
+    assert bwrap, "bubblewrap is not installed (scripts/install.sh installs it)"
+    program = tmp_path / "rank.py"
+    program.write_text(RANK_PROGRAM)
+    record = tmp_path / "stop-record"
+    env = slurm_task_env(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="=lo", HPC_STOP_RECORD=str(record), HPC_STOP_SIGNAL="USR2")
+    proc = subprocess.Popen([sys.executable, "-m", "hpc.launch", "--container", f"{bwrap} --dev-bind / / --die-with-parent --",
+                             "--", sys.executable, str(program), str(tmp_path)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    tree = []
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "ready").exists():
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
+            time.sleep(0.05)
+        tree = [proc.pid, *descendants(proc.pid)]
+        assert len(tree) >= 3  # hpc.launch, bwrap, the rank
+        for pid in tree if who == "every process" else tree[:1]:
+            os.kill(pid, getattr(signal, sig))
+        out = proc.communicate(timeout=60)[0]
+    finally:
+        for pid in reversed(tree):  # nothing of this test outlives it
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+    assert proc.returncode == 0, out
+    assert (tmp_path / "saved").read_text().split()[0] == sig
+    assert "stopped cleanly (exit 75)" in record.read_text() and "stopped cleanly for a requeue" in out
