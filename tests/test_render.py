@@ -39,8 +39,9 @@ def test_golden(site, launcher, monkeypatch):
     assert text == path.read_text(), f"{path} differs; review and refresh with UPDATE_GOLDEN=1"
 
 
-@pytest.mark.parametrize("site", SITES)
+@pytest.mark.parametrize("site", SITES + TEST_SITES)
 def test_bash_parses_every_rendering(site, monkeypatch, tmp_path):
+    site = str(TEST_SITE_DIR / f"{site}.yaml") if site in TEST_SITES else site
     for kw in ({}, {"launcher": "torchrun"}, {"launcher": "accelerate"}, {"job_name": HOSTILE}, {"args": ["-m", "hpc.smoke", "--out", "/a b/$(x)"]}):
         f = tmp_path / "job.sbatch"
         f.write_text(render(site, monkeypatch, **dict(kw)))
