@@ -100,9 +100,15 @@ def run_wrapped(argv: Sequence[str], env: Mapping[str, str]) -> int:
         for sig in sigs:
             signal.signal(sig, signal.SIG_IGN)
 
+    def forward(signum, frame) -> None:
+        try:
+            os.killpg(child.pid, signum)
+        except ProcessLookupError:  # the group has ended already
+            pass
+
     child = subprocess.Popen(list(argv), env=dict(env), process_group=0, preexec_fn=ignore_stop_signals)
     for sig in sigs:
-        signal.signal(sig, lambda signum, frame: os.killpg(child.pid, signum))
+        signal.signal(sig, forward)
     return child.wait()
 
 
@@ -133,7 +139,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not command:
         p.error("no command given after --")
+    try:
+        container = shlex.split(a.container or "")
+    except ValueError as e:
+        p.error(f"--container {a.container!r}: not shell words ({e})")
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    if a.rank and a.container:
+        p.error("--container is for the task's launcher, not for one --rank")
     if a.rank:
         sys.exit(supervise(command, os.environ, f"rank {os.environ.get('RANK', '?')} on {node}"))
     try:
@@ -142,7 +154,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         print(f"hpc.launch: error on {node}: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     who = f"rank {env['RANK']} on {node}" if a.launcher == "srun" else f"{a.launcher} on {node}"
-    container = shlex.split(a.container) if a.container else []
     sys.exit(supervise([*container, *run_argv], env, who, wrapped=bool(container)))
 
 

@@ -208,3 +208,12 @@ def test_a_stop_signal_reaches_the_rank_behind_a_wrapper_that_does_not_forward_i
     assert proc.returncode == 0, out
     assert (tmp_path / "saved").read_text().split()[0] == sig
     assert "stopped cleanly (exit 75)" in record.read_text() and "stopped cleanly for a requeue" in out
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--container", "bwrap 'x"], "--container \"bwrap 'x\": not shell words (No closing quotation)"),
+    (["--rank", "--container", "bwrap --"], "--container is for the task's launcher, not for one --rank"),
+])
+def test_launch_refuses_a_container_it_cannot_use(flags, message):
+    r = run_cli("-m", "hpc.launch", *flags, "--", "true")
+    assert r.returncode == 2 and r.stderr == f"python -m hpc.launch: error: {message} (see --help)\n"
