@@ -6,11 +6,10 @@ import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional, Sequence
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-RUNTIMES = ("pyxis", "apptainer", "singularity", "command")
 # runtimes whose wrapper hpc.launch runs on the host, with the rank command behind it; pyxis: srun enters the image
 WRAPPED = ("apptainer", "singularity", "command")
 PLACEHOLDERS = ("image", "workdir", "project", "job_dir", "checkpoint_dir")
