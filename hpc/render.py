@@ -68,6 +68,8 @@ def job_env(spec: JobSpec) -> dict[str, str]:
         STOP_SIGNAL_VAR: spec.signal,
         MAX_REQUEUES_VAR: str(spec.max_requeues),
     })
+    if spec.container and spec.container.project == "mount":
+        env["PYTHONPATH"] = str(spec.places.project)
     return env
 
 
@@ -83,12 +85,17 @@ def preamble_lines(spec: JobSpec) -> list[str]:
 def srun_args(spec: JobSpec) -> list[str]:
     """Options of the srun that starts the ranks."""
     args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", f"--output={spec.job_dir / TASK_LOG}"]
-    container = spec.site.environment.container
-    if container:
-        args.append(f"--container-image={container.image}")
-        if container.mounts:
-            args.append(f"--container-mounts={','.join(container.mounts)}")
+    if spec.container and not spec.container.wrapped:
+        args += spec.container.srun_options(spec.places)
     return args
+
+
+def launch_argv(spec: JobSpec) -> list[str]:
+    """What srun starts on each task: the node-side launch (with the container runtime's command it runs the rank
+    command behind, for apptainer/singularity/command; under pyxis srun itself enters the image), then the rank command."""
+    wrapped = spec.container and spec.container.wrapped
+    container = shlex.join(spec.container.prefix(spec.places)) if wrapped else None
+    return spec.launcher.task_argv(spec.launch_python, spec.gpus_per_node, spec.command, container)
 
 
 def render_sbatch(spec: JobSpec) -> str:
@@ -98,7 +105,7 @@ def render_sbatch(spec: JobSpec) -> str:
         directives={**directives(spec), "output": str(spec.job_dir / BATCH_LOG)},
         preamble=preamble_lines(spec),
         srun=["srun", *srun_args(spec)],
-        launch=spec.launcher.task_argv(spec.python, spec.gpus_per_node, spec.command),
+        launch=launch_argv(spec),
         launch_module=LAUNCH_MODULE,
         stop_record=f"{shlex.quote(str(spec.job_dir))}/"
                     + contract.STOP_RECORD.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),

@@ -17,6 +17,7 @@ from typing import Annotated, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from hpc.container import Container
 from hpc.node.cli import HpcError
 from hpc.node.contract import DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, SITE_DIRS_VAR, STOP_SIGNALS
 from hpc.node.netcheck import NcclList, NodeCheckError
@@ -88,6 +89,7 @@ class Partition(Strict):
     cpus_per_node: int = Field(ge=1)
     mem_per_node_gb: Optional[float] = Field(None, gt=0)
     max_time: str = "UNLIMITED"
+    container: Optional[Container] = Field(None, description="this partition's container; replaces the site's")
 
     @field_validator("max_time")
     @classmethod
@@ -159,17 +161,11 @@ class Network(Strict):
         return self
 
 
-class Container(Strict):
-    image: str
-    mounts: list[str] = Field(default_factory=list)
-
-
 class Environment(Strict):
     modules: list[Annotated[str, Field(pattern=r"^\S+$")]] = Field(default_factory=list, description="module names, one per item")
     variables: dict[str, str] = Field(default_factory=dict)
     setup: Optional[str] = Field(None, description="shell lines run before the launch, verbatim (e.g. activate a venv)")
     python: Optional[str] = Field(None, description="python on the nodes; default: the interpreter that submits")
-    container: Optional[Container] = None
 
     @field_validator("variables")
     @classmethod
@@ -211,6 +207,7 @@ class SiteProfile(Strict):
     paths: Paths = Paths()
     preemption: Preemption = Preemption()
     training: Training = Training()
+    container: Optional[Container] = Field(None, description="the container every partition without its own runs in")
 
     @model_validator(mode="after")
     def _one_default(self) -> "SiteProfile":
@@ -220,6 +217,10 @@ class SiteProfile(Strict):
         if sum(p.default for p in self.partitions) > 1:
             raise ValueError("more than one partition has default: true")
         return self
+
+    def container_for(self, partition: Partition) -> Optional[Container]:
+        """The partition's container section, else the site's (None: no container)."""
+        return partition.container or self.container
 
     def partition(self, name: Optional[str]) -> Partition:
         """The named partition, or the default one (the first when none is marked)."""
@@ -285,4 +286,6 @@ def load_site(name: str) -> SiteProfile:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling; see site_configs/README.md for the keys)"
+            if tuple(err["loc"]) == ("environment", "container"):
+                msg = "moved: write a top-level container: section with runtime: pyxis, image and mounts"
         raise SiteError(f"{path}: {_loc(err['loc'])}: {msg}") from None

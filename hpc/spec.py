@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 from pydantic import ValidationError
 
+from hpc.container import Container, Places
 from hpc.node.cli import HpcError
 from hpc.node.contract import FINAL_STATES
 from hpc.node.launcher import SRUN, Launcher, get_launcher
@@ -49,6 +50,11 @@ class JobSpec:
     signal: str
     signal_lead_s: int
     max_requeues: int
+    container: Optional[Container] = None
+
+    @property
+    def places(self) -> Places:
+        return Places(workdir=self.workdir, job_dir=self.job_dir, checkpoint_dir=self.checkpoint_dir, project=PROJECT_ROOT)
 
     @property
     def tasks_per_node(self) -> int:
@@ -66,6 +72,11 @@ class JobSpec:
     @property
     def runs_trainer(self) -> bool:
         return self.command[2:4] == ("-m", "train")
+
+    @property
+    def launch_python(self) -> str:
+        """The python that runs hpc.node.launch: inside the image under pyxis (srun enters it), else the nodes' own."""
+        return self.container.python if self.container and not self.container.wrapped else self.python
 
     @property
     def world_size(self) -> int:
@@ -173,14 +184,14 @@ def check_rank_command(spec: JobSpec) -> None:
             check_owner(cfg.checkpoint_dir, spec.job_name, "checkpoint.dir")
         except HpcError as e:
             raise SpecError(f"trainer: {e}") from None
-    elif cmd[2] == "-m" and Path(spec.python).is_file():
+    elif cmd[2] == "-m" and Path(cmd[0]).is_file():  # the rank's python (a name inside an image is not checked here)
         probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
         try:
-            missing = subprocess.run([spec.python, "-c", probe, cmd[3]], cwd=spec.workdir, capture_output=True).returncode != 0
+            missing = subprocess.run([cmd[0], "-c", probe, cmd[3]], cwd=spec.workdir, capture_output=True).returncode != 0
         except OSError as e:
-            raise SpecError(f"python {spec.python}: cannot run it ({e.strerror})") from None
+            raise SpecError(f"python {cmd[0]}: cannot run it ({e.strerror})") from None
         if missing:
-            raise SpecError(f"-m {cmd[3]}: no such module for {spec.python} (run from {spec.workdir})")
+            raise SpecError(f"-m {cmd[3]}: no such module for {cmd[0]} (run from {spec.workdir})")
 
 
 def build_spec(
@@ -197,6 +208,7 @@ def build_spec(
     signal: Optional[str] = None,
     signal_lead_s: Optional[int] = None,
     max_requeues: Optional[int] = None,
+    container_image: Optional[str] = None,
 ) -> JobSpec:
     """Check the request against the site profile; every problem is one `SpecError` line."""
     try:
@@ -248,9 +260,30 @@ def build_spec(
     python = python or site.environment.python or sys.executable
     job_dir = site_path(site.paths.job_dir, workdir, "paths.job_dir") / run_dir_name(name)
     checkpoint_dir = site_path(site.paths.checkpoint_root, workdir, "paths.checkpoint_root") / run_dir_name(name)
-    return JobSpec(
+    container = job_container(site, part, container_image)
+    spec = JobSpec(
         site=site, partition=part, nodes=nodes, gpus_per_node=gpus, minutes=minutes, job_name=name,
-        launcher=launch, command=rank_command(args, site, python, job_dir, checkpoint_dir),
+        launcher=launch, command=rank_command(args, site, container.python if container else python, job_dir, checkpoint_dir),
         job_dir=job_dir, checkpoint_dir=checkpoint_dir, workdir=workdir, python=python,
-        signal=pre.signal, signal_lead_s=pre.lead_s, max_requeues=pre.max_requeues,
+        signal=pre.signal, signal_lead_s=pre.lead_s, max_requeues=pre.max_requeues, container=container,
     )
+    if container:
+        try:
+            spec.places.check()
+        except ValueError as e:
+            raise SpecError(f"container: {e}") from None
+    return spec
+
+
+def job_container(site: SiteProfile, part: Partition, image: Optional[str]) -> Optional[Container]:
+    """The partition's (else the site's) container, with ``--container IMAGE`` as its image when given."""
+    container = site.container_for(part)
+    if image is None:
+        return container
+    if container is None:
+        raise SpecError(f"--container {image}: site {site.name} has no container section for partition {part.name} "
+                        "(add container: with a runtime to the profile)")
+    try:
+        return container.with_image(image)
+    except ValueError as e:
+        raise SpecError(f"--container {image}: {e}") from None

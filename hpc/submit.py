@@ -1,7 +1,8 @@
 """python -m hpc.submit: render a job for a site profile and submit it through submitit.
 
     python -m hpc.submit --site local --nodes 2 [--partition P] [--gpus-per-node G]
-        [--time T] [--job-name N] [--launcher srun|torchrun|accelerate] [--dry-run] [--emit FILE] [--wait]
+        [--time T] [--job-name N] [--launcher srun|torchrun|accelerate] [--container IMAGE]
+        [--dry-run] [--emit FILE] [--wait]
         [-- TRAINER ARGS | -- -m MODULE ARGS | -- SCRIPT.py ARGS]
 
 With nothing after ``--`` every rank runs the trainer with the site's default
@@ -38,6 +39,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--signal", help="pre-stop signal for every rank, e.g. USR2 (default: the profile's preemption.signal)")
     p.add_argument("--signal-lead", type=int, metavar="SECONDS", help="send it this long before the time limit (default: the profile's)")
     p.add_argument("--max-requeues", type=int, metavar="N", help="requeues after which a stopped job ends (default: the profile's)")
+    p.add_argument("--container", metavar="IMAGE", help="run in this image (default: the profile's container.image; needs a container section)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
     out.add_argument("--emit", metavar="FILE", help="write the sbatch script to FILE, submit nothing")
@@ -58,7 +60,7 @@ def plan_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
     site = load_site(a.site)
     kw = dict(nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
               time=a.time, job_name=a.job_name, launcher=a.launcher,
-              signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues)
+              signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues, container_image=a.container)
     spec = build_spec(site, args=rank_args, **kw)
     args, note = plan_trainer_args(site, spec.partition, spec.nodes, spec.gpus_per_node, rank_args)
     if note:

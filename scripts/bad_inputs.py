@@ -146,6 +146,8 @@ def submit_cases() -> list[Case]:
     add("lead-over-time", site + DRY + ["--signal-lead", "7200"], "--signal-lead",
         good="--signal-lead >= 10 s and below the time limit")
     add("requeues-neg", site + DRY + ["--max-requeues", "-1"], "--max-requeues", good="--max-requeues >= 0")
+    add("container-no-runtime", site + DRY + ["--container", "pt.sif"], "--container",
+        good="--container only where the profile has a container section")
     add("dryrun-and-emit", site + DRY + ["--emit", "{T}/job.sbatch"], "--emit", absent=["job.sbatch"],
         good="--dry-run and --emit exclude each other")
     add("wait-dryrun", site + DRY + ["--wait"], "--wait", good="--wait does not go with --dry-run")
@@ -274,9 +276,16 @@ def site_cases() -> list[Case]:
         bad(cid, site_yaml(network__extra_env=env), cont, "network.extra_env: shell variable names, string values")
     # environment
     for cid, key, val, cont in (("env-var-dash", "variables", {"MY-VAR": "1"}, "MY-VAR"),
-                                ("env-container-noimage", "container", {"mounts": []}, "image"),
+                                ("env-container-moved", "container", {"image": "x.sqsh"}, "top-level container"),
                                 ("env-unknown", "conda", "train", "conda")):
         bad(cid, site_yaml(**{"environment__" + key: val}), cont, f"environment.{key}: what is allowed")
+    # container
+    for cid, section, cont in (("container-runtime", {"runtime": "docker", "image": "x"}, "container.runtime"),
+                               ("container-no-sif", {"runtime": "apptainer", "image": "/no/such.sif"}, "/no/such.sif does not exist"),
+                               ("container-mount", {"runtime": "pyxis", "image": "x", "mounts": ["/a:/b:rw"]}, "container.mounts"),
+                               ("container-noimage", {"runtime": "pyxis"}, "needs image"),
+                               ("container-placeholder", {"runtime": "command", "command": ["x", "{imag}"]}, "{imag}")):
+        bad(cid, site_yaml(container=section), cont, "container: what is allowed")
     emit_run = SUBMIT + ["--site", "{T}/p.yaml", "--nodes", "1", "--emit", "{T}/job.sbatch", "--", "{T}/s.py"]
 
     def ok_exact(cid, text, var, want):

@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # Install everything this project needs on a Debian 12 machine (run as root):
-# Debian's Slurm, munge and MariaDB for the local cluster, then a virtual
-# environment in .venv with the project and its test extra.
+# Debian's Slurm, munge and MariaDB for the local cluster, bubblewrap for the container
+# tests, then a virtual environment in .venv with the project and its test extra.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3}
 
 need=()
-for cmd in slurmctld slurmd sbatch munged slurmdbd mariadbd ip nsenter; do
+for cmd in slurmctld slurmd sbatch munged slurmdbd mariadbd ip nsenter bwrap; do
   command -v "$cmd" >/dev/null 2>&1 || need+=("$cmd")
 done
 if [ ${#need[@]} -gt 0 ]; then
-  echo "[install] apt: Slurm, munge, MariaDB (missing: ${need[*]})"
+  echo "[install] apt: Slurm, munge, MariaDB, bubblewrap (missing: ${need[*]})"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends \
-    slurmctld slurmd slurm-client slurmdbd munge mariadb-server iproute2 util-linux >/dev/null
+    slurmctld slurmd slurm-client slurmdbd munge mariadb-server iproute2 util-linux bubblewrap >/dev/null
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

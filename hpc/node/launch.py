@@ -1,6 +1,6 @@
 """First thing on every Slurm task: derive the rank wiring, then run the rank command as a child.
 
-    srun python -m hpc.node.launch [--launcher srun|torchrun|accelerate] [--gpus-per-node G] -- CMD ARGS...
+    srun python -m hpc.node.launch [--launcher srun|torchrun|accelerate] [--gpus-per-node G] [--container ARGV] -- CMD ARGS...
     python -m hpc.node.launch --rank -- CMD ARGS...   (one rank under torchrun / accelerate launch)
 
 With ``srun`` (one task per GPU) the task is rank RANK and runs CMD with RANK,
@@ -9,18 +9,23 @@ node) it runs ``torchrun`` / ``accelerate launch`` with this node's rank, read h
 the node itself, and each of their processes runs CMD through ``--rank``. Whoever runs
 CMD stays alive through stop signals and turns its clean stop (exit 75) into exit 0 and
 a stop record (`hpc.node.contract`), so a stop never reads as a failure on any launcher.
+With ``--container`` (apptainer, singularity or a command prefix; `hpc.container`) this
+runs on the host and starts the container's command with CMD (or torchrun / accelerate)
+behind it, so the stop record and the requeue stay outside the container.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import signal
 import socket
 import subprocess
 import sys
 from typing import Mapping, Optional, Sequence
 
 from hpc.node.cli import HpcError, Parser, error_line, fail
-from hpc.node.contract import DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, record_stop, shield_from_stop
+from hpc.node.contract import DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, record_stop, shield_from_stop, stop_signals
 from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
 from hpc.node.netcheck import check_node, dist_timeout_s
 from hpc.node.slurm_env import derive
@@ -49,11 +54,34 @@ def prepare(launcher: Launcher, command: Sequence[str], gpus_per_node: Optional[
     return launcher.node_argv(command, info), env
 
 
-def supervise(argv: Sequence[str], env: Mapping[str, str], who: str) -> int:
-    """Run ``argv`` as a child through stop signals; its exit code, with a clean stop turned into 0 + stop record."""
+def run_wrapped(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run a container runtime's command (and the rank program behind it) in a process group of its own that
+    starts with the stop signals ignored, so a wrapper that does not forward signals (bwrap) lives until the rank
+    program inside, which catches them, has saved; the stop signals this process gets are passed on to that group."""
+    sigs = stop_signals(env)
+
+    def ignore_stop_signals() -> None:
+        for sig in sigs:
+            signal.signal(sig, signal.SIG_IGN)
+
+    def forward(signum, frame) -> None:
+        try:
+            os.killpg(child.pid, signum)
+        except ProcessLookupError:  # the group has ended already
+            pass
+
+    child = subprocess.Popen(list(argv), env=dict(env), process_group=0, preexec_fn=ignore_stop_signals)
+    for sig in sigs:
+        signal.signal(sig, forward)
+    return child.wait()
+
+
+def supervise(argv: Sequence[str], env: Mapping[str, str], who: str, wrapped: bool = False) -> int:
+    """Run ``argv`` as a child through stop signals; its exit code, with a clean stop turned into 0 + stop record.
+    ``wrapped``: argv starts with a container runtime's command (`run_wrapped`)."""
     shield_from_stop(env)
     try:
-        rc = subprocess.call(list(argv), env=dict(env))
+        rc = run_wrapped(argv, env) if wrapped else subprocess.call(list(argv), env=dict(env))
     except OSError as e:  # a missing or non-executable program
         print(error_line(PROG, f"{who}: cannot run {argv[0]!r}: {e.strerror}"), file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
@@ -69,12 +97,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--launcher", default=SRUN.name, choices=list(LAUNCHERS))
     p.add_argument("--gpus-per-node", type=int, default=None)
     p.add_argument("--rank", action="store_true", help="run CMD as one rank of torchrun / accelerate launch")
+    p.add_argument("--container", metavar="ARGV", help="a container runtime's command (shell words) to run CMD behind")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     a = p.parse_args(argv)
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not command:
         p.error("no command given after --")
+    try:
+        container = shlex.split(a.container or "")
+    except ValueError as e:
+        p.error(f"--container {a.container!r}: not shell words ({e})")
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    if a.rank and a.container:
+        p.error("--container is for the task's launcher, not for one --rank")
     if a.rank:
         sys.exit(supervise(command, os.environ, f"rank {os.environ.get('RANK', '?')} on {node}"))
     launcher = get_launcher(a.launcher)
@@ -83,7 +118,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except HpcError as e:
         fail(PROG, f"{node}: {e}", e.code)
     who = f"{launcher.name} on {node}" if launcher.per_node else f"rank {env['RANK']} on {node}"
-    sys.exit(supervise(run_argv, env, who))
+    sys.exit(supervise([*container, *run_argv], env, who, wrapped=bool(container)))
 
 
 if __name__ == "__main__":

@@ -30,10 +30,12 @@ class Launcher:
     def tasks_per_node(self, gpus_per_node: int) -> int:
         return 1 if self.per_node else gpus_per_node
 
-    def task_argv(self, python: str, gpus_per_node: int, command: Sequence[str]) -> list[str]:
-        """What srun starts on every task: the node-side launch, then the rank command."""
+    def task_argv(self, python: str, gpus_per_node: int, command: Sequence[str], container: Optional[str] = None) -> list[str]:
+        """What srun starts on every task: the node-side launch (with the container runtime's command, as shell
+        words, that it runs the rank command behind), then the rank command."""
         gpus = ["--gpus-per-node", str(gpus_per_node)] if self.per_node else []
-        return [python, "-u", "-m", LAUNCH_MODULE, "--launcher", self.name, *gpus, "--", *command]
+        wrap = ["--container", container] if container else []
+        return [python, "-u", "-m", LAUNCH_MODULE, "--launcher", self.name, *gpus, *wrap, "--", *command]
 
     def rank_env(self, info: RankInfo) -> dict[str, str]:
         """Variables this task sets for its rank program (a per-node launcher sets them for its processes itself)."""

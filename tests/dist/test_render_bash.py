@@ -5,10 +5,10 @@ import subprocess
 import pytest
 
 from hpc.node.ownership import run_dir_name
-from unit.test_render import HOSTILE, SITES, render
+from unit.test_render import HOSTILE, SITES, TEST_SITES, render
 
 
-@pytest.mark.parametrize("site", SITES)
+@pytest.mark.parametrize("site", SITES + TEST_SITES)
 def test_bash_parses_every_rendering(site, monkeypatch, tmp_path):
     for kw in ({}, {"launcher": "torchrun"}, {"launcher": "accelerate"}, {"job_name": HOSTILE}, {"args": ["-m", "hpc.node.smoke", "--out", "/a b/$(x)"]}):
         f = tmp_path / "job.sbatch"

@@ -16,11 +16,12 @@ TINY = "{PROJECT}/train/configs/tiny.yaml"
 
 # One line per case: NAME -> the hpc.submit command line ({WORK}: the directory it runs in, {PROJECT}: the checkout).
 CASES = {
-    **{site: ["--site", site, "--nodes", "2"] for site in SITES},  # srun, per profile; the planner's layout on GPU sites
+    **{site: ["--site", site, "--nodes", "2"] for site in SITES},  # srun, per profile (roce-h100: pyxis); the planner's layout on GPU sites
     "local-torchrun": ["--site", "local", "--nodes", "2", "--launcher", "torchrun"],
     "local-accelerate": ["--site", "local", "--nodes", "2", "--launcher", "accelerate"],
     "ib-h200-planned": ["--site", "ib-h200", "--nodes", "2", "--", "--config", TINY, "global_batch=32"],  # planner-added args
     "ib-h200-layout-given": ["--site", "ib-h200", "--nodes", "2", "--", "--config", TINY, "global_batch=32", "parallel.tp=2"],
+    "apptainer-h100": ["--site", "{PROJECT}/tests/sites/apptainer-h100.yaml", "--nodes", "2"],  # an Apptainer image
     "submitit": ["--site", "local", "--nodes", "2", "--job-name", "smoke", "--", "-m", "hpc.node.smoke", "--out", "{WORK}/ranks"],
 }
 

@@ -1,0 +1,119 @@
+"""Containers that requeue, on the real local cluster: every rank runs inside a bubblewrap sandbox (the profile's
+``command`` runtime) that hides Slurm's binaries, its config and munge's socket, so the rank cannot reach Slurm; the
+stop record and the ``scontrol requeue`` happen outside. A time-limit notice and ``scontrol requeue`` each resume
+bitwise equal to an uninterrupted run (the machinery of tests/test_requeue.py).
+"""
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, run_cli
+from hpc.site import PROJECT_SITE_DIR
+from slurm.test_requeue import (OVERRIDES, SIGNAL_LEAD_S, _baseline, assert_completed, assert_same_as_baseline, batch_log,
+                                restarts, steps_done, wait_for)
+from slurm.test_time_limit import LONG_STEPS, shorten_time_limit
+from train_helpers import TINY
+
+pytestmark = pytest.mark.slurm
+
+SLURM_DIR = Path("/tmp/hpc-slurm")  # the local cluster's config, state and munge socket (scripts/cluster.sh)
+SLURM_CLIENTS = ("scontrol", "srun", "sbatch", "squeue", "scancel", "sinfo", "sacct", "salloc")
+PROBE = ROOT / "tests" / "scripts" / "sandbox_probe.py"
+QUEUE_WAIT_S = 900  # the shared cluster may hold the job pending behind others first
+
+
+def sandbox_profile(tmp_path: Path) -> Path:
+    """The local profile with every rank inside bwrap: the host's files, minus Slurm (clients, config, munge)."""
+    bwrap = shutil.which("bwrap")
+    assert bwrap, "bubblewrap is not installed (scripts/install.sh installs it)"
+    hide = ["--tmpfs", str(SLURM_DIR), "--tmpfs", "/etc/slurm"]
+    for name in SLURM_CLIENTS:
+        path = shutil.which(name)
+        if path:
+            hide += ["--ro-bind", "/dev/null", path]
+    profile = yaml.safe_load((PROJECT_SITE_DIR / "local.yaml").read_text())
+    profile["name"] = "local-sandbox"
+    profile["container"] = {"runtime": "command", "python": sys.executable,
+                            "command": [bwrap, "--dev-bind", "/", "/", *hide, "--die-with-parent", "--chdir", "{workdir}",
+                                        "--", sys.executable, str(PROBE)]}
+    path = tmp_path / "local-sandbox.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return path
+
+
+@pytest.fixture(scope="module")
+def long_baseline(tmp_path_factory) -> Path:
+    return _baseline(tmp_path_factory, f"steps={LONG_STEPS}")
+
+
+def submit(cwd: Path, name: str) -> str:
+    site = sandbox_profile(cwd)
+    r = run_cli("-m", "hpc.submit", "--site", str(site), "--nodes", "2", "--job-name", name, "--max-requeues", "20",
+                "--signal-lead", str(SIGNAL_LEAD_S), "--", "--config", str(TINY), *OVERRIDES, f"steps={LONG_STEPS}", cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    script = Path(re.search(r"script: +(\S+)", r.stdout).group(1)).read_text()
+    assert "-m hpc.node.launch --launcher srun --container '" in script and "bwrap --dev-bind / /" in script
+    return re.search(r"submitted job (\d+)", r.stdout).group(1)
+
+
+def assert_slurm_was_hidden(run: Path, restarts_seen: int) -> None:
+    """Every rank of every run recorded, from inside its sandbox, that it could not reach Slurm."""
+    records = [json.loads(p.read_text()) for p in sorted((run / "sandbox").glob("rank-*.json"))]
+    assert sorted((r["restart"], r["rank"]) for r in records) == [(n, k) for n in range(restarts_seen + 1) for k in range(4)]
+    for r in records:
+        assert r["scontrol_on_path"] is None, r
+        assert r["scontrol_ping"].startswith("cannot run") and r["usr_bin_scontrol"].startswith("cannot run"), r
+        assert not r["slurm_conf_readable"] and r["etc_slurm"] == [], r
+    # ... while outside the sandbox the same client reaches the controller (the batch script's requeue uses it)
+    assert subprocess.run(["scontrol", "ping"], capture_output=True, text=True).returncode == 0
+
+
+def assert_clean_stops(log: str, n: int) -> None:
+    """Each stop saved its own step inside the sandbox, and the next run resumed from exactly that step."""
+    stops = [int(s) for s in re.findall(r"\[preempt\] stopped at step (\d+)", log)]
+    resumes = [int(s) for s in re.findall(r"\[train\] resumed from \S+step-(\d+)", log)]
+    assert len(stops) == n and stops == resumes, (stops, resumes)
+    assert log.count("stopped cleanly for a requeue") >= n  # hpc.node.launch, on the host, turned each exit 75 into a record
+
+
+def test_time_limit_notice_reaches_the_sandbox_and_requeues_outside(slurm, tmp_path, long_baseline):
+    t0 = time.time()
+    job = submit(tmp_path, "ctr-timelimit")
+    run = tmp_path / "jobs" / "ctr-timelimit"
+    wait_for(lambda: steps_done(run) >= 3, timeout=QUEUE_WAIT_S, what="3 steps")
+    limit = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
+    limit = re.search(r"TimeLimit=(\S+)", limit).group(1)
+    shorten_time_limit(job)
+    wait_for(lambda: restarts(job) >= 1, what="the requeue after the notice")
+    subprocess.run(["scontrol", "update", f"JobId={job}", f"TimeLimit={limit}"], check=True)
+    assert_completed(job, run)
+    n = restarts(job)
+    print(f"\n[container] time limit: {n} restart(s), {time.time() - t0:.0f} s wall")
+    log = batch_log(run, job)
+    assert n >= 1 and log.count("got SIGUSR2") >= n
+    assert log.count("[job] stopped with a checkpoint saved; requeueing job") == n
+    assert_clean_stops(log, n)
+    assert_slurm_was_hidden(run, n)
+    assert_same_as_baseline(run, long_baseline)
+
+
+def test_scontrol_requeue_reaches_the_sandbox_and_resumes(slurm, tmp_path, long_baseline):
+    t0 = time.time()
+    job = submit(tmp_path, "ctr-requeue")
+    run = tmp_path / "jobs" / "ctr-requeue"
+    wait_for(lambda: steps_done(run) >= 12, timeout=QUEUE_WAIT_S, what="12 steps")
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    assert_completed(job, run)
+    n = restarts(job)
+    print(f"\n[container] scontrol requeue: {n} restart(s), {time.time() - t0:.0f} s wall")
+    log = batch_log(run, job)
+    assert n >= 1 and "got SIGTERM" in log and "resumed from" in log
+    assert_slurm_was_hidden(run, n)
+    assert_same_as_baseline(run, long_baseline)
