@@ -12,8 +12,10 @@ import jinja2
 
 from hpc.network import network_env
 from hpc.requeue import JOB_DIR_VAR, JOB_NAME_VAR, MAX_REQUEUES_VAR, STOP_SIGNAL_VAR
+from hpc.dependency import dependency_directive
 from hpc.spec import JobSpec
 from hpc.slurm_time import format_minutes
+from hpc.sweep import task_args
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "sbatch_templates"
 
@@ -26,9 +28,10 @@ _env = jinja2.Environment(
     autoescape=False,
 )
 # Logs, named as submitit names them: task R of job J writes J_R_log.out; the batch script
-# appends to task 0's.
+# appends to task 0's. In an array job J is ARRAY_TASK (e.g. 123_4), the id Slurm's clients take.
 RANK_LOG = "%j_%t_log.out"
 BATCH_LOG = "%j_0_log.out"
+ARRAY_ID = "%A_%a"
 REQUEUE_GRACE_S = 120  # how long the batch script waits for Slurm to end a run it requeued
 
 _env.filters["q"] = lambda v: shlex.quote(str(v))
@@ -51,6 +54,10 @@ def directives(spec: JobSpec) -> dict[str, str | bool]:
         "signal": f"{spec.signal}@{spec.signal_lead_s}",
         "requeue": True,
     }
+    if spec.sweep is not None:
+        d["array"] = spec.sweep.array
+    if spec.after:
+        d["dependency"] = dependency_directive(spec.after)
     if part.mem_per_node_gb:
         d["mem"] = f"{int(part.mem_per_node_gb)}G"
     if sub.account:
@@ -86,7 +93,7 @@ def preamble_lines(spec: JobSpec) -> list[str]:
 
 def srun_args(spec: JobSpec) -> list[str]:
     """Options of the srun that starts the ranks."""
-    args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", f"--output={spec.job_dir / RANK_LOG}"]
+    args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", f"--output={spec.job_dir / log_pattern(spec, RANK_LOG)}"]
     container = spec.site.environment.container
     if container:
         args.append(f"--container-image={container.image}")
@@ -103,6 +110,20 @@ def launch_argv(spec: JobSpec) -> list[str]:
     return argv + ["--", *spec.command]
 
 
+def log_pattern(spec: JobSpec, pattern: str) -> str:
+    """A log file pattern for Slurm: %j, or in an array job %A_%a (the ARRAY_TASK id)."""
+    return pattern.replace("%j", ARRAY_ID) if spec.sweep is not None else pattern
+
+
+def sweep_cases(spec: JobSpec) -> list[dict]:
+    """The array's task table, for the script's comments and its `case` on $SLURM_ARRAY_TASK_ID."""
+    if spec.sweep is None:
+        return []
+    return [{"index": t.index, "overrides": " ".join(t.overrides), "dir": spec.job_dir / t.dir_name,
+             "args": task_args(t, spec.job_dir, spec.checkpoint_dir), "owner": t.owner(spec.job_name)}
+            for t in spec.sweep.tasks]
+
+
 def rank_log(job_dir: Path, job_id: str, task: int) -> Path:
     """Task ``task``'s log; task 0's also holds the batch script's own output."""
     return job_dir / RANK_LOG.replace("%j", job_id).replace("%t", str(task))
@@ -112,9 +133,11 @@ def render_sbatch(spec: JobSpec) -> str:
     """The complete sbatch file: `sbatch FILE` submits it unchanged."""
     return _env.get_template("job.sbatch.j2").render(
         spec=spec,
-        directives={**directives(spec), "output": str(spec.job_dir / BATCH_LOG)},
+        directives={**directives(spec), "output": str(spec.job_dir / log_pattern(spec, BATCH_LOG))},
         preamble=preamble_lines(spec),
         srun=["srun", *srun_args(spec)],
         launch=launch_argv(spec),
         requeue_grace_s=REQUEUE_GRACE_S,
+        cases=sweep_cases(spec),
+        job_name_var=JOB_NAME_VAR,
     )

@@ -14,10 +14,12 @@ from typing import Optional, Sequence
 
 from pydantic import ValidationError
 
+from hpc.dependency import DependencyError, check_known, parse_after
 from hpc.ownership import OwnershipError, check_owner, claim, run_dir_name
 from hpc.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.slurm_env import LAUNCHERS
 from hpc.slurm_time import format_minutes, parse_minutes
+from hpc.sweep import Sweep, SweepError, build_sweep, task_args, write_table
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TRAIN_CONFIG_DIR = PROJECT_ROOT / "train" / "configs"
@@ -47,6 +49,8 @@ class JobSpec:
     signal: str
     signal_lead_s: int
     max_requeues: int
+    sweep: Optional[Sweep] = None  # an array job: one task per combination of the sweep values
+    after: tuple[str, ...] = ()    # sbatch dependencies, e.g. "afterok:123"
 
     @property
     def tasks_per_node(self) -> int:
@@ -69,6 +73,13 @@ class JobSpec:
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    def task_commands(self) -> list[tuple[str, tuple[str, ...]]]:
+        """(owner name, full rank command) of each array task; of the job itself when it is no array."""
+        if self.sweep is None:
+            return [(self.job_name, self.command)]
+        return [(t.owner(self.job_name), (*self.command, *task_args(t, self.job_dir, self.checkpoint_dir)))
+                for t in self.sweep.tasks]
+
 
 def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default: Optional[str] = None) -> None:
     """The flags every submitting command shares: --site, --nodes, --partition, --gpus-per-node, --time."""
@@ -79,10 +90,9 @@ def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default
     p.add_argument("--time", default=time_default, help=time_help)
 
 
-def prepare_submission(spec: JobSpec) -> None:
-    """Point Slurm's clients at the profile's slurm.conf (unless SLURM_CONF is set), check
-    that sbatch is reachable and that no job of this name is queued or running, and claim the job
-    and checkpoint directories for this job name."""
+def use_site_slurm(spec: JobSpec) -> None:
+    """Point Slurm's clients at the profile's slurm.conf (unless SLURM_CONF is set) and check that
+    sbatch is reachable and slurmctld answers."""
     conf = spec.site.submission.slurm_conf
     if conf and "SLURM_CONF" not in os.environ:
         if not Path(conf).is_file():
@@ -90,10 +100,33 @@ def prepare_submission(spec: JobSpec) -> None:
         os.environ["SLURM_CONF"] = conf
     if shutil.which("sbatch") is None:
         raise SpecError("sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
-    from hpc.slurm_query import FINAL, JobError, check_controller, squeue_rows
+    from hpc.slurm_query import JobError, check_controller
 
     try:
         check_controller()
+    except JobError as e:
+        raise SpecError(str(e)) from None
+
+
+def check_dependencies(spec: JobSpec) -> None:
+    """Every --after job must be known to Slurm."""
+    if spec.after:
+        use_site_slurm(spec)
+        try:
+            check_known(spec.after)
+        except DependencyError as e:
+            raise SpecError(str(e)) from None
+
+
+def prepare_submission(spec: JobSpec) -> None:
+    """Point Slurm's clients at the profile's slurm.conf, check that no job of this name is queued or
+    running and that every --after job exists, and claim the job and checkpoint directories (each
+    array task's for that task) for this job name."""
+    use_site_slurm(spec)
+    check_dependencies(spec)
+    from hpc.slurm_query import FINAL, JobError, squeue_rows
+
+    try:
         live = [r for r in squeue_rows("-u", getpass.getuser())
                 if r["JobName"] == spec.job_name and r["State"] not in FINAL | {"COMPLETING"}]
     except JobError as e:
@@ -105,7 +138,12 @@ def prepare_submission(spec: JobSpec) -> None:
         claim(spec.job_dir, spec.job_name, "job directory")
         if spec.runs_trainer:
             claim(spec.checkpoint_dir, spec.job_name, "checkpoint directory")
-    except OwnershipError as e:
+        if spec.sweep is not None:
+            write_table(spec.sweep, spec.job_name, spec.job_dir)
+            for t in spec.sweep.tasks:
+                claim(spec.job_dir / t.dir_name, t.owner(spec.job_name), f"task {t.index}'s log.dir")
+                claim(spec.checkpoint_dir / t.dir_name, t.owner(spec.job_name), f"task {t.index}'s checkpoint.dir")
+    except (OwnershipError, SweepError) as e:
         raise SpecError(str(e)) from None
 
 
@@ -167,16 +205,18 @@ def check_rank_command(spec: JobSpec) -> None:
 
     cmd = spec.command
     if spec.runs_trainer:
-        try:
-            config, overrides = split_cli(list(cmd[4:]))
-            cfg = load_config(config, overrides)
-            cfg.check_paths()
-            env = WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node)
-            ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()).grad_accum(cfg.global_batch, cfg.micro_batch)
-            check_owner(cfg.log.dir, spec.job_name, "log.dir")
-            check_owner(cfg.checkpoint_dir, spec.job_name, "checkpoint.dir")
-        except (ConfigError, OwnershipError) as e:
-            raise SpecError(f"trainer: {e}") from None
+        for owner, task_cmd in spec.task_commands():
+            where = "trainer" if spec.sweep is None else f"--sweep task {owner.removeprefix(spec.job_name)}: trainer"
+            try:
+                config, overrides = split_cli(list(task_cmd[4:]))
+                cfg = load_config(config, overrides)
+                cfg.check_paths()
+                env = WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node)
+                ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()).grad_accum(cfg.global_batch, cfg.micro_batch)
+                check_owner(cfg.log.dir, owner, "log.dir")
+                check_owner(cfg.checkpoint_dir, owner, "checkpoint.dir")
+            except (ConfigError, OwnershipError) as e:
+                raise SpecError(f"{where}: {e}") from None
     elif cmd[2] == "-m" and Path(spec.python).is_file():
         probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
         try:
@@ -201,6 +241,9 @@ def build_spec(
     signal: Optional[str] = None,
     signal_lead_s: Optional[int] = None,
     max_requeues: Optional[int] = None,
+    sweep: Sequence[str] = (),
+    max_parallel: Optional[int] = None,
+    after: Sequence[str] = (),
 ) -> JobSpec:
     """Check the request against the site profile; every problem is one `SpecError` line."""
     try:
@@ -249,13 +292,22 @@ def build_spec(
         raise SpecError(f"{flag}: {err['msg'].removeprefix('Value error, ')}") from None
     if pre.lead_s >= minutes * 60:
         raise SpecError(f"--signal-lead {pre.lead_s}: must be shorter than the time limit ({minutes * 60} s)")
+    try:
+        array = build_sweep(sweep, max_parallel)
+        dependencies = parse_after(after)
+    except (SweepError, DependencyError) as e:
+        raise SpecError(str(e)) from None
     workdir = (workdir or Path.cwd()).resolve()
     python = python or site.environment.python or sys.executable
     job_dir = site_path(site.paths.job_dir, workdir, "paths.job_dir") / run_dir_name(name)
     checkpoint_dir = site_path(site.paths.checkpoint_root, workdir, "paths.checkpoint_root") / run_dir_name(name)
-    return JobSpec(
+    spec = JobSpec(
         site=site, partition=part, nodes=nodes, gpus_per_node=gpus, minutes=minutes, job_name=name,
         launcher=launcher, command=rank_command(args, site, python, job_dir, checkpoint_dir),
         job_dir=job_dir, checkpoint_dir=checkpoint_dir, workdir=workdir, python=python,
         signal=pre.signal, signal_lead_s=pre.lead_s, max_requeues=pre.max_requeues,
+        sweep=array, after=dependencies,
     )
+    if array is not None and not spec.runs_trainer:
+        raise SpecError(f"--sweep: sweeps trainer overrides; {' '.join(spec.command[2:4])} is not the trainer")
+    return spec
