@@ -133,7 +133,8 @@ def submit_and_report(spec: JobSpec):
     else:
         print(f"rank 0:   {first_log(spec, job.job_id)}")
     print(f"all logs: {spec.job_dir}/{log_names(spec, job.job_id)}")
-    print(f"follow:   python -m hpc.jobs logs {job.job_id} -f    state: python -m hpc.jobs status {job.job_id}")
+    one = f"{job.job_id}_0" if spec.sweep is not None else job.job_id
+    print(f"follow:   python -m hpc.jobs logs {one} -f    state: python -m hpc.jobs status {job.job_id}")
     return job
 
 
