@@ -155,6 +155,13 @@ def cmd_logs(a: argparse.Namespace) -> int:
 
 
 def cmd_cancel(a: argparse.Namespace) -> int:
+    tasks = array_tasks(a.job)
+    if tasks:
+        r = subprocess.run(["scancel", a.job], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise JobError(f"scancel {a.job} failed: {r.stderr.strip()}")
+        print(f"cancelled array job {a.job} ({len(tasks)} tasks)")
+        return 0
     job = get_job(a.job)
     if job.finished:
         print(f"job {job.job_id} ({job.name}) already ended: {job.state}")
@@ -208,7 +215,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("-f", "--follow", action="store_true")
     s.add_argument("--rank", type=task_number, default=0, help="Slurm task (default 0); one task per node under torchrun/accelerate")
     s.set_defaults(run=cmd_logs)
-    s = sub.add_parser("cancel", help="scancel the job")
+    s = sub.add_parser("cancel", help="scancel the job (every task of an array job)")
     s.add_argument("job")
     s.set_defaults(run=cmd_cancel)
     s = sub.add_parser("report", help="PNG of loss, tokens/s and MFU against the step, and a summary table; of an array: every task's loss")

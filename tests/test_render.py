@@ -36,6 +36,17 @@ def test_golden(site, launcher, monkeypatch):
     assert text == path.read_text(), f"{path} differs; review and refresh with UPDATE_GOLDEN=1"
 
 
+def test_golden_array_job(monkeypatch):
+    """A sweep: one array job (at most 2 tasks at a time) chained after another job; the case table picks each task's overrides."""
+    text = render("local", monkeypatch, nodes=1, job_name="lr-sweep", sweep=["optim.lr=1e-4,3e-4", "micro_batch=2,4"],
+                  max_parallel=2, after=["123:any"])
+    path = GOLDEN / "local-sweep.sbatch"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}; create it with UPDATE_GOLDEN=1 pytest {__file__}"
+    assert text == path.read_text(), f"{path} differs; review and refresh with UPDATE_GOLDEN=1"
+
+
 @pytest.mark.parametrize("site", SITES)
 def test_bash_parses_every_rendering(site, monkeypatch, tmp_path):
     for kw in ({}, {"launcher": "torchrun"}, {"launcher": "accelerate"}, {"job_name": HOSTILE}, {"args": ["-m", "hpc.smoke", "--out", "/a b/$(x)"]}):
