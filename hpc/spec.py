@@ -197,6 +197,25 @@ def rank_command(args: Sequence[str], site: SiteProfile, python: str, job_dir: P
     return (python, "-u", "-m", "train", *args)
 
 
+def config_key_problem(key: str) -> Optional[str]:
+    """Why ``key`` (a.b.c) is not a key of the training config, or None (a key below a mapping is left to validation)."""
+    from pydantic import BaseModel
+
+    from train.config import TrainConfig
+
+    model, parts = TrainConfig, key.split(".")
+    for i, part in enumerate(parts):
+        if part not in model.model_fields:
+            return f"not a config key ({'.'.join(parts[:i]) or 'the top level'} has: {', '.join(model.model_fields)})"
+        ann = model.model_fields[part].annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+            continue
+        plain_value = isinstance(ann, type) and not issubclass(ann, dict)
+        return f"{'.'.join(parts[:i + 1])} is a value, not a section" if plain_value and i < len(parts) - 1 else None
+    return f"{key} is a section, not a value: sweep one of its keys ({', '.join(model.model_fields)})"
+
+
 def check_rank_command(spec: JobSpec) -> None:
     """What every rank will run, checked here before anything is submitted: the trainer's config,
     overrides and layout for this job's ranks, or that a ``-m MODULE`` exists for the job's python."""
@@ -205,6 +224,10 @@ def check_rank_command(spec: JobSpec) -> None:
 
     cmd = spec.command
     if spec.runs_trainer:
+        for key in spec.sweep.keys if spec.sweep is not None else ():
+            problem = config_key_problem(key)
+            if problem:
+                raise SpecError(f"--sweep {key}: {problem}")
         for owner, task_cmd in spec.task_commands():
             where = "trainer" if spec.sweep is None else f"--sweep task {owner.removeprefix(spec.job_name)}: trainer"
             try:

@@ -36,6 +36,10 @@ class Sweep:
     max_parallel: Optional[int] = None
 
     @property
+    def keys(self) -> list[str]:
+        return [o.partition("=")[0] for o in self.tasks[0].overrides]
+
+    @property
     def array(self) -> str:
         """sbatch's --array value: every task index, at most max_parallel at a time."""
         return f"0-{len(self.tasks) - 1}" + (f"%{self.max_parallel}" if self.max_parallel else "")

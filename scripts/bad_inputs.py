@@ -162,7 +162,7 @@ def submit_cases() -> list[Case]:
     # sweeps (array jobs) and chains: the trainer's tiny config, so every combination is checked for real
     tiny = ("--", "--config", str(ROOT / "train" / "configs" / "tiny.yaml"))
     for cid, flags, contains, good in (
-        ("sweep-not-a-key", ["--sweep", "optim.lrr=1e-4,3e-4"], "unknown key optim.lrr", "--sweep KEY must be a config key"),
+        ("sweep-not-a-key", ["--sweep", "optim.lrr=1e-4,3e-4"], "--sweep optim.lrr: not a config key", "--sweep KEY must be a config key"),
         ("sweep-empty", ["--sweep", "optim.lr="], "an empty value", "--sweep: at least one value"),
         ("sweep-empty-item", ["--sweep", "optim.lr=1e-4,"], "an empty value", "--sweep: no empty value"),
         ("sweep-twice", ["--sweep", "optim.lr=1e-4", "--sweep", "optim.lr=3e-4"], "given twice", "--sweep KEY once"),

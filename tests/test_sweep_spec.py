@@ -107,7 +107,8 @@ def test_tasks_sorted_by_final_eval_loss_else_loss(tmp_path):
 
 
 BAD = [
-    (["--sweep", "optim.lrr=1e-4,3e-4"], "unknown key optim.lrr"),
+    (["--sweep", "optim.lrr=1e-4,3e-4"], "--sweep optim.lrr: not a config key (optim has: lr, betas, weight_decay, eps)"),
+    (["--sweep", "optim=1,2"], "--sweep optim: optim is a section, not a value"),
     (["--sweep", "optim.lr="], "--sweep 'optim.lr=': an empty value"),
     (["--sweep", "optim.lr=1", "--sweep", "optim.lr=2"], "--sweep optim.lr: given twice"),
     (["--sweep", "micro_batch=2,3"], "--sweep task [1] micro_batch=3: trainer:"),

@@ -27,10 +27,12 @@ def test_train_starts_only_after_prepare_completed(slurm, tmp_path):
     data = ("data.pack=documents", f"data.prepared={tmp_path / 'prepared'}")
     prep = submit(tmp_path, "chain-prepare", "--", "-m", "train.prepare", "--config", str(TINY), *data)
     subprocess.run(["scontrol", "hold", prep], check=True)  # so that it is surely still waiting when the next one comes
-    train = submit(tmp_path, "chain-train", "--after", prep, "--", "--config", str(TINY), *data, "steps=3", "checkpoint.interval=0")
-    fields = subprocess.run(["scontrol", "show", "job", train], capture_output=True, text=True).stdout
+    try:
+        train = submit(tmp_path, "chain-train", "--after", prep, "--", "--config", str(TINY), *data, "steps=5", "checkpoint.interval=0")
+        fields = subprocess.run(["scontrol", "show", "job", train], capture_output=True, text=True).stdout
+    finally:
+        subprocess.run(["scontrol", "release", prep], check=True)
     assert f"Dependency=afterok:{prep}" in fields and "JobState=PENDING" in fields and "Reason=Dependency" in fields
-    subprocess.run(["scontrol", "release", prep], check=True)
     assert wait_job(prep) == "COMPLETED"
     assert wait_job(train) == "COMPLETED"
     assert times(train)[0] >= times(prep)[1]  # ISO times: started once the preparation had ended
