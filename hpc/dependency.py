@@ -35,12 +35,12 @@ def dependency_directive(after: Sequence[str]) -> str:
 
 def check_known(after: Sequence[str]) -> None:
     """Refuse a dependency on a job that neither slurmctld nor accounting knows."""
-    from hpc.slurm_query import JobError, sacct_rows, scontrol_fields
+    from hpc.slurm_query import JobError, sacct_rows, scontrol_records
 
     for dep in after:
         job = dep.split(":", 1)[1]
         try:
-            if scontrol_fields(job):
+            if scontrol_records(job):  # a job, an array job (a record per task) or one task
                 continue
         except JobError as e:
             raise DependencyError(f"--after {job}: {e}") from None
