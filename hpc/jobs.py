@@ -1,15 +1,17 @@
 """python -m hpc.jobs: see and manage Slurm jobs without hunting for their files.
 
     python -m hpc.jobs list [--since TIME]
-    python -m hpc.jobs status JOB
+    python -m hpc.jobs status JOB|ARRAY
     python -m hpc.jobs logs JOB [-f] [--rank R]
     python -m hpc.jobs cancel JOB
-    python -m hpc.jobs report JOB [--out PNG] [--tensorboard DIR]
+    python -m hpc.jobs report JOB|ARRAY [--out PNG] [--tensorboard DIR]
 
 State, restarts and nodes come from Slurm (slurmctld for live jobs, accounting
 after; without accounting, what slurmctld knows); files from the job's directory (the
 directory of its batch output): task logs ``<id>_<R>_log.out`` (under torchrun/accelerate
-task R is node R) and the run's ``metrics.jsonl``. Unknown jobs exit with 2.
+task R is node R) and the run's ``metrics.jsonl``. JOB may be one task of an array job
+(``123_4``); ``status`` and ``report`` of a whole array (a sweep) show all its tasks side
+by side. Unknown jobs exit with 2.
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ from typing import Optional, Sequence
 from hpc.metrics_report import last_line, plot, read_metrics, summary_table, to_tensorboard
 from hpc.node.cli import HpcError, Parser, fail
 from hpc.node.contract import METRICS_FILE, task_log
-from hpc.slurm_query import Job, JobError, check_controller, get_job, restarts, sacct_rows, squeue_rows
+from hpc.slurm_query import Job, JobError, array_tasks, check_controller, get_job, restarts, sacct_rows, squeue_rows
+from hpc.sweep_report import plot_sweep, sweep_table, task_run_dir, task_runs
 
 PROG = "hpc.jobs"
 
@@ -40,6 +43,12 @@ def require_dir(job: Job) -> Path:
 
 
 def metrics_path(job: Job) -> Path:
+    """The run's metrics.jsonl: in the job directory, or in an array task's own run directory."""
+    if job.array_task is not None:
+        run_dir = task_run_dir(job)
+        if run_dir is None:
+            raise JobError(f"job {job.job_id}: no task {job.array_task} in the sweep table of {require_dir(job)}")
+        return run_dir / METRICS_FILE
     return require_dir(job) / METRICS_FILE
 
 
@@ -68,7 +77,7 @@ def cmd_list(a: argparse.Namespace) -> int:
     runs: dict[str, list[dict]] = {}
     try:
         for row in sacct_rows("-u", user, "-S", a.since):
-            runs.setdefault(row["JobIDRaw"], []).append(row)
+            runs.setdefault(row["JobID"] or row["JobIDRaw"], []).append(row)  # an array task as squeue names it: 123_4
     except JobError as e:
         if "Invalid time specification" in str(e):
             raise JobError(f"--since {a.since}: not a Slurm time (e.g. now-2days, 2026-12-01, 2026-12-01T08:00)") from None
@@ -78,18 +87,38 @@ def cmd_list(a: argparse.Namespace) -> int:
         old = jobs.get(live["JobIDRaw"], {"Elapsed": live["Elapsed"], "Restarts": "0"})
         jobs[live["JobIDRaw"]] = {**live, "Elapsed": old["Elapsed"], "Restarts": old["Restarts"]}
     rows = [("JOBID", "NAME", "STATE", "NODES", "ELAPSED", "RESTARTS")]
-    for job_id, job in sorted(jobs.items(), key=lambda kv: [int(x) if x.isdigit() else 0 for x in kv[0].split("_")]):
+    for job_id, job in sorted(jobs.items(), key=lambda kv: [int(x) if x.isdigit() else -1 for x in kv[0].split("_")]):
         name = job["JobName"] if len(job["JobName"]) <= NAME_WIDTH else job["JobName"][:NAME_WIDTH - 3] + "..."
         rows.append((job_id, name, job["State"], job["NNodes"], job["Elapsed"], job["Restarts"]))
     print(table(rows))
     return 0
 
 
+def array_status(array_id: str, tasks: list[str], out: Optional[Path] = None) -> int:
+    """Every task of an array job in one table sorted by final (eval) loss; with ``out``, one plot of them all."""
+    runs = task_runs([get_job(t) for t in tasks])
+    first = runs[0].job
+    print(f"array job {array_id} ({first.name}): {len(runs)} tasks, dir {first.job_dir or 'unknown'}; sorted by final loss "
+          "(eval loss where evaluated)")
+    print(sweep_table(runs))
+    if out is not None:
+        if not any(r.records for r in runs):
+            raise JobError(f"array job {array_id}: no task has metrics yet")
+        plot_sweep(runs, out, f"array job {array_id} ({first.name}): loss per task")
+        print(f"plot: {out}")
+    return 0
+
+
 def cmd_status(a: argparse.Namespace) -> int:
+    tasks = array_tasks(a.job)
+    if tasks:
+        return array_status(a.job, tasks)
     job = get_job(a.job)
     print(f"job {job.job_id} ({job.name}): {job.state}")
     print(f"  partition {job.partition}, {job.nodes} node(s) {job.nodelist or '-'}, elapsed {job.elapsed}, restarts {job.restarts}")
     print(f"  dir {job.job_dir or 'unknown'}")
+    if job.array_task is not None:
+        print(f"  task {job.array_task}'s run {task_run_dir(job) or 'unknown'}")
     if job.job_dir:
         path = metrics_path(job)
         records = read_metrics(path)
@@ -123,6 +152,13 @@ def cmd_logs(a: argparse.Namespace) -> int:
 
 
 def cmd_cancel(a: argparse.Namespace) -> int:
+    tasks = array_tasks(a.job)
+    if tasks:
+        r = subprocess.run(["scancel", a.job], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise JobError(f"scancel {a.job} failed: {r.stderr.strip()}")
+        print(f"cancelled array job {a.job} ({len(tasks)} tasks)")
+        return 0
     job = get_job(a.job)
     if job.finished:
         print(f"job {job.job_id} ({job.name}) already ended: {job.state}")
@@ -135,6 +171,12 @@ def cmd_cancel(a: argparse.Namespace) -> int:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
+    tasks = array_tasks(a.job)
+    if tasks:
+        if a.tensorboard:
+            raise JobError(f"--tensorboard: writes one run; name one task of array job {a.job} (e.g. {tasks[0]})")
+        job_dir = get_job(tasks[0]).job_dir
+        return array_status(a.job, tasks, Path(a.out) if a.out else (job_dir or Path.cwd()) / f"report-{a.job}.png")
     job = get_job(a.job)
     path = metrics_path(job)
     records = read_metrics(path)
@@ -162,7 +204,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("list", help="your jobs: id, name, state, nodes, elapsed, restarts")
     s.add_argument("--since", default="now-7days", help="sacct start time (default: now-7days)")
     s.set_defaults(run=cmd_list)
-    s = sub.add_parser("status", help="Slurm state, restarts, nodes and the last step's metrics")
+    s = sub.add_parser("status", help="Slurm state, restarts, nodes and the last step's metrics (of every task of an array)")
     s.add_argument("job")
     s.set_defaults(run=cmd_status)
     s = sub.add_parser("logs", help="print a rank's log; -f follows it until the job ends")
@@ -170,10 +212,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("-f", "--follow", action="store_true")
     s.add_argument("--rank", type=task_number, default=0, help="Slurm task (default 0); one task per node under torchrun/accelerate")
     s.set_defaults(run=cmd_logs)
-    s = sub.add_parser("cancel", help="scancel the job")
+    s = sub.add_parser("cancel", help="scancel the job (every task of an array job)")
     s.add_argument("job")
     s.set_defaults(run=cmd_cancel)
-    s = sub.add_parser("report", help="PNG of loss, tokens/s and MFU against the step, and a summary table")
+    s = sub.add_parser("report", help="PNG of loss, tokens/s and MFU against the step, and a summary table; of an array: every task's loss")
     s.add_argument("job")
     s.add_argument("--out", help="PNG path (default: <job dir>/report-<id>.png)")
     s.add_argument("--tensorboard", metavar="DIR", help="also write the metrics as TensorBoard scalars into DIR")

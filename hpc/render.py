@@ -11,11 +11,13 @@ from pathlib import Path
 import jinja2
 
 from hpc.network import network_env
+from hpc.dependency import dependency_directive
 from hpc.node import contract
-from hpc.node.contract import BATCH_LOG, JOB_DIR_VAR, JOB_NAME_VAR, MAX_REQUEUES_VAR, STOP_SIGNAL_VAR, TASK_LOG
+from hpc.node.contract import ARRAY_TASK_ID, BATCH_LOG, JOB_DIR_VAR, JOB_NAME_VAR, MAX_REQUEUES_VAR, STOP_SIGNAL_VAR, TASK_LOG
 from hpc.node.launcher import LAUNCH_MODULE
 from hpc.spec import JobSpec
 from hpc.slurm_time import format_minutes
+from hpc.sweep import task_args
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "sbatch_templates"
 
@@ -47,6 +49,10 @@ def directives(spec: JobSpec) -> dict[str, str | bool]:
         "signal": f"{spec.signal}@{spec.signal_lead_s}",
         "requeue": True,
     }
+    if spec.sweep is not None:
+        d["array"] = spec.sweep.array
+    if spec.after:
+        d["dependency"] = dependency_directive(spec.after)
     if part.mem_per_node_gb:
         d["mem"] = f"{int(part.mem_per_node_gb)}G"
     if sub.account:
@@ -84,7 +90,7 @@ def preamble_lines(spec: JobSpec) -> list[str]:
 
 def srun_args(spec: JobSpec) -> list[str]:
     """Options of the srun that starts the ranks."""
-    args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", f"--output={spec.job_dir / TASK_LOG}"]
+    args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", f"--output={spec.job_dir / log_pattern(spec, TASK_LOG)}"]
     if spec.container and not spec.container.wrapped:
         args += spec.container.srun_options(spec.places)
     return args
@@ -98,11 +104,25 @@ def launch_argv(spec: JobSpec) -> list[str]:
     return spec.launcher.task_argv(spec.launch_python, spec.gpus_per_node, spec.command, container)
 
 
+def log_pattern(spec: JobSpec, pattern: str) -> str:
+    """A log file pattern for Slurm: %j, or in an array job %A_%a (the ARRAY_TASK id)."""
+    return pattern.replace("%j", ARRAY_TASK_ID) if spec.sweep is not None else pattern
+
+
+def sweep_cases(spec: JobSpec) -> list[dict]:
+    """The array's task table, for the script's comments and its `case` on $SLURM_ARRAY_TASK_ID."""
+    if spec.sweep is None:
+        return []
+    return [{"index": t.index, "overrides": " ".join(t.overrides), "dir": spec.job_dir / t.dir_name,
+             "args": task_args(t, spec.job_dir, spec.checkpoint_dir), "owner": t.owner(spec.job_name)}
+            for t in spec.sweep.tasks]
+
+
 def render_sbatch(spec: JobSpec) -> str:
     """The complete sbatch file: `sbatch FILE` submits it unchanged."""
     return _env.get_template("job.sbatch.j2").render(
         spec=spec,
-        directives={**directives(spec), "output": str(spec.job_dir / BATCH_LOG)},
+        directives={**directives(spec), "output": str(spec.job_dir / log_pattern(spec, BATCH_LOG))},
         preamble=preamble_lines(spec),
         srun=["srun", *srun_args(spec)],
         launch=launch_argv(spec),
@@ -112,4 +132,6 @@ def render_sbatch(spec: JobSpec) -> str:
         record_var=contract.STOP_RECORD_VAR,
         max_var=MAX_REQUEUES_VAR,
         requeue_grace_s=contract.REQUEUE_GRACE_S,
+        cases=sweep_cases(spec),
+        job_name_var=JOB_NAME_VAR,
     )

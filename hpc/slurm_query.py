@@ -21,8 +21,9 @@ from hpc.node.contract import ENDED_STATES
 
 CLIENT_TIMEOUT_S = 10  # Slurm's clients retry for a long while when slurmctld is down
 SEP = "\x1f"  # sacct's field delimiter: job names and submit lines may contain "|"
-SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed", "Partition", "NodeList", "WorkDir", "SubmitLine")
+SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed", "Partition", "NodeList", "WorkDir", "SubmitLine", "JobID")
 SQUEUE_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed")
+JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")  # a job, or one task of an array job: ARRAY_TASK
 
 
 class JobError(HpcError):
@@ -40,6 +41,8 @@ class Job:
     nodelist: str
     restarts: int
     stdout: Optional[Path]
+    array_task: Optional[int] = None  # the task index of an array job's task
+
 
     @property
     def job_dir(self) -> Optional[Path]:
@@ -134,15 +137,50 @@ def scontrol_command(job_id: str) -> list[str]:
 
 
 def parse_scontrol(text: str) -> dict[str, str]:
-    """scontrol_command's output as a dict of its KEY=VALUE pairs; values run until the next " Key="
+    """One line of scontrol_command's output as a dict of its KEY=VALUE pairs; values run until the next " Key="
     (JobName and paths may contain spaces)."""
     return dict(re.findall(r"(?:^| )([A-Za-z_:/]+)=(.*?)(?= [A-Za-z_:/]+=|$)", text.strip()))
 
 
-def scontrol_fields(job_id: str) -> dict[str, str]:
-    """`scontrol show job -o` as a dict, {} once slurmctld no longer remembers the job."""
+def scontrol_records(job_id: str) -> list[dict[str, str]]:
+    """`scontrol show job -o` as dicts, one per line (an array job has one per task or pending range);
+    [] once slurmctld no longer remembers the job."""
     r = _run(scontrol_command(job_id))
-    return parse_scontrol(r.stdout) if r.returncode == 0 else {}
+    return [parse_scontrol(line) for line in r.stdout.splitlines() if line.strip()] if r.returncode == 0 else []
+
+
+def scontrol_fields(job_id: str) -> dict[str, str]:
+    """The job's `scontrol show job -o` record as a dict, {} once slurmctld no longer remembers it (or when
+    ``job_id`` names a whole array job: see `array_tasks`)."""
+    records = scontrol_records(job_id)
+    return records[0] if len(records) == 1 and not (records[0].get("ArrayTaskId") and "_" not in job_id) else {}
+
+
+def expand_indices(text: str) -> list[int]:
+    """Slurm's task index lists: ``3``, ``0-3``, ``[0-2,5]``, ``0-7%2`` -> the indices."""
+    out: list[int] = []
+    for part in text.strip("[]").split("%")[0].split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def array_tasks(job_id: str) -> list[str]:
+    """The task ids (``123_0``, ``123_1``, ...) of an array job ``123``; [] when it is no array job."""
+    if not re.fullmatch(r"[0-9]+", job_id):
+        return []
+    found = {i for rec in scontrol_records(job_id) if rec.get("ArrayJobId") == job_id
+             for i in expand_indices(rec.get("ArrayTaskId", ""))}
+    try:
+        rows = sacct_rows("-j", job_id)
+    except JobError:
+        rows = []  # accounting is off or down: slurmctld's view alone
+    for row in rows:
+        array, sep, tasks = row.get("JobID", "").partition("_")
+        if sep and array == job_id:
+            found.update(expand_indices(tasks))
+    return [f"{job_id}_{i}" for i in sorted(found)]
 
 
 def job_state(job_id: str) -> str:
@@ -168,14 +206,20 @@ def script_stdout(submit_line: str, workdir: str, job_id: str, name: str) -> Opt
             if not m:
                 return None
             pattern = shlex.split(m.group(1))[0]
-            return Path(workdir) / pattern.replace("%j", job_id).replace("%x", name).replace("%%", "%")
+            array, _, task = job_id.partition("_")
+            return Path(workdir) / (pattern.replace("%A", array).replace("%a", task).replace("%j", job_id)
+                                    .replace("%x", name).replace("%%", "%"))
     return None
 
 
 def get_job(job_id: str) -> Job:
     """The job as Slurm sees it now; JobError when Slurm knows no such job."""
-    if not re.fullmatch(r"\d+", job_id):
-        raise JobError(f"job id {job_id!r} is not a number")
+    if not JOB_ID.fullmatch(job_id) or not job_id.isascii():
+        raise JobError(f"job id {job_id!r} is not a number (or ARRAY_TASK, e.g. 123_4)")
+    tasks = array_tasks(job_id)
+    if tasks:
+        raise JobError(f"job {job_id} is an array of {len(tasks)} tasks ({', '.join(tasks[:3])}{', ...' if len(tasks) > 3 else ''}): "
+                       "name one task, or see them all with hpc.jobs status / report")
     ctl = scontrol_fields(job_id)
     try:
         rows = sacct_rows("-j", job_id)
@@ -206,4 +250,5 @@ def job_from(job_id: str, ctl: dict[str, str], rows: list[dict[str, str]]) -> Jo
         nodelist=ctl.get("NodeList") or last.get("NodeList", ""),
         restarts=int(ctl["Restarts"]) if "Restarts" in ctl else restarts(rows),
         stdout=stdout,
+        array_task=int(job_id.partition("_")[2]) if "_" in job_id else None,
     )

@@ -15,12 +15,14 @@ from typing import Optional, Sequence
 from pydantic import ValidationError
 
 from hpc.container import Container, Places
+from hpc.dependency import check_known, parse_after
 from hpc.node.cli import HpcError
 from hpc.node.contract import FINAL_STATES
 from hpc.node.launcher import SRUN, Launcher, get_launcher
 from hpc.node.ownership import check_owner, claim, run_dir_name
 from hpc.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.slurm_time import format_minutes, parse_minutes
+from hpc.sweep import Sweep, build_sweep, task_args, write_table
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TRAIN_CONFIG_DIR = PROJECT_ROOT / "train" / "configs"
@@ -51,6 +53,8 @@ class JobSpec:
     signal_lead_s: int
     max_requeues: int
     container: Optional[Container] = None
+    sweep: Optional[Sweep] = None  # an array job: one task per combination of the sweep values
+    after: tuple[str, ...] = ()    # sbatch dependencies, e.g. "afterok:123"
 
     @property
     def places(self) -> Places:
@@ -82,6 +86,13 @@ class JobSpec:
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    def task_commands(self) -> list[tuple[str, tuple[str, ...]]]:
+        """(owner name, full rank command) of each array task; of the job itself when it is no array."""
+        if self.sweep is None:
+            return [(self.job_name, self.command)]
+        return [(t.owner(self.job_name), (*self.command, *task_args(t, self.job_dir, self.checkpoint_dir)))
+                for t in self.sweep.tasks]
+
 
 def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default: Optional[str] = None) -> None:
     """The flags every submitting command shares: --site, --nodes, --partition, --gpus-per-node, --time."""
@@ -92,10 +103,9 @@ def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default
     p.add_argument("--time", default=time_default, help=time_help)
 
 
-def prepare_submission(spec: JobSpec) -> None:
-    """Point Slurm's clients at the profile's slurm.conf (unless SLURM_CONF is set), check
-    that sbatch is reachable and that no job of this name is queued or running, and claim the job
-    and checkpoint directories for this job name."""
+def use_site_slurm(spec: JobSpec) -> None:
+    """Point Slurm's clients at the profile's slurm.conf (unless SLURM_CONF is set) and check that
+    sbatch is reachable and slurmctld answers."""
     conf = spec.site.submission.slurm_conf
     if conf and "SLURM_CONF" not in os.environ:
         if not Path(conf).is_file():
@@ -103,9 +113,26 @@ def prepare_submission(spec: JobSpec) -> None:
         os.environ["SLURM_CONF"] = conf
     if shutil.which("sbatch") is None:
         raise SpecError("sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
-    from hpc.slurm_query import check_controller, squeue_rows
+    from hpc.slurm_query import check_controller
 
     check_controller()
+
+
+def check_dependencies(spec: JobSpec) -> None:
+    """Every --after job must be known to Slurm."""
+    if spec.after:
+        use_site_slurm(spec)
+        check_known(spec.after)
+
+
+def prepare_submission(spec: JobSpec) -> None:
+    """Point Slurm's clients at the profile's slurm.conf, check that no job of this name is queued or
+    running and that every --after job exists, and claim the job and checkpoint directories (each
+    array task's for that task) for this job name."""
+    use_site_slurm(spec)
+    check_dependencies(spec)
+    from hpc.slurm_query import squeue_rows
+
     live = [r for r in squeue_rows("-u", getpass.getuser())
             if r["JobName"] == spec.job_name and r["State"] not in FINAL_STATES | {"COMPLETING"}]
     if live:
@@ -114,6 +141,11 @@ def prepare_submission(spec: JobSpec) -> None:
     claim(spec.job_dir, spec.job_name, "job directory")
     if spec.runs_trainer:
         claim(spec.checkpoint_dir, spec.job_name, "checkpoint directory")
+    if spec.sweep is not None:
+        write_table(spec.sweep, spec.job_name, spec.job_dir)
+        for t in spec.sweep.tasks:
+            claim(spec.job_dir / t.dir_name, t.owner(spec.job_name), f"task {t.index}'s log.dir")
+            claim(spec.checkpoint_dir / t.dir_name, t.owner(spec.job_name), f"task {t.index}'s checkpoint.dir")
 
 
 def site_path(text: str, workdir: Path, key: str) -> Path:
@@ -166,6 +198,25 @@ def rank_command(args: Sequence[str], site: SiteProfile, python: str, job_dir: P
     return (python, "-u", "-m", "train", *args)
 
 
+def config_key_problem(key: str) -> Optional[str]:
+    """Why ``key`` (a.b.c) is not a key of the training config, or None (a key below a mapping is left to validation)."""
+    from pydantic import BaseModel
+
+    from train.config import TrainConfig
+
+    model, parts = TrainConfig, key.split(".")
+    for i, part in enumerate(parts):
+        if part not in model.model_fields:
+            return f"not a config key ({'.'.join(parts[:i]) or 'the top level'} has: {', '.join(model.model_fields)})"
+        ann = model.model_fields[part].annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+            continue
+        plain_value = isinstance(ann, type) and not issubclass(ann, dict)
+        return f"{'.'.join(parts[:i + 1])} is a value, not a section" if plain_value and i < len(parts) - 1 else None
+    return f"{key} is a section, not a value: sweep one of its keys ({', '.join(model.model_fields)})"
+
+
 def check_rank_command(spec: JobSpec) -> None:
     """What every rank will run, checked here before anything is submitted: the trainer's config,
     overrides and layout for this job's ranks, or that a ``-m MODULE`` exists for the job's python."""
@@ -174,16 +225,22 @@ def check_rank_command(spec: JobSpec) -> None:
 
     cmd = spec.command
     if spec.runs_trainer:
-        try:
-            config, overrides = split_cli(list(cmd[4:]))
-            cfg = load_config(config, overrides)
-            cfg.check_paths()
-            env = WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node)
-            ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()).grad_accum(cfg.global_batch, cfg.micro_batch)
-            check_owner(cfg.log.dir, spec.job_name, "log.dir")
-            check_owner(cfg.checkpoint_dir, spec.job_name, "checkpoint.dir")
-        except HpcError as e:
-            raise SpecError(f"trainer: {e}") from None
+        for key in spec.sweep.keys if spec.sweep is not None else ():
+            problem = config_key_problem(key)
+            if problem:
+                raise SpecError(f"--sweep {key}: {problem}")
+        for owner, task_cmd in spec.task_commands():
+            where = "trainer" if spec.sweep is None else f"--sweep task {owner.removeprefix(spec.job_name)}: trainer"
+            try:
+                config, overrides = split_cli(list(task_cmd[4:]))
+                cfg = load_config(config, overrides)
+                cfg.check_paths()
+                env = WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node)
+                ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()).grad_accum(cfg.global_batch, cfg.micro_batch)
+                check_owner(cfg.log.dir, owner, "log.dir")
+                check_owner(cfg.checkpoint_dir, owner, "checkpoint.dir")
+            except HpcError as e:
+                raise SpecError(f"{where}: {e}") from None
     elif cmd[2] == "-m" and Path(cmd[0]).is_file():  # the rank's python (a name inside an image is not checked here)
         probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
         try:
@@ -209,6 +266,9 @@ def build_spec(
     signal_lead_s: Optional[int] = None,
     max_requeues: Optional[int] = None,
     container_image: Optional[str] = None,
+    sweep: Sequence[str] = (),
+    max_parallel: Optional[int] = None,
+    after: Sequence[str] = (),
 ) -> JobSpec:
     """Check the request against the site profile; every problem is one `SpecError` line."""
     try:
@@ -256,6 +316,8 @@ def build_spec(
         raise SpecError(f"{flag}: {err['msg'].removeprefix('Value error, ')}") from None
     if pre.lead_s >= minutes * 60:
         raise SpecError(f"--signal-lead {pre.lead_s}: must be shorter than the time limit ({minutes * 60} s)")
+    array = build_sweep(sweep, max_parallel)
+    dependencies = parse_after(after)
     workdir = (workdir or Path.cwd()).resolve()
     python = python or site.environment.python or sys.executable
     job_dir = site_path(site.paths.job_dir, workdir, "paths.job_dir") / run_dir_name(name)
@@ -266,7 +328,10 @@ def build_spec(
         launcher=launch, command=rank_command(args, site, container.python if container else python, job_dir, checkpoint_dir),
         job_dir=job_dir, checkpoint_dir=checkpoint_dir, workdir=workdir, python=python,
         signal=pre.signal, signal_lead_s=pre.lead_s, max_requeues=pre.max_requeues, container=container,
+        sweep=array, after=dependencies,
     )
+    if array is not None and not spec.runs_trainer:
+        raise SpecError(f"--sweep: sweeps trainer overrides; {' '.join(spec.command[2:4])} is not the trainer")
     if container:
         try:
             spec.places.check()

@@ -2,12 +2,16 @@
 
     python -m hpc.submit --site local --nodes 2 [--partition P] [--gpus-per-node G]
         [--time T] [--job-name N] [--launcher srun|torchrun|accelerate] [--container IMAGE]
-        [--dry-run] [--emit FILE] [--wait]
+        [--sweep KEY=V1,V2 ...] [--max-parallel K] [--after JOB[:ok|any|notok] ...]
+        [--dry-run | --emit FILE | --test-only] [--wait]
         [-- TRAINER ARGS | -- -m MODULE ARGS | -- SCRIPT.py ARGS]
 
 With nothing after ``--`` every rank runs the trainer with the site's default
 training config. ``--dry-run`` prints the sbatch script and submits nothing;
-``--emit FILE`` writes it for a later ``sbatch FILE``. Bad input exits with 2
+``--emit FILE`` writes it for a later ``sbatch FILE``; ``--test-only`` asks
+``sbatch --test-only`` where and when it would start. ``--sweep`` makes one array job
+over the cartesian product of the values (hpc/sweep.py); ``--after`` chains it after
+other jobs (hpc/dependency.py). Bad input exits with 2
 before anything is submitted.
 """
 from __future__ import annotations
@@ -23,8 +27,9 @@ from hpc.node.launcher import LAUNCHERS, SRUN
 from hpc.plan import plan_trainer_args
 from hpc.render import render_sbatch
 from hpc.site import load_site
-from hpc.spec import JobSpec, SpecError, add_allocation_args, build_spec, check_rank_command
-from hpc.submitter import first_log, follow, submit
+from hpc.spec import JobSpec, SpecError, add_allocation_args, build_spec, check_dependencies, check_rank_command
+from hpc.sweep import write_table
+from hpc.submitter import first_log, follow, submit, test_only
 
 PROG = "hpc.submit"
 
@@ -40,9 +45,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--signal-lead", type=int, metavar="SECONDS", help="send it this long before the time limit (default: the profile's)")
     p.add_argument("--max-requeues", type=int, metavar="N", help="requeues after which a stopped job ends (default: the profile's)")
     p.add_argument("--container", metavar="IMAGE", help="run in this image (default: the profile's container.image; needs a container section)")
+    p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
+                   help="trainer override values to sweep (repeatable): one array task per combination")
+    p.add_argument("--max-parallel", type=int, metavar="K", help="at most K tasks of the sweep at a time (--array=0-N%%K)")
+    p.add_argument("--after", action="append", default=[], metavar="JOB[:ok|any|notok]",
+                   help="start after JOB ended COMPLETED (ok, the default), in any state (any), or not COMPLETED (notok); repeatable")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
     out.add_argument("--emit", metavar="FILE", help="write the sbatch script to FILE, submit nothing")
+    out.add_argument("--test-only", action="store_true", help="ask sbatch --test-only where and when the job would start; submit nothing")
     p.add_argument("--wait", action="store_true", help="block until the job ends; exit with its status")
     return p
 
@@ -60,7 +71,8 @@ def plan_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
     site = load_site(a.site)
     kw = dict(nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
               time=a.time, job_name=a.job_name, launcher=a.launcher,
-              signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues, container_image=a.container)
+              signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues, container_image=a.container,
+              sweep=a.sweep, max_parallel=a.max_parallel, after=a.after)
     spec = build_spec(site, args=rank_args, **kw)
     args, note = plan_trainer_args(site, spec.partition, spec.nodes, spec.gpus_per_node, rank_args)
     if note:
@@ -72,6 +84,7 @@ def plan_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
 def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
     spec = plan_spec(a, rank_args)
     check_rank_command(spec)
+    check_dependencies(spec)
     return spec
 
 
@@ -86,17 +99,38 @@ def emit(spec: JobSpec, path: Path) -> None:
         path.write_text(text)
     except OSError as e:
         raise SpecError(f"--emit {path}: cannot write it ({e.strerror})") from None
-    print(f"wrote {path}\nsubmit it with: sbatch {path}\nlogs will be {task_log(spec.job_dir, '<jobid>', '<task>')}")
+    if spec.sweep is not None:
+        write_table(spec.sweep, spec.job_name, spec.job_dir)
+    print(f"wrote {path}\nsubmit it with: sbatch {path}\nlogs will be in {spec.job_dir}/ ({log_names(spec, '<jobid>')})")
+
+
+def log_names(spec: JobSpec, job_id: str) -> str:
+    """The job's log files' names (an array task's id is ARRAY_TASK)."""
+    return task_log(Path(), f"{job_id}_<array task>" if spec.sweep is not None else job_id, "<task>").name
+
+
+def task_table(spec: JobSpec) -> str:
+    """The sweep's tasks: index, overrides, directory."""
+    rows = [("task", "overrides", "directory")] + [(str(t.index), " ".join(t.overrides), str(spec.job_dir / t.dir_name))
+                                                   for t in spec.sweep.tasks]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    return "\n".join(f"  {r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}" for r in rows)
 
 
 def submit_and_report(spec: JobSpec):
     job = submit(spec)
-    rank0 = first_log(spec, job.job_id)
-    print(f"submitted job {job.job_id} ({spec.nodes} node(s) x {spec.gpus_per_node} GPU(s), partition {spec.partition.name}, site {spec.site.name})")
+    array = f", an array of {len(spec.sweep.tasks)} tasks" if spec.sweep is not None else ""
+    print(f"submitted job {job.job_id} ({spec.nodes} node(s) x {spec.gpus_per_node} GPU(s){array}, "
+          f"partition {spec.partition.name}, site {spec.site.name})")
     print(f"script:   {job.paths.submission_file}")
-    print(f"rank 0:   {rank0}")
-    print(f"all logs: {task_log(spec.job_dir, job.job_id, '<task>')}")
-    print(f"follow:   python -m hpc.jobs logs {job.job_id} -f    state: python -m hpc.jobs status {job.job_id}")
+    if spec.sweep is not None:
+        print(task_table(spec))
+        print(f"requeue one task: scontrol requeue {job.job_id}_<task>    all tasks: python -m hpc.jobs report {job.job_id}")
+    else:
+        print(f"rank 0:   {first_log(spec, job.job_id)}")
+    print(f"all logs: {spec.job_dir}/{log_names(spec, job.job_id)}")
+    one = f"{job.job_id}_0" if spec.sweep is not None else job.job_id
+    print(f"follow:   python -m hpc.jobs logs {one} -f    state: python -m hpc.jobs status {job.job_id}")
     return job
 
 
@@ -113,11 +147,18 @@ def wait(spec: JobSpec, job_id: str) -> int:
 def run(argv: Sequence[str]) -> int:
     own, rank_args = split_args(argv)
     a = parser().parse_args(own)
-    if a.wait and (a.dry_run or a.emit):
-        raise SpecError("--wait submits and waits; it does not go with --dry-run or --emit")
+    if a.wait and (a.dry_run or a.emit or a.test_only):
+        raise SpecError("--wait submits and waits; it does not go with --dry-run, --emit or --test-only")
+    if a.wait and a.sweep:
+        raise SpecError("--wait follows one job; a sweep is an array: follow it with python -m hpc.jobs status ARRAY")
     spec = make_spec(a, rank_args)
     if a.dry_run:
         sys.stdout.write(render_sbatch(spec))
+        if spec.sweep is not None:
+            print(f"{len(spec.sweep.tasks)} array tasks (--array={spec.sweep.array}):\n{task_table(spec)}", file=sys.stderr)
+        return 0
+    if a.test_only:
+        print(f"{test_only(spec)}\n(sbatch --test-only: nothing was submitted)")
         return 0
     if a.emit:
         emit(spec, Path(a.emit).resolve())

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -18,7 +20,8 @@ import submitit
 from hpc.node.contract import ENDED_STATES, task_log
 from hpc.render import render_sbatch
 from hpc.slurm_query import JobError, job_state
-from hpc.spec import JobSpec, SpecError, prepare_submission
+from hpc.spec import JobSpec, SpecError, check_dependencies, prepare_submission, use_site_slurm
+
 
 class RenderedExecutor(submitit.SlurmExecutor):
     """submitit's Slurm executor, submitting one ready sbatch text instead of a pickled function."""
@@ -47,6 +50,21 @@ def submit(spec: JobSpec) -> submitit.SlurmJob:
         extra = spec.site.submission.extra_sbatch
         hint = f" (the profile's submission.extra_sbatch adds {', '.join(f'--{k}={v}' for k, v in extra.items())})" if extra else ""
         raise SpecError(f"sbatch refused the job: {message}{hint}") from None
+
+
+def test_only(spec: JobSpec) -> str:
+    """``sbatch --test-only`` on the rendered script: Slurm's line on where and when the job would start
+    (nothing is submitted); SpecError with sbatch's message when Slurm refuses it."""
+    use_site_slurm(spec)
+    check_dependencies(spec)
+    with tempfile.NamedTemporaryFile("w", suffix=".sbatch") as f:
+        f.write(render_sbatch(spec))
+        f.flush()
+        r = subprocess.run(["sbatch", "--test-only", f.name], capture_output=True, text=True, cwd=spec.workdir)
+    message = " ".join(r.stderr.split()).removeprefix("sbatch: ")
+    if r.returncode != 0:
+        raise SpecError(f"sbatch --test-only refused the job: {message.removeprefix('error: ') or 'no message'}")
+    return message
 
 
 def follow(job_id: str, log: Path, poll_s: float = 1.0, prefix: str = "[wait]",

@@ -161,6 +161,23 @@ def submit_cases() -> list[Case]:
     add("m-nosuch-module", site + DRY, "no such module", rank=("--", "-m", "no_such_mod_xyz"), good="-m MODULE: no such module")
     add("script-missing", site + DRY, "does not exist", rank=("--", "{T}/nosuch.py"), good="script does not exist")
     add("rank-args-only-dash", site + DRY, None, rank=("--", "-x"), good="trainer argument -x is not key=value")
+    # sweeps (array jobs) and chains: the trainer's tiny config, so every combination is checked for real
+    tiny = ("--", "--config", str(ROOT / "train" / "configs" / "tiny.yaml"))
+    for cid, flags, contains, good in (
+        ("sweep-not-a-key", ["--sweep", "optim.lrr=1e-4,3e-4"], "--sweep optim.lrr: not a config key", "--sweep KEY must be a config key"),
+        ("sweep-empty", ["--sweep", "optim.lr="], "an empty value", "--sweep: at least one value"),
+        ("sweep-empty-item", ["--sweep", "optim.lr=1e-4,"], "an empty value", "--sweep: no empty value"),
+        ("sweep-twice", ["--sweep", "optim.lr=1e-4", "--sweep", "optim.lr=3e-4"], "given twice", "--sweep KEY once"),
+        ("sweep-bad-combo", ["--sweep", "micro_batch=2,3"], "--sweep task [1] micro_batch=3", "every combination validated"),
+        ("sweep-own-dir", ["--sweep", "log.dir=a,b"], "log.dir", "each task has its own log.dir"),
+        ("max-parallel-alone", ["--max-parallel", "2"], "--max-parallel", "--max-parallel only with --sweep"),
+        ("max-parallel-0", ["--sweep", "seed=1,2", "--max-parallel", "0"], "--max-parallel", "--max-parallel >= 1"),
+        ("after-malformed", ["--after", "12x"], "--after", "--after JOB[:ok|any|notok]"),
+        ("after-kind", ["--after", "12:later"], "--after", "--after kind ok, any or notok"),
+        ("after-no-job", ["--after", "987654321"], "no such job", "--after: a job Slurm knows"),
+    ):
+        add(cid, site + DRY + flags, contains, rank=tiny, good=good)
+    add("sweep-not-trainer", site + DRY + ["--sweep", "seed=1,2"], "--sweep", good="--sweep only with the trainer")
     # job names
     g_name = "--job-name: one non-empty line, no backslash, at most 200 characters"
     for cid, n in (("name-empty", ""), ("name-newline", "a\nb"), ("name-backslash", "a\\b"),

@@ -39,6 +39,7 @@ ENDED_STATES = FINAL_STATES - {"PREEMPTED"}
 # Files and directories of a job and its run.
 TASK_LOG = "%j_%t_log.out"  # task R of job J writes J_R_log.out (as submitit names them); under torchrun/accelerate task R is node R
 BATCH_LOG = "%j_0_log.out"  # the batch script's own lines go to task 0's log
+ARRAY_TASK_ID = "%A_%a"  # in an array job %j above becomes this: ARRAY_TASK (e.g. 123_4), the id Slurm's clients take
 STOP_RECORD = ".stop-{job_id}-{restart}"  # in the job directory, per job id and restart
 METRICS_FILE = "metrics.jsonl"  # one JSON object per step, in the job directory (the trainer's log.dir)
 OWNER_FILE = ".owner.json"  # the exact name of the job that created a job, log or checkpoint directory

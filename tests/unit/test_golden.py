@@ -22,6 +22,8 @@ CASES = {
     "ib-h200-planned": ["--site", "ib-h200", "--nodes", "2", "--", "--config", TINY, "global_batch=32"],  # planner-added args
     "ib-h200-layout-given": ["--site", "ib-h200", "--nodes", "2", "--", "--config", TINY, "global_batch=32", "parallel.tp=2"],
     "apptainer-h100": ["--site", "{PROJECT}/tests/sites/apptainer-h100.yaml", "--nodes", "2"],  # an Apptainer image
+    "local-sweep": ["--site", "local", "--nodes", "1", "--job-name", "lr-sweep", "--sweep", "optim.lr=1e-4,3e-4",  # an array,
+                    "--sweep", "micro_batch=2,4", "--max-parallel", "2", "--after", "123:any"],         # chained after job 123
     "submitit": ["--site", "local", "--nodes", "2", "--job-name", "smoke", "--", "-m", "hpc.node.smoke", "--out", "{WORK}/ranks"],
 }
 
