@@ -22,6 +22,26 @@ from train.data.sources import DataError, Location
 
 ROLES = ("system", "user", "assistant", "tool")
 _PROBE_USER, _PROBE_REPLY = "probe question", "probe reply"
+BATCH = 256  # records rendered and tokenized together
+
+
+def _encoder(tokenizer):
+    """The fast tokenizer's backend, splitting special tokens as ``tokenizer(...)`` would: called directly on whole
+    batches, without the wrapper's per-call conversions (the ids are the same)."""
+    backend = tokenizer.backend_tokenizer
+    backend.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
+    return backend
+
+
+def _batches(records: Iterable[tuple[Location, dict]]) -> Iterator[list[tuple[Location, dict]]]:
+    batch: list[tuple[Location, dict]] = []
+    for item in records:
+        batch.append(item)
+        if len(batch) == BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 @dataclass
@@ -34,29 +54,24 @@ class TextFormat:
     """Documents of ``data.text_field``, each followed by EOS."""
 
     def __init__(self, cfg: DataConfig, tokenizer):
-        self.field, self.tokenizer, self.eos = cfg.text_field, tokenizer, tokenizer.eos_token_id
+        self.field, self.eos = cfg.text_field, tokenizer.eos_token_id
+        self.encoder = _encoder(tokenizer)
 
-    def samples(self, records: Iterable[tuple[Location, dict]], batch: int = 256) -> Iterator[Sample]:
-        texts: list[str] = []
-
-        def flush() -> Iterator[Sample]:
-            ids = self.tokenizer(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)["input_ids"]
-            for doc in ids:
-                arr = np.asarray(doc + [self.eos], dtype=np.int32)
-                targets = np.ones(len(arr), dtype=bool)
+    def samples(self, records: Iterable[tuple[Location, dict]]) -> Iterator[Sample]:
+        for batch in _batches(records):
+            texts = []
+            for where, record in batch:
+                text = record.get(self.field)
+                if not isinstance(text, str):
+                    raise DataError(f"data.text_field: {where} has no string field {self.field!r}; set data.text_field to the key holding the text")
+                texts.append(text)
+            for enc in self.encoder.encode_batch_fast(texts, add_special_tokens=False):
+                ids = np.empty(len(enc.ids) + 1, dtype=np.int32)
+                ids[:-1] = enc.ids
+                ids[-1] = self.eos
+                targets = np.ones(len(ids), dtype=bool)
                 targets[0] = False
-                yield Sample(arr, targets)
-            texts.clear()
-
-        for where, record in records:
-            text = record.get(self.field)
-            if not isinstance(text, str):
-                raise DataError(f"data.text_field: {where} has no string field {self.field!r}; set data.text_field to the key holding the text")
-            texts.append(text)
-            if len(texts) == batch:
-                yield from flush()
-        if texts:
-            yield from flush()
+                yield Sample(ids, targets)
 
 
 class ChatFormat:
@@ -67,6 +82,7 @@ class ChatFormat:
             raise DataError(f"data.tokenizer: {tokenizer_name} has no chat template (tokenizer_config.json chat_template or "
                             "chat_template.jinja); data.format=chat needs one")
         self.field, self.tokenizer, self.thinking = cfg.messages_field, tokenizer, cfg.enable_thinking
+        self.encoder = _encoder(tokenizer)
         user = [{"role": "user", "content": _PROBE_USER}]
         bare = self.render(user)
         with_header = self.render(user, add_generation_prompt=True, enable_thinking=True)
@@ -85,8 +101,9 @@ class ChatFormat:
                             "data.format=chat needs an end-of-turn token")
         self.end_of_turn = tokenizer.decode(end_ids[:1])  # e.g. "<|im_end|>"
 
-    def render(self, messages: list[dict], tools: list | None = None, add_generation_prompt: bool = False,
-               enable_thinking: bool | None = None) -> str:
+    def render(self, messages: list, tools: list | None = None, add_generation_prompt: bool = False,
+               enable_thinking: bool | None = None) -> str | list[str]:
+        """A conversation (a list of turns) as text, or a list of conversations as a list of texts."""
         thinking = self.thinking if enable_thinking is None else enable_thinking
         return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt,
                                                   enable_thinking=thinking)
@@ -140,20 +157,27 @@ class ChatFormat:
         return out
 
     def sample(self, where: Location, record: dict) -> Sample:
-        messages = self.messages(where, record)
-        text = self.render(messages, tools=record.get("tools"))
-        spans = self.spans(text, sum(turn["role"] == "assistant" for turn in messages), where)
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-        ids = np.asarray(enc["input_ids"], dtype=np.int32)
-        starts = np.asarray([s for s, _ in enc["offset_mapping"]], dtype=np.int64)
-        targets = np.zeros(len(ids), dtype=bool)
-        for s, e in spans:
-            targets |= (starts >= s) & (starts < e)
-        return Sample(ids, targets)
+        return next(self.samples([(where, record)]))
 
     def samples(self, records: Iterable[tuple[Location, dict]]) -> Iterator[Sample]:
-        for where, record in records:
-            yield self.sample(where, record)
+        for batch in _batches(records):
+            conversations = [self.messages(where, record) for where, record in batch]
+            texts: list[str] = []
+            at = 0
+            while at < len(batch):  # consecutive records with the same tools are rendered in one call
+                tools = batch[at][1].get("tools")
+                end = at + 1
+                while end < len(batch) and batch[end][1].get("tools") == tools:
+                    end += 1
+                texts += self.render(conversations[at:end], tools=tools)
+                at = end
+            for (where, _), messages, text, enc in zip(batch, conversations, texts, self.encoder.encode_batch(texts, add_special_tokens=False)):
+                spans = self.spans(text, sum(turn["role"] == "assistant" for turn in messages), where)
+                ids = np.asarray(enc.ids, dtype=np.int32)
+                starts = np.fromiter((s for s, _ in enc.offsets), dtype=np.int64, count=len(ids))
+                bounds = np.asarray(spans, dtype=np.int64).reshape(-1)  # s0, e0, s1, e1, ...: sorted, disjoint
+                targets = np.searchsorted(bounds, starts, side="right") % 2 == 1  # inside some [s, e)
+                yield Sample(ids, targets)
 
 
 def make_format(cfg: DataConfig, tokenizer, tokenizer_name: str) -> TextFormat | ChatFormat:

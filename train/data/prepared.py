@@ -124,7 +124,7 @@ def prepare(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: 
     work = chunks(path, cfg.chunk_bytes)
     fmt = make_format(cfg, tokenizer, tokenizer_name)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     mine = [c for c in work if c.index % world == rank]
     try:
         for chunk in mine:
@@ -139,7 +139,8 @@ def prepare(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: 
     except DataError as e:
         _write_text(out / f"error-{key}.txt", str(e) + "\n")
         raise
-    log(f"[prepare] task {rank}/{world}: {len(mine)} of {len(work)} chunks of {path} in {time.perf_counter() - t0:.1f}s")
+    log(f"[prepare] task {rank}/{world}: {len(mine)} of {len(work)} chunks of {path} in {time.perf_counter() - t0:.1f}s "
+        f"(cpu {time.process_time() - cpu0:.1f}s)")
     done = [_chunk_done(out, c.index, key) for c in work]
     if any(d is None for d in done):
         return None
