@@ -7,7 +7,8 @@
 Variants (each (shape, variant) runs in its own process):
   ours      train.loop.Trainer on one rank (dp=1 x tp=1, no FSDP): fp32 master weights (8B: bf16), bf16 compute
             (bf16 model, fp32 twin: train/precision.py), per-block torch.compile, fused linear cross-entropy, fused AdamW
-  ours-fp8, ours-fp8-rowwise  the same with fp8.enabled (torchao float8 decoder linears, tensorwise or rowwise recipe)
+  ours-fp8, ours-fp8-rowwise  the same with fp8.enabled (torchao float8 decoder linears, tensorwise or rowwise recipe;
+            4B: bf16 master weights)
   liger     transformers' Qwen3ForCausalLM with Liger kernels (apply_liger_kernel_to_qwen3: RoPE, RMSNorm, SwiGLU,
             fused linear cross-entropy), eager, bf16 parameters and AdamW state, fused AdamW (needs liger-kernel)
   liger-fp8 the liger model with torchao float8 (tensorwise) on the decoder layers' linears and each layer compiled
