@@ -2,12 +2,13 @@
 
     python bench/train_bench.py [--shapes 1.7B 4B 0.6B 8B] [--variants ours liger baseline] [--parity-shape 1.7B]
                                 [--parity-steps 50] [--checkpoint-shape 1.7B] [--timed-steps 10] [--lr-warmup 0]
-                                [--batch SHAPE=N ...] [--out FILE]
+                                [--batch SHAPE=N ...] [--set KEY=VALUE ...] [--cases SHAPE:VARIANT ...] [--out FILE]
 
 Variants (each (shape, variant) runs in its own process):
   ours      train.loop.Trainer on one rank (dp=1 x tp=1, no FSDP): fp32 master weights (8B: bf16), bf16 compute
             (bf16 model, fp32 twin: train/precision.py), per-block torch.compile, fused linear cross-entropy, fused AdamW
-  ours-fp8, ours-fp8-rowwise  the same with fp8.enabled (torchao float8 decoder linears, tensorwise or rowwise recipe)
+  ours-fp8, ours-fp8-rowwise  the same with fp8.enabled (torchao float8 decoder linears, tensorwise or rowwise recipe;
+            4B: bf16 master weights)
   liger     transformers' Qwen3ForCausalLM with Liger kernels (apply_liger_kernel_to_qwen3: RoPE, RMSNorm, SwiGLU,
             fused linear cross-entropy), eager, bf16 parameters and AdamW state, fused AdamW (needs liger-kernel)
   liger-fp8 the liger model with torchao float8 (tensorwise) on the decoder layers' linears and each layer compiled
@@ -52,23 +53,27 @@ PEAK = PEAK_FLOPS_BF16["H200"]  # the GPU of these runs
 
 class Case(NamedTuple):
     """Per shape: the micro-batch (samples of SEQ tokens), micro-batches per optimizer step, ours' parameter/AdamW
-    dtype, how the baseline runs."""
+    dtype, how the baseline runs; ours' parameter/AdamW dtype in its float8 variants where it differs."""
 
     batch: int
     accum: int = 1
     master_dtype: str = "fp32"
     baseline_compiled: bool = True
     baseline_ac: bool = False
+    fp8_master_dtype: str | None = None
 
 
 # The largest micro-batch each side fits in 139 GiB. The 4B steps over three micro-batches of 3
 # (9 x 4096 tokens, both sides), so the optimizer's pass over 16 bytes of fp32 state per parameter
 # is paid once per 9 samples (with 4 x 4096 micro-batches ours has no room left for the fp32
-# gradients they add up in). The 8B: ours with bf16 parameters and AdamW state (as the baseline
-# has; fp32 leaves no room for activations), the baseline eager with transformers' gradient
-# checkpointing (compiled or without checkpointing it does not fit).
-CASES = {"0.6B": Case(4), "1.7B": Case(12), "4B": Case(3, accum=3),
-         "8B": Case(2, master_dtype="bf16", baseline_compiled=False, baseline_ac=True)}
+# gradients they add up in); ours in float8 keeps bf16 state, as Liger does (its float8 casts make
+# the fp32 master's passes a larger share of the step). The 8B at 4 x 4096: ours with
+# bf16 parameters and AdamW state (as the peers have; fp32 leaves no room for activations), the
+# baseline eager with transformers' gradient checkpointing (compiled or without checkpointing it
+# does not fit); 4 samples instead of 2 halve the share of the per-step costs (the optimizer's pass,
+# float8 weight casts).
+CASES = {"0.6B": Case(4), "1.7B": Case(12), "4B": Case(3, accum=3, fp8_master_dtype="bf16"),
+         "8B": Case(4, master_dtype="bf16", baseline_compiled=False, baseline_ac=True)}
 WARMUP = 4
 # The parity check's bar: per-step |loss difference| over the first steps, bf16 rounding noise.
 PARITY_ABS_TOL = 0.05
@@ -77,6 +82,7 @@ PARITY_ABS_TOL = 0.05
 FP8_ABS_TOL = 0.05
 # Variants that are peers (not the project's trainer) and run for timing; by precision.
 PEERS = {"baseline": "bf16", "liger": "bf16", "liger-fp8": "fp8"}
+VARIANTS = ["ours", "ours-cudnn", "ours-fp8", "ours-fp8-rowwise", "liger", "liger-fp8", "baseline", "reference", "baseline-split"]
 
 
 def _precision(variant: str) -> str:
@@ -235,6 +241,33 @@ def _batches(items: list[str]) -> dict[str, int]:
     return out
 
 
+def _cases(items: list[str]) -> list[tuple[str, str]]:
+    """--cases SHAPE:VARIANT items as pairs; ValueError names the first bad one."""
+    out = []
+    for item in items:
+        shape, _, variant = item.partition(":")
+        if shape not in CASES or variant not in VARIANTS:
+            raise ValueError(f"--cases {item!r}: must be SHAPE:VARIANT with SHAPE one of {', '.join(CASES)} and VARIANT one of {', '.join(VARIANTS)}")
+        out.append((shape, variant))
+    return out
+
+
+def _check_overrides(items: list[str]) -> None:
+    """--set items applied to a trainer config of the first shape; ValueError (ConfigError, pydantic's) names the bad one."""
+    from pydantic import ValidationError
+
+    from train.config import ConfigError, TrainConfig, apply_overrides
+
+    raw = {"model": {"shape": next(iter(CASES))}, "seq_len": SEQ, "micro_batch": 1, "global_batch": 1, "steps": 1}
+    try:
+        TrainConfig.model_validate(apply_overrides(raw, items))
+    except ConfigError as e:
+        raise ValueError(f"--set: {e}") from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ValueError(f"--set {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
 def worker(args) -> None:
     """One (shape, variant) in this process; writes its result as JSON to args.result."""
     import torch
@@ -246,15 +279,22 @@ def worker(args) -> None:
             raise SystemExit(f"baseline-split: the {shape} micro-batch ({case.batch}) must be even (set one with --batch {shape}=N)")
         case = case._replace(batch=case.batch // 2, accum=case.accum * 2)
     ours = variant.startswith("ours")
+    fp8_ours = ours and _precision(variant) == "fp8"
+    if fp8_ours and case.fp8_master_dtype:
+        case = case._replace(master_dtype=case.fp8_master_dtype)
     parity = shape == args.parity_shape
     steps = args.parity_steps if parity else WARMUP + args.timed_steps
     warmup = WARMUP if not parity else min(10, steps // 2)
     ac = case.baseline_ac and variant.startswith("baseline")
     compiled = ours or (case.baseline_compiled and variant.startswith("baseline"))
     sdpa = "cudnn" if variant == "ours-cudnn" else "auto"
-    fp8_recipe = ("rowwise" if variant.endswith("rowwise") else "tensorwise") if ours and _precision(variant) == "fp8" else None
+    fp8_recipe = ("rowwise" if variant.endswith("rowwise") else "tensorwise") if fp8_ours else None
     cfg = _config(shape, case.batch, case.accum, steps, Path(args.run_dir) / f"{shape}-{variant}", ac, case.master_dtype if ours else "fp32", sdpa,
                   args.lr_warmup, fp8_recipe)
+    if ours and args.set:
+        from train.config import TrainConfig, apply_overrides
+
+        cfg = TrainConfig.model_validate(apply_overrides(cfg.model_dump(mode="json"), args.set))
     torch.manual_seed(cfg.seed)
     if ours:
         out = _ours(cfg, warmup, steps - warmup, save_checkpoint=shape == args.checkpoint_shape and variant == "ours")
@@ -267,7 +307,7 @@ def worker(args) -> None:
     out.update(shape=shape, variant=variant, batch=batch, precision=_precision(variant), activation_checkpointing=ac,
                step_s_min=step_s[0], step_s_median=step_s[len(step_s) // 2], step_s_max=step_s[-1],
                master_dtype=cfg.master_dtype if ours else "fp32" if variant == "reference" else "bf16",
-               compiled="per layer" if variant == "liger-fp8" else compiled, warmup_steps=warmup, timed_steps=steps - warmup,
+               compiled="per layer" if variant == "liger-fp8" else compiled, overrides=args.set if ours else [], warmup_steps=warmup, timed_steps=steps - warmup,
                tokens_per_s=tps, mfu=tps * out["flops_per_token"] / PEAK, peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30)
     Path(args.result).write_text(json.dumps(out))
 
@@ -276,7 +316,7 @@ def _run_case(shape: str, variant: str, args, run_dir: Path) -> dict:
     result = run_dir / f"{shape}-{variant}.json"
     cmd = [sys.executable, __file__, "--worker", shape, variant, "--result", str(result), "--run-dir", str(run_dir),
            "--parity-shape", args.parity_shape, "--parity-steps", str(args.parity_steps), "--checkpoint-shape", args.checkpoint_shape,
-           "--timed-steps", str(args.timed_steps), "--lr-warmup", str(args.lr_warmup), "--batch", *args.batch]
+           "--timed-steps", str(args.timed_steps), "--lr-warmup", str(args.lr_warmup), "--batch", *args.batch, "--set", *args.set]
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", TOKENIZERS_PARALLELISM="false")
     t0 = time.perf_counter()
     try:
@@ -390,12 +430,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", nargs="+", default=["1.7B", "4B", "0.6B", "8B"], choices=list(CASES))
     p.add_argument("--variants", nargs="+", default=["ours", "liger", "baseline"],
-                   choices=["ours", "ours-cudnn", "ours-fp8", "ours-fp8-rowwise", "liger", "liger-fp8", "baseline", "reference", "baseline-split"])
+                   choices=VARIANTS)
+    p.add_argument("--cases", nargs="+", default=None, metavar="SHAPE:VARIANT",
+                   help="run exactly these (shape, variant) pairs, in this order, instead of every shape x variant")
     p.add_argument("--parity-shape", default="1.7B", help="shape whose runs keep every step's loss for the loss comparison ('none': no comparison)")
     p.add_argument("--parity-steps", type=int, default=50)
     p.add_argument("--checkpoint-shape", default="1.7B", help="also time the trainer's checkpoint save and load for this shape ('none': no timing)")
     p.add_argument("--timed-steps", type=int, default=10, help="steps timed after the warm-up ones (a longer window evens out run-to-run spread)")
     p.add_argument("--batch", nargs="*", default=[], metavar="SHAPE=N", help="another batch (samples of 4096 tokens) for a shape, e.g. 1.7B=8")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="trainer config overrides for the ours variants, e.g. compile_mode=max-autotune-no-cudagraphs")
     p.add_argument("--lr-warmup", type=int, default=0, help="learning-rate warm-up steps of every run (changes no step's cost)")
     p.add_argument("--case-timeout", type=float, default=420)
     p.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/<date>-h200.json)")
@@ -406,6 +450,9 @@ def main() -> None:
     args = p.parse_args()
     try:
         _batches(args.batch)
+        _check_overrides(args.set)
+        pairs = _cases(args.cases) if args.cases else [(shape, variant) for shape in args.shapes for variant in args.variants
+                                                         if variant not in ("reference", "baseline-split") or shape == args.parity_shape]
     except ValueError as e:
         p.error(str(e))
     if args.worker:
@@ -423,13 +470,10 @@ def main() -> None:
               "mfu_formula": "tokens/s x (6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq) / peak_flops",
               "results": []}
     with tempfile.TemporaryDirectory() as tmp:
-        for shape in args.shapes:
-            for variant in args.variants:
-                if variant in ("reference", "baseline-split") and shape != args.parity_shape:
-                    continue
-                report["results"].append(_run_case(shape, variant, args, Path(tmp)))
-                report["parity"] = parity(report["results"], args.parity_shape)
-                out.write_text(json.dumps(report, indent=1))
+        for shape, variant in pairs:
+            report["results"].append(_run_case(shape, variant, args, Path(tmp)))
+            report["parity"] = parity(report["results"], args.parity_shape)
+            out.write_text(json.dumps(report, indent=1))
     if report.get("parity"):
         plot(report["results"], args.parity_shape, out.with_suffix(".png"))
     print(table(report["results"]))
