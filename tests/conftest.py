@@ -21,8 +21,6 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict
 
 def wait_job(job_id: str, timeout: float = 300) -> str:
     """Block until Slurm reports a final state for the job; returns it."""
-    import time
-
     from hpc.node.contract import ENDED_STATES
     from hpc.slurm_query import job_state
 
