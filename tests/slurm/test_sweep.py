@@ -15,7 +15,7 @@ from train_helpers import TINY
 
 pytestmark = pytest.mark.slurm
 
-STEPS = 100  # long enough to still be training when the time-limit notice comes (Slurm checks every 30 s)
+STEPS = 300  # long enough to still be training when the time-limit notice comes (Slurm checks every 30 s), on a quiet machine too
 OVERRIDES = (f"steps={STEPS}", "checkpoint.interval=5", "log.log_every=20", "export=hf")
 KEEP = ("3", "4", "5")
 
