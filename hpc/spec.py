@@ -127,10 +127,9 @@ def check_dependencies(spec: JobSpec) -> None:
 
 def prepare_submission(spec: JobSpec) -> None:
     """Point Slurm's clients at the profile's slurm.conf, check that no job of this name is queued or
-    running and that every --after job exists, and claim the job and checkpoint directories (each
-    array task's for that task) for this job name."""
+    running, and claim the job and checkpoint directories (each array task's for that task) for this
+    job name. The --after jobs were checked with the command line (`check_dependencies`)."""
     use_site_slurm(spec)
-    check_dependencies(spec)
     from hpc.slurm_query import squeue_rows
 
     live = [r for r in squeue_rows("-u", getpass.getuser())

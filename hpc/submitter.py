@@ -20,7 +20,7 @@ import submitit
 from hpc.node.contract import ENDED_STATES, task_log
 from hpc.render import render_sbatch
 from hpc.slurm_query import JobError, job_state
-from hpc.spec import JobSpec, SpecError, check_dependencies, prepare_submission, use_site_slurm
+from hpc.spec import JobSpec, SpecError, prepare_submission, use_site_slurm
 
 
 class RenderedExecutor(submitit.SlurmExecutor):
@@ -56,7 +56,6 @@ def test_only(spec: JobSpec) -> str:
     """``sbatch --test-only`` on the rendered script: Slurm's line on where and when the job would start
     (nothing is submitted); SpecError with sbatch's message when Slurm refuses it."""
     use_site_slurm(spec)
-    check_dependencies(spec)
     with tempfile.NamedTemporaryFile("w", suffix=".sbatch") as f:
         f.write(render_sbatch(spec))
         f.flush()
