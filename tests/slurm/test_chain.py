@@ -5,7 +5,6 @@ import subprocess
 import pytest
 
 from conftest import run_cli, wait_job
-from hpc.slurm_query import job_state
 from train_helpers import TINY
 
 pytestmark = pytest.mark.slurm
@@ -25,16 +24,17 @@ def times(job: str) -> tuple[str, str]:
 
 
 def test_train_starts_only_after_prepare_completed(slurm, tmp_path):
+    # A held job in front of the chain: the preparation waits for it, so both chained jobs are surely pending when
+    # checked, however idle the cluster is; releasing it lets the chain run.
+    blocker = subprocess.run(["sbatch", "--parsable", "--hold", "-N1", "-J", "chain-blocker", "-o", "/dev/null", "--wrap", "true"],
+                             capture_output=True, text=True, check=True).stdout.strip()
     data = ("data.pack=documents", f"data.prepared={tmp_path / 'prepared'}")
-    prep = submit(tmp_path, "chain-prepare", "--", "-m", "train.prepare", "--config", str(TINY), *data)
-    subprocess.run(["scontrol", "hold", prep], check=True)  # so that it is surely still waiting when the next one comes
     try:
+        prep = submit(tmp_path, "chain-prepare", "--after", blocker, "--", "-m", "train.prepare", "--config", str(TINY), *data)
         train = submit(tmp_path, "chain-train", "--after", prep, "--", "--config", str(TINY), *data, "steps=5", "checkpoint.interval=0")
         fields = subprocess.run(["scontrol", "show", "job", train], capture_output=True, text=True).stdout
     finally:
-        released = subprocess.run(["scontrol", "release", prep], capture_output=True, text=True)
-    # on an idle cluster the preparation may have started before the hold reached it: then there is nothing to release
-    assert released.returncode == 0 or job_state(prep) != "PENDING", released.stderr
+        subprocess.run(["scontrol", "release", blocker], check=True)
     assert f"Dependency=afterok:{prep}" in fields and "JobState=PENDING" in fields and "Reason=Dependency" in fields
     assert wait_job(prep) == "COMPLETED"
     assert wait_job(train) == "COMPLETED"

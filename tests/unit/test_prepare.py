@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from hpc.node.cli import HpcError
+from hpc.node.contract import PREPARED_MANIFEST as MANIFEST
 from train.data.config import DataConfig
 from train.data.packing import IGNORE as IGNORE_LABEL
 from train.data.prepared import PreparedData, describe, open_prepared, prepare, split_rows
@@ -77,6 +78,19 @@ def test_mismatched_or_corrupt_prepared_data_is_refused_in_one_line(tmp_path, so
     shard = out / "chunk-00002.tokens.npy"
     shard.write_bytes(shard.read_bytes()[:-100])
     refused(r"data.prepared: .*chunk-00002.*(missing or corrupt|the manifest says)")
+
+
+def test_of_tasks_finishing_together_one_publishes_the_manifest(tmp_path, source, tok):
+    """A task that finds every chunk done and this key's manifest published leaves it alone and gets None; a corrupt
+    manifest is replaced."""
+    out = tmp_path / "p"
+    first = prepare(cfg(source), SEQ, tok, "chat", out, log=lambda m: None)
+    published = (out / MANIFEST).read_bytes()
+    assert prepare(cfg(source), SEQ, tok, "chat", out, log=lambda m: None) is None
+    assert (out / MANIFEST).read_bytes() == published and not list(out.glob(".*tmp"))
+    (out / MANIFEST).write_text("{")
+    assert prepare(cfg(source), SEQ, tok, "chat", out, log=lambda m: None) == first
+    assert (out / MANIFEST).read_bytes() == published
 
 
 def test_task_of_reads_torchrun_then_slurm():

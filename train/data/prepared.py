@@ -74,6 +74,28 @@ def _write_text(target: Path, text: str) -> None:
     _write_atomic(target, lambda p: p.write_text(text))
 
 
+def _publish_manifest(out: Path, text: str, key: str) -> bool:
+    """Write the manifest unless another task already published this key's; True if this task wrote it. The hard
+    link is the exclusive step (atomic on local and network file systems); a stale manifest of another key is
+    replaced."""
+    tmp = out / f".{MANIFEST}.{os.getpid()}.tmp"
+    tmp.write_text(text)
+    try:
+        os.link(tmp, out / MANIFEST)
+        return True
+    except FileExistsError:
+        try:
+            theirs = read_manifest(out)
+        except DataError:
+            theirs = None
+        if theirs is not None and theirs.get("key") == key:
+            return False
+        os.replace(tmp, out / MANIFEST)
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _save_npy(target: Path, array: np.ndarray) -> None:
     def write(p: Path) -> None:
         with p.open("wb") as f:
@@ -115,7 +137,7 @@ def read_manifest(out: Path) -> dict | None:
 def prepare(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: Path, rank: int = 0, world: int = 1,
             log: Callable[[str], None] = print) -> dict | None:
     """Prepare this process's share of the chunks (index % world == rank) into ``out``; the process that completes
-    the last chunk writes the manifest and gets it back (the others get None). Chunks already done for the same
+    the last chunk writes the manifest and gets it back (the others get None; of tasks finishing together, one). Chunks already done for the same
     key are kept, so an interrupted preparation resumes."""
     expected = describe(cfg, seq_len, tokenizer)
     key = key_of(expected)
@@ -149,8 +171,7 @@ def prepare(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: 
         total.add(PackStats(**{k: d[k] for k in PackStats.__dataclass_fields__}))
     manifest = {**expected, "key": key, "chunks": [{k: d[k] for k in ("index", "rows", "samples", "tokens", "loss_tokens", "truncated", "dropped")} for d in done],
                 "totals": {**total.__dict__, "packing_efficiency": round(total.efficiency(seq_len), 6)}}
-    _write_text(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    return manifest
+    return manifest if _publish_manifest(out, json.dumps(manifest, indent=1, sort_keys=True) + "\n", key) else None
 
 
 def wait_until_prepared(out: Path, expected: dict) -> dict:
