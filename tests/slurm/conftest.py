@@ -24,3 +24,21 @@ def slurm() -> dict[str, str]:
     if r.returncode != 0:
         pytest.fail(f"sinfo failed ({r.stderr.strip()}): start the cluster with `bash scripts/cluster.sh up`")
     return {"SLURM_CONF": conf}
+
+
+@pytest.fixture(scope="session")
+def requeue_baseline(tmp_path_factory, worker_id) -> Path:
+    """The uninterrupted torchrun run (dp2 x tp2) that every requeue scenario must equal bit for bit: trained once
+    for the whole session, whichever xdist worker asks first (the others wait for it)."""
+    from filelock import FileLock
+
+    from slurm.requeue_checks import OVERRIDES
+    from train_helpers import finish, launch
+
+    base = tmp_path_factory.getbasetemp()
+    run = (base if worker_id == "master" else base.parent) / "requeue-baseline"
+    with FileLock(f"{run}.lock"):
+        if not (run / "hf" / "model.safetensors").is_file():  # absent, or cut short by an earlier failure
+            shutil.rmtree(run, ignore_errors=True)
+            finish(launch(4, run, *OVERRIDES, f"checkpoint.dir={run / 'ckpt'}"), run, timeout=600)
+    return run

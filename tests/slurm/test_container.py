@@ -1,7 +1,7 @@
 """Containers that requeue, on the real local cluster: every rank runs inside a bubblewrap sandbox (the profile's
 ``command`` runtime) that hides Slurm's binaries, its config and munge's socket, so the rank cannot reach Slurm; the
-stop record and the ``scontrol requeue`` happen outside. A time-limit notice and ``scontrol requeue`` each resume
-bitwise equal to an uninterrupted run (the machinery of tests/test_requeue.py).
+stop record and the ``scontrol requeue`` happen outside. One job is requeued with ``scontrol requeue`` and then by
+its time-limit notice, and resumes bitwise equal to the uninterrupted baseline (the machinery of test_requeue.py).
 """
 import json
 import re
@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, run_cli
+from conftest import ROOT
 from hpc.site import PROJECT_SITE_DIR
-from slurm.test_requeue import (OVERRIDES, SIGNAL_LEAD_S, _baseline, assert_completed, assert_same_as_baseline, batch_log,
-                                restarts, steps_done, wait_for)
-from slurm.test_time_limit import LONG_STEPS, shorten_time_limit
-from train_helpers import TINY
+from slurm.requeue_checks import (
+    assert_completed, assert_same_as_baseline, batch_log, restarts, steps_done, submit, time_limit_notice, wait_for, wait_resumed,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -48,21 +47,6 @@ def sandbox_profile(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def long_baseline(tmp_path_factory) -> Path:
-    return _baseline(tmp_path_factory, f"steps={LONG_STEPS}")
-
-
-def submit(cwd: Path, name: str) -> str:
-    site = sandbox_profile(cwd)
-    r = run_cli("-m", "hpc.submit", "--site", str(site), "--nodes", "2", "--job-name", name, "--max-requeues", "20",
-                "--signal-lead", str(SIGNAL_LEAD_S), "--", "--config", str(TINY), *OVERRIDES, f"steps={LONG_STEPS}", cwd=cwd)
-    assert r.returncode == 0, r.stderr
-    script = Path(re.search(r"script: +(\S+)", r.stdout).group(1)).read_text()
-    assert "-m hpc.node.launch --launcher srun --container '" in script and "bwrap --dev-bind / /" in script
-    return re.search(r"submitted job (\d+)", r.stdout).group(1)
-
-
 def assert_slurm_was_hidden(run: Path, restarts_seen: int) -> None:
     """Every rank of every run recorded, from inside its sandbox, that it could not reach Slurm."""
     records = [json.loads(p.read_text()) for p in sorted((run / "sandbox").glob("rank-*.json"))]
@@ -83,37 +67,22 @@ def assert_clean_stops(log: str, n: int) -> None:
     assert log.count("stopped cleanly for a requeue") >= n  # hpc.node.launch, on the host, turned each exit 75 into a record
 
 
-def test_time_limit_notice_reaches_the_sandbox_and_requeues_outside(slurm, tmp_path, long_baseline):
+def test_scontrol_requeue_and_time_limit_reach_the_sandbox_and_requeue_outside(slurm, tmp_path, requeue_baseline):
     t0 = time.time()
-    job = submit(tmp_path, "ctr-timelimit")
-    run = tmp_path / "jobs" / "ctr-timelimit"
-    wait_for(lambda: steps_done(run) >= 3, timeout=QUEUE_WAIT_S, what="3 steps")
-    limit = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
-    limit = re.search(r"TimeLimit=(\S+)", limit).group(1)
-    shorten_time_limit(job)
-    wait_for(lambda: restarts(job) >= 1, what="the requeue after the notice")
-    subprocess.run(["scontrol", "update", f"JobId={job}", f"TimeLimit={limit}"], check=True)
-    assert_completed(job, run)
-    n = restarts(job)
-    print(f"\n[container] time limit: {n} restart(s), {time.time() - t0:.0f} s wall")
-    log = batch_log(run, job)
-    assert n >= 1 and log.count("got SIGUSR2") >= n
-    assert log.count("[job] stopped with a checkpoint saved; requeueing job") == n
-    assert_clean_stops(log, n)
-    assert_slurm_was_hidden(run, n)
-    assert_same_as_baseline(run, long_baseline)
-
-
-def test_scontrol_requeue_reaches_the_sandbox_and_resumes(slurm, tmp_path, long_baseline):
-    t0 = time.time()
-    job = submit(tmp_path, "ctr-requeue")
+    job = submit(tmp_path, "ctr-requeue", site=str(sandbox_profile(tmp_path)))
+    script = (tmp_path / "jobs" / "ctr-requeue" / f"{job}_submission.sh").read_text()
+    assert "-m hpc.node.launch --launcher srun --container '" in script and "bwrap --dev-bind / /" in script
     run = tmp_path / "jobs" / "ctr-requeue"
     wait_for(lambda: steps_done(run) >= 12, timeout=QUEUE_WAIT_S, what="12 steps")
     subprocess.run(["scontrol", "requeue", job], check=True)
+    wait_resumed(job, run, 1)
+    time_limit_notice(job)
     assert_completed(job, run)
     n = restarts(job)
-    print(f"\n[container] scontrol requeue: {n} restart(s), {time.time() - t0:.0f} s wall")
+    print(f"\n[container] scontrol requeue, then the time-limit notice: {n} restarts, {time.time() - t0:.0f} s wall")
     log = batch_log(run, job)
-    assert n >= 1 and "got SIGTERM" in log and "resumed from" in log
+    assert n >= 2 and "got SIGTERM" in log and log.count("got SIGUSR2") >= 1
+    assert log.count("[job] stopped with a checkpoint saved; requeueing job") >= 1
+    assert_clean_stops(log, n)
     assert_slurm_was_hidden(run, n)
-    assert_same_as_baseline(run, long_baseline)
+    assert_same_as_baseline(run, requeue_baseline)

@@ -9,8 +9,7 @@ import time
 import pytest
 
 from conftest import run_cli
-from slurm.test_requeue import assert_completed, assert_same_as_baseline, restarts, steps_done, wait_for
-from slurm.test_time_limit import shorten_time_limit
+from slurm.requeue_checks import assert_completed, assert_same_as_baseline, restarts, steps_done, time_limit_notice, wait_for
 from train_helpers import TINY
 
 pytestmark = pytest.mark.slurm
@@ -36,11 +35,7 @@ def test_requeue_of_one_task_resumes_it_exactly_and_leaves_the_others(slurm, tmp
     wait_for(lambda: steps_done(runs[1]) >= 12, timeout=900, what="12 steps of task 1")
     subprocess.run(["scontrol", "requeue", f"{array}_1"], check=True)
     wait_for(lambda: steps_done(runs[2]) >= 3, timeout=900, what="3 steps of task 2")
-    limit = subprocess.run(["scontrol", "show", "job", f"{array}_2"], capture_output=True, text=True).stdout
-    shorten_time_limit(f"{array}_2")
-    wait_for(lambda: restarts(f"{array}_2") >= 1, what="task 2's requeue after its notice")
-    minutes = re.search(r"TimeLimit=(\S+)", limit).group(1)
-    subprocess.run(["scontrol", "update", f"JobId={array}_2", f"TimeLimit={minutes}"], check=True)  # its next run has its time
+    time_limit_notice(f"{array}_2")
     for i in range(3):
         assert_completed(f"{array}_{i}", jobs)
 

@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 from conftest import run_cli, wait_job  # noqa: E402
 from dist.test_tracking import REPEATABLE, items, logged  # noqa: E402
-from slurm.test_requeue import restarts, steps_done, wait_for  # noqa: E402
+from slurm.requeue_checks import restarts, steps_done, wait_for  # noqa: E402
 from train.tracking import wandb_records, wandb_run_files  # noqa: E402
 
 
