@@ -89,14 +89,14 @@ def test_bad_chat_data_is_one_line_and_exit_2_on_every_rank(tmp_path):
 
 @pytest.mark.parametrize("pack", ["documents", "stream"])
 def test_unprepared_data_is_prepared_by_the_job_without_waiting_at_a_collective(tmp_path, pack):
-    """Rank 0 tokenizes a 10 MB corpus (one chunk: all its work) far longer than the 4 s collective timeout; rank 1
+    """Rank 0 tokenizes a 17 MB corpus (one chunk: all its work) far longer than the 4 s collective timeout; rank 1
     polls for the manifest (or the token cache) instead of waiting at a barrier, and the job trains."""
     from train.data.sources import DEMO_CORPUS
 
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text(DEMO_CORPUS.read_text() * 5)  # one chunk whose tokenizing outlasts the timeout on a quiet machine too
+    corpus.write_text(DEMO_CORPUS.read_text() * 8)  # one chunk (below) whose tokenizing outlasts the timeout on a quiet machine too
     run = tmp_path / "run"
-    proc = subprocess.run(train_cmd(2, f"data.pack={pack}", f"data.path={corpus}", "steps=2", "schedule.warmup_steps=0", "checkpoint.interval=0",
+    proc = subprocess.run(train_cmd(2, f"data.pack={pack}", f"data.path={corpus}", f"data.chunk_bytes={2**26}", "steps=2", "schedule.warmup_steps=0", "checkpoint.interval=0",
                                     f"log.dir={run}"), cwd=ROOT, env=clean_env(HPC_DIST_TIMEOUT_S="4"), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert sorted(metrics(run)) == [1, 2]

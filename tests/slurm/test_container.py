@@ -1,7 +1,8 @@
 """Containers that requeue, on the real local cluster: every rank runs inside a bubblewrap sandbox (the profile's
 ``command`` runtime) that hides Slurm's binaries, its config and munge's socket, so the rank cannot reach Slurm; the
-stop record and the ``scontrol requeue`` happen outside. One job is requeued with ``scontrol requeue`` and then by
-its time-limit notice, and resumes bitwise equal to the uninterrupted baseline (the machinery of test_requeue.py).
+stop record and the ``scontrol requeue`` happen outside. One job, submitted by ``hpc.submit`` with srun (one task per
+GPU), is preempted, then requeued with ``scontrol requeue``, then by its time-limit notice, and resumes bitwise equal
+to the uninterrupted baseline each time (the machinery of test_requeue.py).
 """
 import json
 import re
@@ -16,8 +17,11 @@ import yaml
 
 from conftest import ROOT
 from hpc.site import PROJECT_SITE_DIR
+from conftest import wait_job
+from hpc.slurm_query import scontrol_fields
 from slurm.requeue_checks import (
-    assert_completed, assert_same_as_baseline, batch_log, restarts, steps_done, submit, time_limit_notice, wait_for, wait_resumed,
+    STEPS, assert_completed, assert_same_as_baseline, batch_log, restarts, steps_done, submit, time_limit_notice, wait_for,
+    wait_resumed,
 )
 
 pytestmark = pytest.mark.slurm
@@ -67,22 +71,37 @@ def assert_clean_stops(log: str, n: int) -> None:
     assert log.count("stopped cleanly for a requeue") >= n  # hpc.node.launch, on the host, turned each exit 75 into a record
 
 
-def test_scontrol_requeue_and_time_limit_reach_the_sandbox_and_requeue_outside(slurm, tmp_path, requeue_baseline):
+def test_preemption_scontrol_requeue_and_time_limit_reach_the_sandbox_and_requeue_outside(slurm, tmp_path, requeue_baseline):
     t0 = time.time()
-    job = submit(tmp_path, "ctr-requeue", site=str(sandbox_profile(tmp_path)))
-    script = (tmp_path / "jobs" / "ctr-requeue" / f"{job}_submission.sh").read_text()
-    assert "-m hpc.node.launch --launcher srun --container '" in script and "bwrap --dev-bind / /" in script
+    site = str(sandbox_profile(tmp_path))
+    job = submit(tmp_path, "ctr-requeue", "srun", "--partition", "low", site=site)
     run = tmp_path / "jobs" / "ctr-requeue"
+    script = (run / f"{job}_submission.sh").read_text()
+    assert "-m hpc.node.launch --launcher srun --container '" in script and "bwrap --dev-bind / /" in script
+
+    # a job of the high partition wants exactly this job's nodes: it preempts this job (and no other)
     wait_for(lambda: steps_done(run) >= 12, timeout=QUEUE_WAIT_S, what="12 steps")
+    high = subprocess.run(["sbatch", "--parsable", "-p", "high", "-N", "2", "-w", scontrol_fields(job)["NodeList"],
+                           "-o", str(tmp_path / "high-%j.log"), "--wrap", "sleep 2"], capture_output=True, text=True, check=True).stdout.strip()
+    wait_resumed(job, run, 1, timeout=QUEUE_WAIT_S)
+    assert wait_job(high) == "COMPLETED"
     subprocess.run(["scontrol", "requeue", job], check=True)
-    wait_resumed(job, run, 1)
+    wait_resumed(job, run, 2, timeout=QUEUE_WAIT_S)
     time_limit_notice(job)
     assert_completed(job, run)
     n = restarts(job)
-    print(f"\n[container] scontrol requeue, then the time-limit notice: {n} restarts, {time.time() - t0:.0f} s wall")
+    print(f"\n[container] preemption, scontrol requeue, time-limit notice: {n} restarts, {time.time() - t0:.0f} s wall")
     log = batch_log(run, job)
-    assert n >= 2 and "got SIGTERM" in log and log.count("got SIGUSR2") >= 1
+    assert n >= 3 and "got SIGTERM" in log and log.count("got SIGUSR2") >= 2
     assert log.count("[job] stopped with a checkpoint saved; requeueing job") >= 1
     assert_clean_stops(log, n)
     assert_slurm_was_hidden(run, n)
     assert_same_as_baseline(run, requeue_baseline)
+
+    # the finished run submitted again with fewer steps: done at once, never requeued
+    again = submit(tmp_path, "ctr-requeue", "srun", site=site, trainer=(f"steps={STEPS - 20}",))
+    assert_completed(again, run)
+    assert restarts(again) == 0
+    log = batch_log(run, again)
+    assert f"the run is already at step {STEPS} of steps={STEPS - 20}: nothing to train" in log
+    assert "[job] done" in log and "requeueing" not in log

@@ -1,12 +1,12 @@
 """Preemption, requeue, time limits and crash safety on the real local cluster, on every road.
 
-Every scenario trains the same tiny Qwen3 (dp2 x tp2 on 2 nodes) and is interrupted twice: first by one of a
-preemption, a SIGKILL in the middle of a checkpoint save, or ``scontrol requeue`` (with the save at the stop
-written in the background, or not), then by Slurm's time-limit notice, which the batch script turns into its own
-requeue. After both, the per-step loss and grad norm, the data position at every step and the exported weights
-must equal the uninterrupted baseline bit for bit (CPU arithmetic is deterministic), so no sample was trained twice
-or skipped. The roads: ``hpc.submit`` (srun, one task per GPU), the ``--emit``ted file under plain ``sbatch``,
-``--launcher torchrun`` and ``--launcher accelerate``.
+Every scenario trains the same tiny Qwen3 (dp2 x tp2 on 2 nodes) and is interrupted twice: first by a SIGKILL in
+the middle of a checkpoint save or by ``scontrol requeue`` (with the save at the stop written in the background, or
+not), then by Slurm's time-limit notice, which the batch script turns into its own requeue. After both, the per-step
+loss and grad norm, the data position at every step and the exported weights must equal the uninterrupted baseline
+bit for bit (CPU arithmetic is deterministic), so no sample was trained twice or skipped. The roads here: the
+``--emit``ted file under plain ``sbatch``, ``--launcher torchrun`` and ``--launcher accelerate``; the fourth,
+``hpc.submit`` with srun (one task per GPU), runs in a container in test_container.py.
 """
 import contextlib
 import json
@@ -20,25 +20,13 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli, wait_job
-from hpc.slurm_query import scontrol_fields
 from slurm.requeue_checks import (
-    STEPS, assert_completed, assert_same_as_baseline, batch_log, restarts, resumed_steps, steps_done, submit,
+    assert_completed, assert_same_as_baseline, batch_log, restarts, resumed_steps, steps_done, submit,
     time_limit_notice, wait_for, wait_resumed,
 )
 from train_helpers import TINY
 
 pytestmark = pytest.mark.slurm
-
-
-def preempt(job: str, run: Path, tmp_path: Path) -> None:
-    """A job of the high partition wants exactly this job's nodes: it preempts this job (and no other)."""
-    wait_for(lambda: steps_done(run) >= 12, timeout=900, what="12 steps")  # the shared cluster may hold the job pending first
-    nodes = scontrol_fields(job)["NodeList"]
-    high = subprocess.run(["sbatch", "--parsable", "-p", "high", "-N", "2", "-w", nodes, "-o", str(tmp_path / "high-%j.log"),
-                           "--wrap", "sleep 2"], capture_output=True, text=True, check=True).stdout.strip()
-    wait_resumed(job, run, 1, timeout=600)
-    assert wait_job(high) == "COMPLETED"
-    assert "got SIGUSR2" in batch_log(run, job)
 
 
 def sigkill_in_save(job: str, run: Path, tmp_path: Path) -> None:
@@ -68,17 +56,15 @@ def scontrol_requeue(job: str, run: Path, tmp_path: Path) -> None:
     assert "got SIGTERM" in batch_log(run, job)
 
 
-FIRST = {"preemption": preempt, "sigkill-in-save": sigkill_in_save, "scontrol-requeue": scontrol_requeue}
-SCENARIOS = [("srun", "preemption", False), ("emitted", "sigkill-in-save", False), ("torchrun", "scontrol-requeue", True),
-             ("accelerate", "scontrol-requeue", False)]
+FIRST = {"sigkill-in-save": sigkill_in_save, "scontrol-requeue": scontrol_requeue}
+SCENARIOS = [("emitted", "sigkill-in-save", False), ("torchrun", "scontrol-requeue", True), ("accelerate", "scontrol-requeue", False)]
 
 
 @pytest.mark.parametrize("road,first,async_save", SCENARIOS, ids=[f"{r}-{f}" for r, f, _ in SCENARIOS])
 def test_interrupted_then_time_limit_resumes_exactly(slurm, tmp_path, requeue_baseline, road, first, async_save):
     """With async_save the stop also commits the interval save still being written, then saves the stop step."""
     t0 = time.time()
-    flags = ("--partition", "low") if first == "preemption" else ()
-    job = submit(tmp_path, "requeue", road, *flags, trainer=(f"checkpoint.async_save={str(async_save).lower()}",))
+    job = submit(tmp_path, "requeue", road, trainer=(f"checkpoint.async_save={str(async_save).lower()}",))
     run = tmp_path / "jobs" / "requeue"
     FIRST[first](job, run, tmp_path)
     time_limit_notice(job)
@@ -90,14 +76,6 @@ def test_interrupted_then_time_limit_resumes_exactly(slurm, tmp_path, requeue_ba
     assert log.count("got SIGUSR2") >= 1 and log.count("[job] stopped with a checkpoint saved; requeueing job") >= 1
     assert ("writing in the background" in log) == async_save
     assert_same_as_baseline(run, requeue_baseline)
-    if road == "srun":
-        # the finished run submitted again with fewer steps: done at once, never requeued
-        again = submit(tmp_path, "requeue", road, trainer=(f"steps={STEPS - 20}",))
-        assert_completed(again, run)
-        assert restarts(again) == 0
-        log = batch_log(run, again)
-        assert f"the run is already at step {STEPS} of steps={STEPS - 20}: nothing to train" in log
-        assert "[job] done" in log and "requeueing" not in log
 
 
 def test_an_error_in_training_is_shown_and_not_requeued(slurm, tmp_path):
