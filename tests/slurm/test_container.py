@@ -68,7 +68,9 @@ def assert_clean_stops(log: str, n: int) -> None:
     stops = [int(s) for s in re.findall(r"\[preempt\] stopped at step (\d+)", log)]
     resumes = [int(s) for s in re.findall(r"\[train\] resumed from \S+step-(\d+)", log)]
     assert len(stops) == n and stops == resumes, (stops, resumes)
-    assert log.count("stopped cleanly for a requeue") >= n  # hpc.node.launch, on the host, turned each exit 75 into a record
+    # every requeue the batch script decided came from a record hpc.node.launch wrote on the host for an exit 75 (after
+    # scontrol requeue Slurm ends the step itself, and the launcher's line may be cut off with it)
+    assert log.count("stopped cleanly for a requeue") >= log.count("[job] stopped with a checkpoint saved; requeueing job") >= 1
 
 
 def test_preemption_scontrol_requeue_and_time_limit_reach_the_sandbox_and_requeue_outside(slurm, tmp_path, requeue_baseline):
