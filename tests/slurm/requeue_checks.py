@@ -81,8 +81,9 @@ def time_limit_notice(job_id: str) -> None:
     """Shorten the running job's time limit so that its --signal lead is (nearly) due at once, with 50 to 110 s left
     to save after Slurm's next check of signal times (every 30 s); wait for the requeue that follows and give the
     next run its time back."""
-    before, limit = restarts(job_id), scontrol_fields(job_id)["TimeLimit"]
-    h, m, sec = (int(x) for x in scontrol_fields(job_id)["RunTime"].split("-")[-1].split(":"))
+    fields = scontrol_fields(job_id)
+    before, limit = int(fields["Restarts"]), fields["TimeLimit"]
+    h, m, sec = (int(x) for x in fields["RunTime"].split("-")[-1].split(":"))
     minutes = math.ceil((h * 3600 + m * 60 + sec + 50) / 60)
     subprocess.run(["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"], check=True)
     wait_for(lambda: restarts(job_id) > before, what="the requeue after the time-limit notice")

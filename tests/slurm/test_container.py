@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, wait_job
 from hpc.site import PROJECT_SITE_DIR
-from conftest import wait_job
 from hpc.slurm_query import scontrol_fields
 from slurm.requeue_checks import (
     STEPS, assert_completed, assert_same_as_baseline, batch_log, restarts, steps_done, submit, time_limit_notice, wait_for,

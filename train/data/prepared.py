@@ -137,8 +137,8 @@ def read_manifest(out: Path) -> dict | None:
 def prepare(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: Path, rank: int = 0, world: int = 1,
             log: Callable[[str], None] = print) -> dict | None:
     """Prepare this process's share of the chunks (index % world == rank) into ``out``; the process that completes
-    the last chunk writes the manifest and gets it back (the others get None; of tasks finishing together, one). Chunks already done for the same
-    key are kept, so an interrupted preparation resumes."""
+    the last chunk writes the manifest and gets it back (the others get None; of tasks finishing together, one).
+    Chunks already done for the same key are kept, so an interrupted preparation resumes."""
     expected = describe(cfg, seq_len, tokenizer)
     key = key_of(expected)
     out.mkdir(parents=True, exist_ok=True)
