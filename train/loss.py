@@ -44,6 +44,17 @@ def _chunk_fn(device: torch.device) -> Callable:
     return _compiled_chunk_loss_grad
 
 
+def _add_product(acc: Tensor | None, a: Tensor, b: Tensor) -> Tensor:
+    """``acc + a @ b`` in fp32 (``a @ b`` when ``acc`` is None). On CUDA the matrix product writes its fp32
+    accumulator into ``acc`` itself (cuBLAS, bf16 inputs); elsewhere the product is added in a second pass."""
+    if a.is_cuda:
+        if acc is None:
+            return torch.mm(a, b, out_dtype=torch.float32)
+        return torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+    product = (a @ b).float()
+    return product if acc is None else acc.add_(product)
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, labels: Tensor, chunk: int, divisor: Tensor | float) -> Tensor:
@@ -57,8 +68,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             chunk_loss, g = fn(h @ weight.t(), y)
             loss += chunk_loss
             grad_hidden[start : start + chunk] = g @ weight
-            gw = g.t() @ h  # accumulated in fp32; add_ upcasts in its one pass
-            grad_weight = gw.float() if grad_weight is None else grad_weight.add_(gw)
+            grad_weight = _add_product(grad_weight, g.t(), h)
         ctx.save_for_backward(grad_hidden.div_(divisor), grad_weight.div_(divisor).to(weight.dtype))
         return loss / divisor
 
