@@ -51,8 +51,8 @@ def _add_product(acc: Tensor | None, a: Tensor, b: Tensor) -> Tensor:
         if acc is None:
             return torch.mm(a, b, out_dtype=torch.float32)
         return torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
-    product = (a @ b).float()
-    return product if acc is None else acc.add_(product)
+    product = a @ b
+    return product.float() if acc is None else acc.add_(product)  # add_ upcasts in its one pass
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
