@@ -19,8 +19,8 @@ from conftest import ROOT, wait_job
 from hpc.site import PROJECT_SITE_DIR
 from hpc.slurm_query import scontrol_fields
 from slurm.requeue_checks import (
-    STEPS, assert_completed, assert_same_as_baseline, batch_log, restarts, steps_done, submit, time_limit_notice, wait_for,
-    wait_resumed,
+    STEPS, assert_completed, assert_same_as_baseline, batch_log, restarts, resumed_steps, steps_done, submit, time_limit_notice,
+    wait_for, wait_resumed,
 )
 
 pytestmark = pytest.mark.slurm
@@ -65,8 +65,7 @@ def assert_slurm_was_hidden(run: Path, restarts_seen: int) -> None:
 def assert_clean_stops(log: str, n: int) -> None:
     """Each stop saved its own step inside the sandbox, and the next run resumed from exactly that step."""
     stops = [int(s) for s in re.findall(r"\[preempt\] stopped at step (\d+)", log)]
-    resumes = [int(s) for s in re.findall(r"\[train\] resumed from \S+step-(\d+)", log)]
-    assert len(stops) == n and stops == resumes, (stops, resumes)
+    assert len(stops) == n and stops == resumed_steps(log), (stops, resumed_steps(log))
     # every requeue the batch script decided came from a record hpc.node.launch wrote on the host for an exit 75 (after
     # scontrol requeue Slurm ends the step itself, and the launcher's line may be cut off with it)
     assert log.count("stopped cleanly for a requeue") >= log.count("[job] stopped with a checkpoint saved; requeueing job") >= 1
