@@ -63,7 +63,7 @@ def main() -> None:
         cfg = TrainConfig.model_validate(apply_overrides(raw, args.set))
         env = WorldEnv(rank=0, local_rank=0, world_size=1, local_world_size=1)
         device = init_distributed(env)
-        trainer = Trainer(cfg, ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()), env, device)
+        trainer = Trainer(cfg, ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()), env, device, run_id="bench")
         for _ in range(args.warmup):
             trainer.train_step()
         torch.cuda.synchronize()

@@ -125,7 +125,7 @@ def _ours(cfg, warmup: int, timed: int, save_checkpoint: bool) -> dict:
     env = WorldEnv(rank=0, local_rank=0, world_size=1, local_world_size=1)
     device = init_distributed(env)
     dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads())
-    trainer = Trainer(cfg, dims, env, device)
+    trainer = Trainer(cfg, dims, env, device, run_id="bench")
     losses, seconds, step_s, warmup_s = _timed(lambda: trainer.train_step()["loss"], warmup, timed)
     out = {"losses": [float(x) for x in losses], "seconds": seconds, "step_seconds": step_s, "warmup_s": warmup_s, "flops_per_token": trainer.flops_per_token}
     if save_checkpoint:

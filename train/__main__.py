@@ -18,7 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()  # before the heavy imports: Slurm may send the pre-stop signal early
     from hpc.node.cli import HpcError, Parser, error_line
     from hpc.node.contract import EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, JOB_NAME_VAR
-    from hpc.node.ownership import claim
+    from hpc.node.lease import slurm_job_id
+    from hpc.node.ownership import claim, unnamed_owner
     from train.config import load_config
     from train.parallel import ParallelDims, WorldEnv
 
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         env = WorldEnv.from_env()
         dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads())
         dims.grad_accum(cfg.global_batch, cfg.micro_batch)
-        job_name = os.environ.get(JOB_NAME_VAR, "")
+        job_name = os.environ.get(JOB_NAME_VAR) or unnamed_owner()
         claim(cfg.log.dir, job_name, "log.dir")
         claim(cfg.checkpoint_dir, job_name, "checkpoint.dir")
     except HpcError as e:
@@ -45,21 +46,49 @@ def main(argv: list[str] | None = None) -> int:
     from train.parallel import init_distributed
 
     device = init_distributed(env)
+    held = None
     try:
+        held = _take_lease(cfg.checkpoint_dir, job_name, env.rank)
         stop.join(dist.new_group(backend="gloo"))
-        step = Trainer(cfg, dims, env, device).run(stop_requested=stop.agreed)
+        step = Trainer(cfg, dims, env, device, held[0], slurm_job_id(os.environ)).run(stop_requested=stop.agreed)
     except HpcError as e:
         if e.code != EXIT_FAILED or env.rank == 0:  # a failed save or load is the same line on every rank
             print(error_line(PROG, e), file=sys.stderr)
         return e.code
     finally:
         stop.ignore_further()
+        if held is not None and held[1] is not None:
+            held[1].release()
         dist.destroy_process_group()
     if step >= cfg.steps:
         return EXIT_DONE
     if env.rank == 0:
         print(f"[preempt] stopped at step {step} of {cfg.steps} after {stop.received}, checkpoint saved", flush=True)
     return EXIT_STOPPED
+
+
+def _take_lease(directory, job_name: str, rank: int):
+    """Rank 0 takes the checkpoint directory's lease; every rank learns the run id, or raises the refusal (collective).
+    Returns (run id, the lease on rank 0 else None)."""
+    import torch.distributed as dist
+
+    from hpc.node.cli import HpcError
+    from hpc.node.lease import take
+
+    lease, outcome = None, [None, None]  # [run id, refusal]
+    if rank == 0:
+        try:
+            lease, why = take(directory, job_name, os.environ)
+            lease.refresh_in_background()
+            outcome[0] = lease.run_id
+            if why:
+                print(f"[train] took over the lease of checkpoint.dir {directory}: {why}", flush=True)
+        except HpcError as e:
+            outcome[1] = str(e)
+    dist.broadcast_object_list(outcome, src=0)
+    if outcome[1]:
+        raise HpcError(outcome[1])
+    return outcome[0], lease
 
 
 if __name__ == "__main__":

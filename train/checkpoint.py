@@ -5,17 +5,18 @@ Layout under the checkpoint root::
     step-00000100/            complete: renamed from .tmp only after every rank finished
       .metadata, __*.distcp   model + optimizer (torch.distributed.checkpoint, sharded)
       rng-rank*.pt            each rank's RNG states
-      meta.json               the COMPLETE marker: step, layout, data stream state, and the
-                              manifest (every file's size); written last
-    step-00000200.tmp/        incomplete (crashed while saving): ignored, removed by the next save
-    step-00000150.bad-.../    failed to load: set aside, never loaded again
+      meta.json               the COMPLETE marker: step, layout, data stream state, the settings the state was
+                              written with, and the manifest (every file's size and CRC-32); written last
+    step-00000200.tmp-<run>/  incomplete (that run crashed while saving): removed by a later run of the job
+    step-00000150.bad-.../    damaged (a file missing, short or not matching its CRC): set aside, never loaded or
+                              pruned again
 
-A checkpoint counts as complete only when meta.json is there and every file its manifest
-lists is there with its size. Files, meta.json and the directories are fsynced before and
-after the rename. A save is started (``start_save``: the state is copied to host memory,
-then written, in the background with a stager) and committed (``commit``: every rank waits
-for its writes, rank 0 writes meta.json and renames); ``save`` does both at once. Whatever
-goes wrong in a save is a `CheckpointError` on every rank, and the previous checkpoints stay.
+Files, meta.json and the directories are fsynced before and after the rename. A save is started (``start_save``:
+the state is copied to host memory, then written, in the background with a stager) and committed (``commit``: every
+rank waits for its writes, the files are checksummed by all ranks, rank 0 writes meta.json and renames); ``save``
+does both at once. Whatever goes wrong in a save is a `CheckpointError` on every rank, and the previous checkpoints
+stay. Loading tells damage (``verify``: `CheckpointDamaged`, the caller sets the checkpoint aside) from any other
+failure (a `CheckpointError`: out of memory, I/O, a timeout; nothing is set aside and a later start tries again).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 import random
 import shutil
 import time
+import zlib
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +41,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from hpc.node.cli import HpcError
 from hpc.node.contract import CHECKPOINT_META as META
-from hpc.node.contract import CHECKPOINT_PREFIX, EXIT_FAILED, checkpoint_name, checkpoint_step
+from hpc.node.contract import CHECKPOINT_PREFIX, EXIT_FAILED, SET_ASIDE, checkpoint_name, checkpoint_step
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -50,6 +52,10 @@ class CheckpointError(HpcError):
     """A save or load that failed (the run failed: exit 1); the message is one line."""
 
     code = EXIT_FAILED
+
+
+class CheckpointDamaged(CheckpointError):
+    """A checkpoint's files do not match its manifest: it is set aside and the next older one tried."""
 
 
 def is_complete(path: Path) -> bool:
@@ -74,9 +80,23 @@ def complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def committed_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every checkpoint that a save committed (named step-N, whole or not), oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted((step, d) for d in root.iterdir() if (step := checkpoint_step(d.name)) is not None and d.is_dir())
+
+
+def set_aside_checkpoints(root: Path) -> list[Path]:
+    """The checkpoints set aside as damaged under ``root``, by name."""
+    root = Path(root)
+    return sorted(d for d in root.iterdir() if d.name.startswith(CHECKPOINT_PREFIX) and SET_ASIDE in d.name) if root.is_dir() else []
+
+
 def set_aside(path: Path, reason: str) -> Path:
-    """Rename a checkpoint that failed to load so that it is never loaded again; returns the new path."""
-    target = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}")
+    """Rename a damaged checkpoint so that it is never loaded or pruned again; returns the new path."""
+    target = path.with_name(f"{path.name}{SET_ASIDE}{time.strftime('%Y%m%d-%H%M%S')}")
     os.replace(path, target)
     (target / "WHY.txt").write_text(reason + "\n")
     return target
@@ -96,6 +116,62 @@ def _one_line(e: BaseException) -> str:
         return "; ".join(f"rank {rank}: {_one_line(exc)}" for rank, (exc, _) in sorted(e.failures.items()))
     text = " ".join(str(e).split())[:400]
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _crc32(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def _checksums(directory: Path, names: list[str]) -> dict[str, int]:
+    """CRC-32 of ``names`` under ``directory``, each rank a share (collective); every rank gets all of them."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine, error = {}, None
+    try:
+        mine = {name: _crc32(directory / name) for name in names[rank::world]}
+    except OSError as e:
+        error = f"rank {rank}: {e.strerror} ({e.filename})"
+    shares = [None] * world
+    dist.all_gather_object(shares, (mine, error))
+    if first := next((err for _, err in shares if err), None):
+        raise OSError(first)
+    return {name: crc for share, _ in shares for name, crc in share.items()}
+
+
+def verify(path: Path) -> dict:
+    """Check a committed checkpoint against its manifest (sizes, and CRC-32s where it has them; collective).
+    Returns its meta; raises CheckpointDamaged on every rank when a file is missing, short or altered."""
+    problem, meta = None, {}
+    try:
+        meta = json.loads((Path(path) / META).read_text())
+        files = meta["files"]
+        for name, size in files.items():
+            if not (Path(path) / name).is_file():
+                problem = f"{name} is missing"
+            elif (Path(path) / name).stat().st_size != size:
+                problem = f"{name} has {(Path(path) / name).stat().st_size} bytes, the manifest says {size}"
+            if problem:
+                break
+    except FileNotFoundError:
+        problem = f"{META} is missing"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        problem = f"{META} is not a checkpoint manifest"
+    problems = [None] * dist.get_world_size()
+    dist.all_gather_object(problems, problem)
+    if first := next((p for p in problems if p), None):
+        raise CheckpointDamaged(f"checkpoint {path} is damaged: {first}")
+    if "crc32" in meta:
+        try:
+            got = _checksums(Path(path), sorted(meta["crc32"]))
+        except OSError as e:
+            raise CheckpointError(f"reading {path} to check it failed: {e}; nothing was set aside") from None
+        bad = sorted(name for name, crc in meta["crc32"].items() if got[name] != crc)
+        if bad:
+            raise CheckpointDamaged(f"checkpoint {path} is damaged: {', '.join(bad[:5])} do not match their CRC-32")
+    return meta
 
 
 def prune(root: Path, keep_last: int) -> list[Path]:
@@ -140,17 +216,23 @@ def host_stager(pinned: bool) -> AsyncStager:
     return BlockingAsyncStager(cache_staged_state_dict=pinned)
 
 
+def tmp_dirs(root: Path) -> list[Path]:
+    """Checkpoints being written, or left half-written by a run that crashed: step-N.tmp-<run id>."""
+    return sorted(Path(root).glob(f"{CHECKPOINT_PREFIX}*.tmp*")) if Path(root).is_dir() else []
+
+
 def start_save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, keep_last: int,
-               stager: AsyncStager | None = None, write_group: dist.ProcessGroup | None = None) -> PendingSave:
-    """Begin a checkpoint of ``step`` (collective). With ``stager`` the state is copied to host memory and written
-    by a background thread that talks over ``write_group`` (a gloo group of its own); without, it is written now."""
+               run_id: str, stager: AsyncStager | None = None, write_group: dist.ProcessGroup | None = None) -> PendingSave:
+    """Begin a checkpoint of ``step`` (collective) in ``step-N.tmp-<run_id>``. With ``stager`` the state is copied to
+    host memory and written by a background thread that talks over ``write_group`` (a gloo group of its own); without,
+    it is written now."""
     rank = dist.get_rank()
     final = step_dir(root, step)
-    tmp = final.with_name(final.name + ".tmp")
+    tmp = final.with_name(f"{final.name}.tmp-{run_id}")
     error = None
     if rank == 0:
         try:
-            for stale in Path(root).glob(f"{CHECKPOINT_PREFIX}*.tmp"):  # left by a save of this run that crashed
+            for stale in Path(root).glob(f"{CHECKPOINT_PREFIX}*.tmp-{run_id}"):  # this run's save that failed
                 shutil.rmtree(stale)
             tmp.mkdir(parents=True)
         except OSError as e:
@@ -180,14 +262,14 @@ def start_save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.O
     return PendingSave(future, step, tmp, final, meta, keep_last, stager is not None, time.perf_counter() - t0)
 
 
-def _agree(error: str | None, what: str, root: Path, saving: bool = True) -> None:
+def _agree(error: str | None, what: str, root: Path, saving: bool = True, after: str = "") -> None:
     """Raise CheckpointError on every rank when any rank had ``error`` (collective)."""
     errors = [None] * dist.get_world_size()
     dist.all_gather_object(errors, error)
     first = next((e for e in errors if e), None)
     if first:
         kept = "; the previous checkpoints are kept" if saving else ""
-        raise CheckpointError(f"{what} failed: {first}{_free_space(root)}{kept}")
+        raise CheckpointError(f"{what} failed: {first}{_free_space(root)}{kept}{after}")
 
 
 def _free_space(root: Path) -> str:
@@ -207,11 +289,21 @@ def commit(pending: PendingSave) -> Path:
     except (Exception, CheckpointException) as e:
         error = _one_line(e)
     _agree(error, f"checkpoint of step {pending.step} in {pending.tmp}", pending.final.parent)
+    names = [None]
+    if dist.get_rank() == 0:
+        names[0] = sorted(p.name for p in pending.tmp.iterdir() if p.is_file())
+    dist.broadcast_object_list(names, src=0)
+    error = None
+    try:
+        crc32 = _checksums(pending.tmp, names[0])
+    except OSError as e:
+        error = str(e)
+    _agree(error, f"checksumming checkpoint step {pending.step} in {pending.tmp}", pending.final.parent)
     if dist.get_rank() == 0:
         try:
-            files = {p.name: p.stat().st_size for p in sorted(pending.tmp.iterdir()) if p.is_file()}
+            files = {name: (pending.tmp / name).stat().st_size for name in names[0]}
             meta = {"step": pending.step, "world_size": dist.get_world_size(), "saved_at": time.time(), **pending.meta,
-                    "files": files}
+                    "files": files, "crc32": crc32}
             (pending.tmp / META).write_text(json.dumps(meta, indent=2))
             _fsync(pending.tmp / META)
             _fsync(pending.tmp)
@@ -225,25 +317,26 @@ def commit(pending: PendingSave) -> Path:
     return pending.final
 
 
-def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, keep_last: int) -> Path:
+def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, keep_last: int,
+         run_id: str) -> Path:
     """Save a checkpoint of ``step`` now (collective). ``meta`` (JSON) is written last, as the COMPLETE marker."""
-    return commit(start_save(root, step, model, optimizer, meta, keep_last))
+    return commit(start_save(root, step, model, optimizer, meta, keep_last, run_id))
 
 
 def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """Load model and optimizer into the current layout (collective); restores RNG states if the world size matches.
-    Returns meta; a checkpoint that fails to load on any rank is a CheckpointError on every rank."""
+    """Load a verified checkpoint's model and optimizer into the current layout (collective); restores RNG states if
+    the world size matches. Returns meta; a failure on any rank is a CheckpointError (not damage) on every rank."""
     path = Path(path)
-    error, meta = None, {}
+    meta = verify(path)
+    error = None
     try:
-        meta = json.loads((path / META).read_text())
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=path)
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         if meta["world_size"] == dist.get_world_size():
             _set_rng_state(torch.load(path / f"rng-rank{dist.get_rank()}.pt", weights_only=False))
-    except (Exception, CheckpointException) as e:  # a corrupt file fails in many ways; each is reported, the checkpoint set aside
+    except (Exception, CheckpointException) as e:  # its files match the manifest: out of memory, I/O, a timeout
         error = f"rank {dist.get_rank()}: {_one_line(e)}"
-    _agree(error, f"loading {path}", path.parent, saving=False)
+    _agree(error, f"loading {path}", path.parent, saving=False, after="; nothing was set aside, a later start tries again")
     return meta

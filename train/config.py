@@ -107,12 +107,15 @@ class ScheduleConfig(_Strict):
 
 class CheckpointConfig(_Strict):
     """dir None = <log.dir>/checkpoints; interval 0 = only at the last step; async_save: interval saves copy the
-    state to host memory and write it while training goes on (committed at a later step boundary)."""
+    state to host memory and write it while training goes on (committed at a later step boundary); restart auto
+    resumes from the newest checkpoint (refusing one written with other settings), fresh starts over from step 0
+    once per job, moving the old checkpoints and metrics.jsonl aside."""
 
     dir: str | None = None
     interval: int = Field(0, ge=0)
     keep_last: int = Field(2, ge=1)
     async_save: bool = False
+    restart: Literal["auto", "fresh"] = "auto"
 
 
 class Fp8Config(_Strict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +21,8 @@ import torch.nn.functional as F
 import yaml
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from train import checkpoint
-from train.config import TrainConfig
+from train import checkpoint, resume
+from train.config import ConfigError, TrainConfig
 from train.data import PackedStream, TokenStream, load_tokenizer
 from train.data.prepared import open_prepared, split_rows
 from train.data.stream import eval_batches
@@ -71,8 +72,9 @@ class Trainer:
     CPU every step is read. The stop check after every step waits for no device.
     """
 
-    def __init__(self, cfg: TrainConfig, dims: ParallelDims, env: WorldEnv, device: torch.device):
-        self.cfg, self.dims, self.device = cfg, dims, device
+    def __init__(self, cfg: TrainConfig, dims: ParallelDims, env: WorldEnv, device: torch.device, run_id: str,
+                 job_id: str | None = None):
+        self.cfg, self.dims, self.device, self.run_id = cfg, dims, device, run_id
         self.rank = env.rank
         self.run_dir = Path(cfg.log.dir)
         self.mesh = build_mesh(dims, device)
@@ -81,6 +83,11 @@ class Trainer:
               f"grad accumulation {self.grad_accum} x micro_batch {cfg.micro_batch}; device {device.type}")
         self.eval_batches: list[tuple[torch.Tensor, ...]] = []
         self.on_gpu = device.type == "cuda"
+        self.tokenizer_name = tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat")
+        self.tokenizer = load_tokenizer(self.tokenizer_name)
+        self.hf_config = hf_config(cfg.model, self.tokenizer)
+        self.written_with = resume.written_with(cfg, self.hf_config)
+        self._check_checkpoints(job_id)
         self._setup_data()
         self._setup_model(env.world_size)
         o = cfg.optim
@@ -107,10 +114,8 @@ class Trainer:
         """Tokenizer (data.tokenizer, else model.path's, else the demo one), then the stream: rows of the prepared data
         (packed by document; prepared here over all ranks if missing), or blocks of the token cache (rank 0 fills it,
         the others poll for it). Neither waits at a collective while data is being prepared."""
-        cfg = self.cfg
-        name = tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat")
+        cfg, name = self.cfg, self.tokenizer_name
         dp_rank = self.mesh["dp"].get_local_rank()
-        self.tokenizer = load_tokenizer(name)
         if cfg.data.packed:
             how = "python -m train.prepare --config FILE with the training run's overrides"
             world = dist.get_world_size()
@@ -138,7 +143,7 @@ class Trainer:
         checkpoints save: the same module, except on one rank with bf16 compute and fp32 master
         weights (no FSDP to cast), where it is an fp32 twin kept by ``MasterWeights``."""
         cfg, device = self.cfg, self.device
-        c = self.hf_config = hf_config(cfg.model, self.tokenizer)
+        c = self.hf_config
         params = count_params(c)
         self.flops_per_token = flops_per_token(params, c.num_hidden_layers, c.num_attention_heads, c.head_dim, cfg.seq_len)
         peak = peak_flops(device)
@@ -162,19 +167,44 @@ class Trainer:
             self.master_weights.copy_to_model()
         self.model.train()
 
+    def _check_checkpoints(self, job_id: str | None) -> None:
+        """Before anything is read or written (collective): with checkpoint.restart=fresh move the old run's files
+        aside; otherwise refuse, on every rank, checkpoints written with other settings. Half-written checkpoints of
+        runs that ended (this run holds the directory's lease) are removed."""
+        cfg, root = self.cfg, self.cfg.checkpoint_dir
+        outcome: list = [None, []]  # [refusal, log lines]
+        if self.rank == 0:
+            try:
+                if cfg.checkpoint.restart == "fresh":
+                    moved = resume.start_fresh(root, Path(cfg.log.dir), job_id)
+                    outcome[1].append(f"checkpoint.restart=fresh: moved {moved}" if moved else
+                                      "checkpoint.restart=fresh: nothing to move aside")
+                else:
+                    outcome[0] = resume.mismatch([p for _, p in checkpoint.committed_checkpoints(root)][::-1], self.written_with)
+                if outcome[0] is None:
+                    for tmp in checkpoint.tmp_dirs(root):
+                        shutil.rmtree(tmp)
+                        outcome[1].append(f"removed {tmp.name}, left half-written by a run that ended")
+            except OSError as e:
+                outcome[0] = f"checkpoint.dir {root}: cannot prepare it ({e.strerror}: {e.filename})"
+        dist.broadcast_object_list(outcome, src=0)
+        for line in outcome[1]:
+            _log0(f"[train] {line}")
+        if outcome[0]:
+            raise ConfigError(outcome[0])
+
     def _resume(self) -> None:
-        """Load the newest complete checkpoint that loads; one that fails is set aside and the next older one tried."""
+        """Load the newest checkpoint that is whole; a damaged one (files not matching its manifest) is set aside and
+        the next older one tried. Any other failure of a load fails the start (exit 1) with nothing set aside."""
         self._tracker_ids: dict[str, str] = {}  # the tracker runs this training run logs to (rank 0's checkpoint meta)
-        found = [str(path) for _, path in checkpoint.complete_checkpoints(self.cfg.checkpoint_dir)]
+        root = self.cfg.checkpoint_dir
+        found = [str(path) for _, path in checkpoint.committed_checkpoints(root)]
         candidates = [found[::-1]]
         dist.broadcast_object_list(candidates, src=0)
-        if not candidates[0]:
-            _log0(f"[train] no checkpoint in {self.cfg.checkpoint_dir}: starting at step 0")
-            return
         for path in candidates[0]:
             try:
                 meta = self.load(Path(path))
-            except checkpoint.CheckpointError as e:
+            except checkpoint.CheckpointDamaged as e:
                 if self.rank == 0:
                     moved = checkpoint.set_aside(Path(path), str(e))
                     print(f"[train] {e}; set aside as {moved}", flush=True)
@@ -185,8 +215,12 @@ class Trainer:
             self._tracker_ids = meta.get("tracker", {})
             _log0(f"[train] resumed from {path} (step {self.step}, saved under dp={meta['dp']} x tp={meta['tp']})")
             return
-        raise checkpoint.CheckpointError(f"no checkpoint in {self.cfg.checkpoint_dir} loads (each was set aside); "
-                                         "start again to train from step 0")
+        aside = [[p.name for p in checkpoint.set_aside_checkpoints(root)]]
+        dist.broadcast_object_list(aside, src=0)
+        if aside[0]:
+            raise ConfigError(f"checkpoint.dir {root}: no checkpoint loads and {', '.join(aside[0])} were set aside as "
+                              "damaged (WHY.txt in each); set checkpoint.restart=fresh to train from step 0 (they are kept)")
+        _log0(f"[train] no checkpoint in {root}: starting at step 0")
 
     def load(self, path: Path) -> dict:
         """Load a checkpoint's weights and optimizer state (collective); returns its meta."""
@@ -199,11 +233,12 @@ class Trainer:
         """Checkpoint the current step; ``background`` (with checkpoint.async_save) returns once the state is in host
         memory and the write is committed at a later step boundary. A save still being written is committed first."""
         self.finish_save()
-        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "data": self.stream.state_dict(),
+        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "data": self.stream.state_dict(), "written_with": self.written_with,
                 "tracker": self.tracking.run_ids() if self.tracking is not None else self._tracker_ids}
         stager = self._stager if background else None
         self.pending = checkpoint.start_save(self.cfg.checkpoint_dir, self.step, self.master, self.optimizer, meta,
-                                             self.cfg.checkpoint.keep_last, stager=stager, write_group=self._write_group)
+                                             self.cfg.checkpoint.keep_last, self.run_id, stager=stager,
+                                             write_group=self._write_group)
         if stager is None:
             return self.finish_save()
         _log0(f"[train] checkpoint of step {self.step} copied to host memory in {self.pending.blocked_s:.2f}s, writing in the background")

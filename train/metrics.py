@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import time
 from pathlib import Path
@@ -68,19 +69,29 @@ class MetricsLog:
             self._file = self.path.open("a", buffering=1)
 
     def _keep_until(self, step: int) -> list[dict]:
-        """Drop records after the resumed step (a stopped run logged them past its last checkpoint); returns those kept."""
+        """Drop records after the resumed step (a stopped run logged them past its last checkpoint); returns those kept.
+        The kept lines go to a new file that replaces the old one; a line that is not JSON (cut short when the process
+        was killed, or damaged) is appended to ``metrics.jsonl.unreadable`` and named in the log, never dropped."""
         if not self.path.exists():
             return []
-        kept, records = [], []
-        for line in self.path.read_text().splitlines():
+        kept, records, unreadable = [], [], []
+        for number, line in enumerate(self.path.read_text(errors="replace").splitlines(), 1):
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:  # a line cut short when the process was killed
+                record_step = record.get("step", 0)
+            except (json.JSONDecodeError, AttributeError):
+                unreadable.append(line + "\n")
+                print(f"[train] {self.path}: line {number} is not a metrics record; kept in {self.path.name}.unreadable", flush=True)
                 continue
-            if record.get("step", 0) <= step:
+            if isinstance(record_step, int) and record_step <= step:
                 kept.append(line + "\n")
                 records.append(record)
-        self.path.write_text("".join(kept))
+        if unreadable:
+            with self.path.with_name(self.path.name + ".unreadable").open("a") as side:
+                side.writelines(unreadable)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(kept))
+        os.replace(tmp, self.path)
         return records
 
     def restart_clock(self) -> None:

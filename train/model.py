@@ -16,8 +16,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from safetensors import safe_open
 from safetensors.torch import save_file
 from torch.distributed.checkpoint import HuggingFaceStorageReader
+from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
@@ -85,6 +87,23 @@ def _full_initial_state(cfg: ModelConfig, config: Qwen3Config, seed: int) -> dic
     return Qwen3ForCausalLM(config).float().state_dict()
 
 
+def _check_hf_tensors(path: str, want: dict[str, tuple[int, ...]]) -> None:
+    """Compare the directory's safetensors headers with the tensors its config.json asks for (names, shapes)."""
+    have: dict[str, tuple[int, ...]] = {}
+    for file in sorted(Path(path).glob("*.safetensors")):
+        try:
+            with safe_open(file, framework="pt") as f:
+                have |= {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        except Exception as e:  # safetensors' own error types
+            raise ConfigError(f"model.path: {file} is not a readable safetensors file ({' '.join(str(e).split())[:200]})") from None
+    missing = [k for k in want if k not in have]
+    shapes = [f"{k} is {list(have[k])}, config.json needs {list(s)}" for k, s in want.items() if k in have and have[k] != s]
+    if missing or shapes:
+        parts = ([f"{len(missing)} tensor(s) missing ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})"] if missing else [])
+        parts += shapes[:3] + ([f"{len(shapes) - 3} more of another shape"] if len(shapes) > 3 else [])
+        raise ConfigError(f"model.path: {path}: its safetensors do not fit its config.json: {'; '.join(parts)}")
+
+
 def _load_hf_shards(model: nn.Module, path: str, config: Qwen3Config) -> None:
     """Fill the (parallelized, materialized) model from the directory's safetensors; each rank reads only its slices. Collective."""
     if not any(Path(path).glob("*.safetensors")):
@@ -92,10 +111,11 @@ def _load_hf_shards(model: nn.Module, path: str, config: Qwen3Config) -> None:
     state = get_model_state_dict(model)
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # not in the files: the head is the embedding
+    _check_hf_tensors(path, {k: tuple(v.shape) for k, v in state.items()})
     try:
         dcp.load(state, storage_reader=HuggingFaceStorageReader(path))
-    except Exception as e:  # DCP gathers every rank's read errors into one CheckpointException
-        raise ConfigError(f"model.path: {path}: its safetensors do not fit this Qwen3 config ({str(e).strip().splitlines()[-1][:200]})") from None
+    except (Exception, CheckpointException) as e:  # DCP gathers every rank's read errors into one CheckpointException
+        raise ConfigError(f"model.path: {path}: its safetensors do not load ({' '.join(str(e).split())[:200]})") from None
     if config.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     set_model_state_dict(model, state)

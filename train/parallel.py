@@ -30,7 +30,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
 
-from hpc.node.netcheck import dist_timeout_s
+from hpc.node.netcheck import bound_every_group, dist_timeout_s
 from train.config import ConfigError, ParallelConfig
 from train.float8 import convert_decoder_linears, require_fp8
 from train.layout import tp_problem
@@ -104,9 +104,9 @@ def init_distributed(env: WorldEnv) -> torch.device:
         backend = "nccl"
     else:
         device, backend = torch.device("cpu"), "gloo"
+    # bounded, every group: a dead, stopped or missing rank ends the job with an error instead of a hang
+    timeout = bound_every_group(dist_timeout_s(os.environ))
     if "MASTER_ADDR" in os.environ:
-        # bounded: a dead or missing rank ends the job with an error instead of a hang
-        timeout = timedelta(seconds=dist_timeout_s(os.environ))
         dist.init_process_group(backend, rank=env.rank, world_size=env.world_size, timeout=timeout,
                                 device_id=device if backend == "nccl" else None)
     else:

@@ -44,6 +44,9 @@ STOP_RECORD = ".stop-{job_id}-{restart}"  # in the job directory, per job id and
 METRICS_FILE = "metrics.jsonl"  # one JSON object per step, in the job directory (the trainer's log.dir)
 OWNER_FILE = ".owner.json"  # the exact name of the job that created a job, log or checkpoint directory
 CHECKPOINT_META = "meta.json"  # a checkpoint's completeness marker and manifest, written last
+LEASE_FILE = ".lease.json"  # in a checkpoint directory: the one live run that may write there (hpc/node/lease.py)
+SET_ASIDE = ".bad-"  # step-N.bad-<time>: a damaged checkpoint, never loaded or pruned again
+FRESH_MARKER = ".fresh.json"  # in a checkpoint directory: which job started over with checkpoint.restart=fresh
 PREPARED_MANIFEST = "manifest.json"  # prepared data's manifest, written when every chunk is done
 PREFLIGHT_RESULT = "node-{job_id}.json"  # hpc.node.preflight_node's measurements, read by hpc.preflight
 
@@ -54,6 +57,12 @@ CHECKPOINT_PREFIX = "step-"
 def checkpoint_name(step: int) -> str:
     """A complete checkpoint's directory name: step-00000100 (``.tmp`` appended while it is written)."""
     return f"{CHECKPOINT_PREFIX}{step:08d}"
+
+
+def set_aside_step(name: str) -> int | None:
+    """The step of a set-aside checkpoint's directory name (step-00000100.bad-<time>); None for any other name."""
+    m = re.fullmatch(rf"{CHECKPOINT_PREFIX}(\d{{8}}){re.escape(SET_ASIDE)}.+", name)
+    return int(m.group(1)) if m else None
 
 
 def checkpoint_step(name: str) -> int | None:

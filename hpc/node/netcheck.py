@@ -2,6 +2,8 @@
 interfaces and HCAs must exist and be up on this node (ioctls, /proc and sysfs; no external tools)."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 import fcntl
 import ipaddress
 import re
@@ -207,6 +209,17 @@ def dist_timeout_s(environ: Mapping[str, str]) -> float:
     if not 0 < value < float("inf"):  # nan fails both comparisons
         raise NodeCheckError(f"{DIST_TIMEOUT_VAR}={text!r} must be a positive number of seconds")
     return value
+
+
+def bound_every_group(seconds: float) -> timedelta:
+    """Make ``seconds`` the timeout of every process group created from now on: the world group, the device mesh's
+    groups and each ``new_group`` alike (torch's own default for those is 30 minutes for gloo, 10 for NCCL)."""
+    import torch.distributed.distributed_c10d as c10d
+
+    timeout = timedelta(seconds=seconds)
+    c10d.default_pg_timeout = timeout
+    c10d.default_pg_nccl_timeout = timeout
+    return timeout
 
 
 def check_node(environ: Mapping[str, str], ifaces: Optional[list[Interface]] = None,

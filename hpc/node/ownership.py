@@ -29,6 +29,17 @@ def run_dir_name(job_name: str) -> str:
     return f"{slug}-{hashlib.sha256(job_name.encode()).hexdigest()[:10]}"
 
 
+def unnamed_owner() -> str:
+    """The owner of a run started without a job name (plain torchrun): the user's own, never the empty name."""
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"unnamed run of {user}"
+
+
 def check_owner(directory: Path, job_name: str, what: str) -> None:
     """Refuse a directory that another job already claimed (creates nothing)."""
     owner_file = Path(directory) / OWNER_FILE

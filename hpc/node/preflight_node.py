@@ -24,7 +24,7 @@ import torch.distributed as dist
 from hpc.node.bandwidth import human_bytes, size_ladder, sweep
 from hpc.node.cli import Parser
 from hpc.node.contract import PREFLIGHT_RESULT
-from hpc.node.netcheck import check_node, dist_timeout_s, hca_ports, interfaces
+from hpc.node.netcheck import bound_every_group, check_node, dist_timeout_s, hca_ports, interfaces
 
 DEFAULT_SIZES = {"cuda": (8 << 10, 1 << 30), "cpu": (4 << 10, 16 << 20)}
 DEFAULT_ITERS = {"cuda": (20, 5), "cpu": (5, 2)}
@@ -71,7 +71,7 @@ def main() -> None:
     device = torch.device(kind, local_rank) if kind == "cuda" else torch.device("cpu")
     backend = "nccl" if kind == "cuda" else "gloo"
     timeout = dist_timeout_s(os.environ)
-    dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+    dist.init_process_group(backend, timeout=bound_every_group(timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     lo, hi = a.min_bytes or DEFAULT_SIZES[kind][0], a.max_bytes or DEFAULT_SIZES[kind][1]
     sizes = size_ladder(lo, hi)

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from hpc.node.cli import Parser, fail
 from hpc.node.contract import DIST_TIMEOUT_VAR, EXIT_FAILED
-from hpc.node.netcheck import dist_timeout_s
+from hpc.node.netcheck import bound_every_group, dist_timeout_s
 
 PROG = "hpc.node.smoke"
 FIELDS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -27,7 +27,7 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=dist_timeout_s(os.environ),
                    help=f"seconds for rendezvous and the collective (default: ${DIST_TIMEOUT_VAR}, else 300)")
     a = p.parse_args()
-    dist.init_process_group("gloo", timeout=timedelta(seconds=a.timeout))
+    dist.init_process_group("gloo", timeout=bound_every_group(a.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     t = torch.tensor([rank + 1.0])
     dist.all_reduce(t)

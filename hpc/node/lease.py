@@ -1,0 +1,168 @@
+"""One live run per checkpoint directory: a lease file that rank 0 takes before the run writes anything.
+
+The lease (``.lease.json`` in the checkpoint directory) records the run (a random id), its Slurm job id, host, pid
+and start time; the holder refreshes its modification time every ``REFRESH_S`` seconds. Another run takes it over
+only when the holder has surely ended: the same Slurm job (a requeue of it), a process of this host that no longer
+exists, a job Slurm no longer lists as pending or running, or a lease not refreshed for ``STALE_S`` seconds. Creation
+and take-over are atomic (a hard link, and a rename that only one taker wins), so two runs never both hold it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from hpc.node.cli import HpcError
+from hpc.node.contract import ENDED_STATES, LEASE_FILE
+
+REFRESH_S = 30.0
+STALE_S = 300.0  # ten missed refreshes: the holder is gone even where Slurm cannot be asked (inside a container)
+
+
+class LeaseHeld(HpcError):
+    """Another live run holds the directory (bad input: exit 2, nothing written)."""
+
+
+def slurm_job_id(environ: Mapping[str, str]) -> str | None:
+    """This process's Slurm job id as Slurm's clients take it (array tasks: ARRAYJOB_TASK); None outside Slurm."""
+    if environ.get("SLURM_ARRAY_JOB_ID") and environ.get("SLURM_ARRAY_TASK_ID"):
+        return f"{environ['SLURM_ARRAY_JOB_ID']}_{environ['SLURM_ARRAY_TASK_ID']}"
+    return environ.get("SLURM_JOB_ID") or None
+
+
+def _slurm_state(job_id: str) -> str | None:
+    """The job's state as squeue shows it; "" when Slurm no longer lists it; None when Slurm cannot be asked."""
+    try:
+        r = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if r.returncode != 0:
+        return "" if "Invalid job id" in r.stderr else None
+    return r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class Lease:
+    """The lease this run holds on ``directory`` (rank 0); ``release`` at the end."""
+
+    directory: Path
+    record: dict
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def path(self) -> Path:
+        return self.directory / LEASE_FILE
+
+    @property
+    def run_id(self) -> str:
+        return self.record["run_id"]
+
+    def refresh_in_background(self) -> None:
+        def loop() -> None:
+            while not self._stop.wait(REFRESH_S):
+                try:
+                    os.utime(self.path)
+                except OSError:
+                    pass
+
+        threading.Thread(target=loop, name="lease-refresh", daemon=True).start()
+
+    def release(self) -> None:
+        """Stop refreshing and remove the lease if it is still this run's."""
+        self._stop.set()
+        try:
+            if json.loads(self.path.read_text()).get("run_id") == self.run_id:
+                self.path.unlink()
+        except (OSError, ValueError):
+            pass
+
+
+def _holder(path: Path) -> tuple[dict, float] | None:
+    """The lease's record and age in seconds; None when there is no lease."""
+    try:
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(path.read_text()), age
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}, age  # unreadable: judged by its age alone
+
+
+def _ended(holder: dict, age: float, me: dict) -> str | None:
+    """Why the holder has surely ended, or None while it may be alive."""
+    job = holder.get("job_id")
+    if job and job == me["job_id"]:
+        return f"the same Slurm job {job} (requeued)"
+    if holder.get("host") == me["host"] and isinstance(holder.get("pid"), int) and not job and not _pid_alive(holder["pid"]):
+        return f"process {holder['pid']} on {me['host']} has exited"
+    if job:
+        state = _slurm_state(str(job))
+        if state == "" or state in ENDED_STATES:
+            return f"Slurm job {job} has ended{f' ({state})' if state else ''}"
+    if age > STALE_S:
+        return f"not refreshed for {age:.0f} s"
+    return None
+
+
+def describe(holder: dict) -> str:
+    job = f"Slurm job {holder['job_id']}" if holder.get("job_id") else "a run"
+    return (f"{job} {holder.get('job_name') or ''!r} on {holder.get('host', '?')} (pid {holder.get('pid', '?')}, "
+            f"since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(holder.get('started', 0)))})")
+
+
+def take(directory: Path, job_name: str, environ: Mapping[str, str], what: str = "checkpoint.dir") -> tuple[Lease, str | None]:
+    """Take the lease on ``directory`` (which must exist), or raise LeaseHeld naming the live holder.
+    Returns the lease and, when it was taken over, why the previous holder counts as ended."""
+    directory = Path(directory)
+    me = {"run_id": uuid.uuid4().hex[:12], "job_id": slurm_job_id(environ), "job_name": job_name,
+          "host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+    path = directory / LEASE_FILE
+    tmp = directory / f".lease.{me['run_id']}.tmp"
+    taken_over = None
+    try:
+        tmp.write_text(json.dumps(me) + "\n")
+        for _ in range(3):
+            try:
+                os.link(tmp, path)  # fails while any lease is there
+                return Lease(directory, me), taken_over
+            except FileExistsError:
+                pass
+            holder = _holder(path)
+            if holder is None:
+                continue  # released meanwhile
+            why = _ended(*holder, me)
+            if why is None:
+                raise LeaseHeld(f"{what} {directory} is in use by {describe(holder[0])} (its {LEASE_FILE}); one live run "
+                                "per checkpoint directory: wait for it to end, cancel it, or use another checkpoint.dir")
+            try:  # one taker wins the rename; the others find the lease gone and race for the link
+                os.rename(path, directory / f".lease.{me['run_id']}.ended")
+                (directory / f".lease.{me['run_id']}.ended").unlink()
+                taken_over = why
+            except FileNotFoundError:
+                pass
+    except OSError as e:
+        raise HpcError(f"{what} {directory}: cannot take its lease ({e.strerror})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    raise LeaseHeld(f"{what} {directory}: its {LEASE_FILE} changed hands while this run tried to take it; another run "
+                    "is starting there")
