@@ -26,7 +26,8 @@ from typing import Optional, Sequence
 
 from hpc.metrics_report import last_line, plot, read_metrics, summary_table, to_tensorboard
 from hpc.node.cli import HpcError, Parser, fail
-from hpc.node.contract import METRICS_FILE, task_log
+from hpc.node.contract import (LEASE_FILE, METRICS_FILE, RUN_CONFIG, checkpoint_step, set_aside_step,
+                               task_log)
 from hpc.slurm_query import Job, JobError, array_tasks, check_controller, get_job, restarts, sacct_rows, squeue_rows
 from hpc.sweep_report import plot_sweep, sweep_table, task_run_dir, task_runs
 
@@ -123,7 +124,30 @@ def cmd_status(a: argparse.Namespace) -> int:
         path = metrics_path(job)
         records = read_metrics(path)
         print(f"  last {last_line(records)}" if records else f"  no metrics yet ({path})")
+        for line in checkpoint_lines(path.parent):
+            print(f"  {line}")
     return 0
+
+
+def checkpoint_lines(run_dir: Path) -> list[str]:
+    """The run's checkpoint directory as ``status`` shows it (from the run's config.yaml): the committed steps, the
+    checkpoints set aside as damaged (never loaded or pruned: look at their WHY.txt), and a held lease."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load((run_dir / RUN_CONFIG).read_text())
+        root = Path(cfg["checkpoint"]["dir"] or Path(cfg["log"]["dir"]) / "checkpoints")
+        names = sorted(p.name for p in root.iterdir())
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return []
+    steps = [s for n in names if (s := checkpoint_step(n)) is not None]
+    lines = [f"checkpoints {root}: " + (f"steps {', '.join(map(str, steps))}" if steps else "none yet")]
+    aside = [n for n in names if set_aside_step(n) is not None]
+    if aside:
+        lines.append(f"set aside as damaged ({len(aside)}, see WHY.txt in each): {', '.join(aside)}")
+    if LEASE_FILE in names:
+        lines.append(f"in use: {root / LEASE_FILE} is held by a live or unfinished run")
+    return lines
 
 
 def cmd_logs(a: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import yaml
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from hpc.node.contract import RUN_CONFIG
 from train import checkpoint, resume
 from train.config import ConfigError, TrainConfig
 from train.data import PackedStream, TokenStream, load_tokenizer
@@ -104,7 +105,7 @@ class Trainer:
         gc.disable()
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+            (self.run_dir / RUN_CONFIG).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
         self.tracking = Tracking(cfg, self._tracker_ids, self.step) if self.rank == 0 and cfg.log.tracker else None
         self.metrics = MetricsLog(self.run_dir, self.rank == 0, cfg.log.log_every, cfg.steps, tokens_per_step=cfg.global_batch * cfg.seq_len,
                                   flops_per_token=self.flops_per_token, peak_flops_total=self.peak_flops_total,

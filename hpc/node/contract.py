@@ -42,6 +42,7 @@ BATCH_LOG = "%j_0_log.out"  # the batch script's own lines go to task 0's log
 ARRAY_TASK_ID = "%A_%a"  # in an array job %j above becomes this: ARRAY_TASK (e.g. 123_4), the id Slurm's clients take
 STOP_RECORD = ".stop-{job_id}-{restart}"  # in the job directory, per job id and restart
 METRICS_FILE = "metrics.jsonl"  # one JSON object per step, in the job directory (the trainer's log.dir)
+RUN_CONFIG = "config.yaml"  # the trainer's whole config as it ran, in log.dir
 OWNER_FILE = ".owner.json"  # the exact name of the job that created a job, log or checkpoint directory
 CHECKPOINT_META = "meta.json"  # a checkpoint's completeness marker and manifest, written last
 LEASE_FILE = ".lease.json"  # in a checkpoint directory: the one live run that may write there (hpc/node/lease.py)

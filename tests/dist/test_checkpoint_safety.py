@@ -6,6 +6,7 @@ model.path whose safetensors do not fit its config.json is one line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -147,12 +148,12 @@ def test_a_second_run_in_a_live_run_s_checkpoint_directory_is_refused(tmp_path):
             assert second.returncode == EXIT_BAD_INPUT, second.stderr[-2000:]
             [line] = error_lines(second)
             assert f"is in use by a run 'unnamed run of" in line and f"(pid {holder['pid']}," in line
+            assert "[train]" not in second.stdout  # refused before the trainer was built
             os.kill(first.pid, signal.SIGUSR2)
             assert first.wait(timeout=60) == EXIT_STOPPED
         finally:
             first.kill()
     assert not (run_dir / "checkpoints" / LEASE_FILE).exists()  # released at the end
-    assert len(list((run_dir / "checkpoints").glob("step-*"))) == 1
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +196,7 @@ def test_every_process_group_of_the_trainer_is_bounded_by_the_dist_timeout(tmp_p
     probe = tmp_path / "probe"
     probe.mkdir()
     (probe / "sitecustomize.py").write_text(
-        "import atexit, json, os\n"
+        "import json, os\n"
         "def report():\n"
         "    import torch.distributed as dist, torch.distributed.distributed_c10d as c10d\n"
         "    if not dist.is_initialized(): return\n"
@@ -227,7 +228,8 @@ def test_every_process_group_of_the_trainer_is_bounded_by_the_dist_timeout(tmp_p
             rc = proc.wait(timeout=180)
             ended = time.time() - t0
         finally:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
     for r, by_name in enumerate(groups):
         assert len(by_name) >= 4, by_name  # world, dp, tp, the stop flag's and the writer's
         assert set(by_name.values()) == {20.0}, (r, by_name)

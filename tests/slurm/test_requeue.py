@@ -34,7 +34,7 @@ def sigkill_in_save(job: str, run: Path, tmp_path: Path) -> None:
     the previous complete checkpoint."""
     ckpt = tmp_path / "checkpoints" / run.name
     wait_for(lambda: ckpt.is_dir() and any(p.name == "step-00000005" for p in ckpt.iterdir()), timeout=900, what="first checkpoint")
-    tmp = wait_for(lambda: [p for p in ckpt.iterdir() if p.name.endswith(".tmp")], poll=0.002, what="a save in progress")[0]
+    tmp = wait_for(lambda: [p for p in ckpt.iterdir() if ".tmp-" in p.name], poll=0.002, what="a save in progress")[0]
     ranks = subprocess.run(["pgrep", "-f", f"checkpoint.dir={ckpt}"], capture_output=True, text=True).stdout.split()
     for pid in ranks:
         with contextlib.suppress(ProcessLookupError):  # srun --kill-on-bad-exit may have ended it after the first kill
@@ -42,11 +42,14 @@ def sigkill_in_save(job: str, run: Path, tmp_path: Path) -> None:
     assert len(ranks) >= 4  # the four ranks (and their hpc.node.launch supervisors)
     assert wait_job(job) in ("FAILED", "CANCELLED")
     assert tmp.exists(), "the kill did not land inside the save"
-    complete = sorted(p.name for p in ckpt.iterdir() if not p.name.endswith(".tmp"))
-    assert complete and complete[-1] < tmp.name.removesuffix(".tmp")
+    complete = sorted(p.name for p in ckpt.iterdir() if p.name.startswith("step-") and ".tmp-" not in p.name)
+    assert complete and complete[-1] < tmp.name.split(".tmp-")[0]
     subprocess.run(["scontrol", "requeue", job], check=True)
     wait_resumed(job, run, 1)
-    assert f"resumed from {ckpt / complete[-1]}" in batch_log(run, job)
+    log = batch_log(run, job)
+    assert f"resumed from {ckpt / complete[-1]}" in log
+    assert f"removed {tmp.name}, left half-written by a run that ended" in log
+    assert "took over the lease of checkpoint.dir" in log and "(requeued)" in log
 
 
 def scontrol_requeue(job: str, run: Path, tmp_path: Path) -> None:
@@ -75,6 +78,22 @@ def test_interrupted_then_time_limit_resumes_exactly(slurm, tmp_path, requeue_ba
     assert n >= 2 and len(resumed_steps(log)) == n and f"restart {n}" in log
     assert log.count("got SIGUSR2") >= 1 and log.count("[job] stopped with a checkpoint saved; requeueing job") >= 1
     assert ("writing in the background" in log) == async_save
+    assert_same_as_baseline(run, requeue_baseline)
+
+
+def test_one_emitted_script_submitted_twice_runs_once(slurm, tmp_path, requeue_baseline):
+    """The second job (started once the first runs) finds the checkpoint directory's lease held: exit 2, nothing
+    written, no requeue; the first completes bitwise equal to the baseline."""
+    first = submit(tmp_path, "twice", "emitted")
+    sb = subprocess.run(["sbatch", "--parsable", f"--dependency=after:{first}", str(tmp_path / "twice.sbatch")],
+                        capture_output=True, text=True, cwd=tmp_path)
+    assert sb.returncode == 0, sb.stderr
+    second, run = sb.stdout.strip(), tmp_path / "jobs" / "twice"
+    assert wait_job(second, timeout=900) == "FAILED", batch_log(run, second)[-3000:]
+    log = batch_log(run, second)
+    assert f"is in use by Slurm job {first} 'twice'" in log and "[job] ranks ended with exit code 2: not requeued" in log
+    assert restarts(second) == 0 and "Traceback" not in log
+    assert_completed(first, run)
     assert_same_as_baseline(run, requeue_baseline)
 
 

@@ -11,7 +11,7 @@ import torch
 from train.checkpoint import META, complete_checkpoints, prune, step_dir
 from train.loop import lr_at
 from train.loss import linear_cross_entropy
-from train.metrics import flops_per_token
+from train.metrics import MetricsLog, flops_per_token
 from train.parallel import checkpointed_layers
 from train.precision import MasterWeights
 
@@ -107,3 +107,30 @@ def test_master_weights_accumulate_in_fp32_and_cast_back():
     assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(model.parameters(), master.parameters()))
     with pytest.raises(ValueError, match="same parameters"):
         MasterWeights(model, torch.nn.Linear(8, 8))
+
+
+def test_a_resume_trims_metrics_by_a_new_file_and_keeps_unreadable_lines_aside(tmp_path, capsys):
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": 1, "loss": 2.0}), json.dumps({"step": 2, "loss": 1.5}), "{\"step\": 3, \"lo",
+             json.dumps({"step": 3, "loss": 1.2})]
+    path.write_text("\n".join(lines) + "\n")
+    inode = path.stat().st_ino
+    log = MetricsLog(tmp_path, True, 1, 10, tokens_per_step=1, flops_per_token=1.0, peak_flops_total=None, resume_step=2)
+    log.close()
+    assert path.read_text().splitlines() == lines[:2]
+    assert path.stat().st_ino != inode  # replaced, not rewritten in place
+    assert (tmp_path / "metrics.jsonl.unreadable").read_text() == lines[2] + "\n"
+    assert "line 3 is not a metrics record; kept in metrics.jsonl.unreadable" in capsys.readouterr().out
+
+
+def test_jobs_status_names_the_checkpoints_set_aside(tmp_path):
+    from hpc.jobs import checkpoint_lines
+
+    ckpt = tmp_path / "ck"
+    for name in ("step-00000003", "step-00000006.bad-20261205-101010", "step-00000009", "step-00000012.tmp-ab12"):
+        (ckpt / name).mkdir(parents=True)
+    (tmp_path / "config.yaml").write_text(f"log: {{dir: {tmp_path}}}\ncheckpoint: {{dir: {ckpt}}}\n")
+    assert checkpoint_lines(tmp_path) == [
+        f"checkpoints {ckpt}: steps 3, 9",
+        "set aside as damaged (1, see WHY.txt in each): step-00000006.bad-20261205-101010"]
+    assert checkpoint_lines(tmp_path / "nowhere") == []
