@@ -91,7 +91,7 @@ def test_one_emitted_script_submitted_twice_runs_once(slurm, tmp_path, requeue_b
     second, run = sb.stdout.strip(), tmp_path / "jobs" / "twice"
     assert wait_job(second, timeout=900) == "FAILED", batch_log(run, second)[-3000:]
     log = batch_log(run, second)
-    assert f"is in use by Slurm job {first} 'twice'" in log and "[job] ranks ended with exit code 2: not requeued" in log
+    assert f"is in use by Slurm job {first} 'twice'" in log and ": not requeued" in log  # exit 2, or srun's kill of the rest
     assert restarts(second) == 0 and "Traceback" not in log
     assert_completed(first, run)
     assert_same_as_baseline(run, requeue_baseline)
