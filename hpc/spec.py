@@ -96,7 +96,7 @@ class JobSpec:
 
 def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default: Optional[str] = None) -> None:
     """The flags every submitting command shares: --site, --nodes, --partition, --gpus-per-node, --time."""
-    p.add_argument("--site", required=True, help="profile name (site_configs/, ~/.config/hpc/sites/, $HPC_SITE_DIRS) or a YAML path")
+    p.add_argument("--site", required=True, help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) or a YAML path")
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--partition", help="partition name (default: the profile's default)")
     p.add_argument("--gpus-per-node", type=int, help="GPUs (ranks) per node (default: all of the partition's)")
