@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hpc.container import Container
 from hpc.node.cli import HpcError
-from hpc.node.contract import DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, SITE_DIRS_VAR, STOP_SIGNALS
+from hpc.node.contract import (DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, NCCL_IB_HCA_VAR, NCCL_SOCKET_IFNAME_VAR,
+                               SITE_DIRS_VAR, STOP_SIGNALS)
 from hpc.node.netcheck import NcclList, NodeCheckError
 from hpc.slurm_time import parse_minutes
 
@@ -128,7 +129,7 @@ class Network(Strict):
     @field_validator("nccl_socket_ifname")
     @classmethod
     def _nccl_ifname(cls, v: str) -> str:
-        _nccl_list(v, "NCCL_SOCKET_IFNAME")
+        _nccl_list(v, NCCL_SOCKET_IFNAME_VAR)
         return v
 
     @field_validator("gloo_socket_ifname")
@@ -148,7 +149,7 @@ class Network(Strict):
                 raise ValueError("one HCA per item (a list, not a comma-separated string)")
             if any(item.startswith("=") for item in v[1:]):
                 raise ValueError("= (exact names) applies to the whole list: put it on the first item only")
-            _nccl_list(",".join(v), "NCCL_IB_HCA")
+            _nccl_list(",".join(v), NCCL_IB_HCA_VAR)
         return v
 
     @model_validator(mode="after")
