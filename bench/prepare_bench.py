@@ -184,6 +184,7 @@ def main() -> None:
     text = json.dumps(result, indent=1)
     print(text)
     target = a.out or ROOT / "bench" / "results" / f"{result['date']}-prepare-local.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text + "\n")
 
 

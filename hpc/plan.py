@@ -33,12 +33,12 @@ from typing import Optional, Sequence
 from hpc.node.bandwidth import bus_factor
 from hpc.node.cli import HpcError, Parser, fail
 from hpc.site import Partition, SiteProfile, load_site
+from train.interface import LOSS_CHUNK_TOKENS
 from train.layout import tp_degrees
 
 HEADROOM = 0.10
 STATE_B = {"fp32": 16, "bf16": 8}  # by master_dtype
 LAYER_GATHER_B, ROOT_GATHER_B, LOGIT_B, HEAD_GRAD_B, ACT_B = 10, 8, 10, 6, 2
-LOSS_CHUNK_TOKENS = 4096  # train/loss.py CHUNK_TOKENS
 
 
 class PlanError(HpcError):

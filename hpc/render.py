@@ -1,4 +1,4 @@
-"""JobSpec -> sbatch text, from the jinja2 templates in sbatch_templates/.
+"""JobSpec -> sbatch text, from the jinja2 templates in hpc/templates/ (package data).
 
 `render_sbatch` is the one script of a job: what ``--dry-run`` prints, what ``--emit``
 writes and what ``hpc.submit`` submits are the same text.
@@ -19,7 +19,7 @@ from hpc.spec import JobSpec
 from hpc.slurm_time import format_minutes
 from hpc.sweep import task_args
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "sbatch_templates"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),

@@ -3,8 +3,10 @@
 Lookup for ``--site NAME`` (first hit wins):
   1. a path, when NAME ends in .yaml/.yml or contains a slash;
   2. each directory in ``$HPC_SITE_DIRS`` (colon-separated);
-  3. ``~/.config/hpc/sites/NAME.yaml`` (the user's own profiles);
-  4. the project's ``site_configs/NAME.yaml``.
+  3. ``./NAME.yaml`` in the working directory;
+  4. ``$XDG_CONFIG_HOME/hpc/sites/NAME.yaml`` (default ``~/.config/hpc/sites/``: the user's own profiles);
+  5. the profiles shipped in the package, ``hpc/site_configs/NAME.yaml``.
+docs/sites.md describes the keys.
 Unknown keys are errors, so a typo never passes silently.
 """
 from __future__ import annotations
@@ -19,12 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hpc.container import Container
 from hpc.node.cli import HpcError
-from hpc.node.contract import DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, SITE_DIRS_VAR, STOP_SIGNALS
+from hpc.node.contract import (DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, NCCL_IB_HCA_VAR, NCCL_SOCKET_IFNAME_VAR,
+                               SITE_DIRS_VAR, STOP_SIGNALS)
 from hpc.node.netcheck import NcclList, NodeCheckError
 from hpc.slurm_time import parse_minutes
 
-PROJECT_SITE_DIR = Path(__file__).resolve().parent.parent / "site_configs"
-USER_SITE_DIR = Path("~/.config/hpc/sites").expanduser()
+SHIPPED_SITE_DIR = Path(__file__).resolve().parent / "site_configs"
 NAME_RE = r"^[A-Za-z0-9._-]+$"
 
 
@@ -127,7 +129,7 @@ class Network(Strict):
     @field_validator("nccl_socket_ifname")
     @classmethod
     def _nccl_ifname(cls, v: str) -> str:
-        _nccl_list(v, "NCCL_SOCKET_IFNAME")
+        _nccl_list(v, NCCL_SOCKET_IFNAME_VAR)
         return v
 
     @field_validator("gloo_socket_ifname")
@@ -147,7 +149,7 @@ class Network(Strict):
                 raise ValueError("one HCA per item (a list, not a comma-separated string)")
             if any(item.startswith("=") for item in v[1:]):
                 raise ValueError("= (exact names) applies to the whole list: put it on the first item only")
-            _nccl_list(",".join(v), "NCCL_IB_HCA")
+            _nccl_list(",".join(v), NCCL_IB_HCA_VAR)
         return v
 
     @model_validator(mode="after")
@@ -233,9 +235,15 @@ class SiteProfile(Strict):
         raise SiteError(f"site {self.name}: partition {name!r} is not in the profile; allowed: {allowed}")
 
 
+def user_site_dir() -> Path:
+    """The user's own profiles: ``$XDG_CONFIG_HOME/hpc/sites`` (default ``~/.config/hpc/sites``)."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or "~/.config").expanduser() / "hpc" / "sites"
+
+
 def site_dirs() -> list[Path]:
+    """Where ``--site NAME`` looks, in order: $HPC_SITE_DIRS, the working directory, the user's directory, the shipped ones."""
     dirs = [Path(d).expanduser() for d in os.environ.get(SITE_DIRS_VAR, "").split(":") if d]
-    return dirs + [USER_SITE_DIR, PROJECT_SITE_DIR]
+    return dirs + [Path.cwd(), user_site_dir(), SHIPPED_SITE_DIR]
 
 
 def find_site(name: str) -> Path:
@@ -285,7 +293,7 @@ def load_site(name: str) -> SiteProfile:
         err = e.errors()[0]
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling; see site_configs/README.md for the keys)"
+            msg = "unknown key (check the spelling; see docs/sites.md for the keys)"
             if tuple(err["loc"]) == ("environment", "container"):
                 msg = "moved: write a top-level container: section with runtime: pyxis, image and mounts"
         raise SiteError(f"{path}: {_loc(err['loc'])}: {msg}") from None

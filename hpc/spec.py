@@ -23,6 +23,7 @@ from hpc.node.ownership import check_owner, claim, run_dir_name
 from hpc.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.slurm_time import format_minutes, parse_minutes
 from hpc.sweep import Sweep, build_sweep, task_args, write_table
+from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, MODULE as TRAINER_MODULE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TRAIN_CONFIG_DIR = PROJECT_ROOT / "train" / "configs"
@@ -75,7 +76,7 @@ class JobSpec:
 
     @property
     def runs_trainer(self) -> bool:
-        return self.command[2:4] == ("-m", "train")
+        return self.command[2:4] == ("-m", TRAINER_MODULE)
 
     @property
     def launch_python(self) -> str:
@@ -96,7 +97,7 @@ class JobSpec:
 
 def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default: Optional[str] = None) -> None:
     """The flags every submitting command shares: --site, --nodes, --partition, --gpus-per-node, --time."""
-    p.add_argument("--site", required=True, help="profile name (site_configs/, ~/.config/hpc/sites/, $HPC_SITE_DIRS) or a YAML path")
+    p.add_argument("--site", required=True, help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) or a YAML path")
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--partition", help="partition name (default: the profile's default)")
     p.add_argument("--gpus-per-node", type=int, help="GPUs (ranks) per node (default: all of the partition's)")
@@ -191,10 +192,10 @@ def rank_command(args: Sequence[str], site: SiteProfile, python: str, job_dir: P
         return (python, "-u", str(Path(args[0]).resolve()), *args[1:])
     if not any(a == "--config" or a.startswith("--config=") for a in args):
         args = ["--config", default_train_config(site), *args]
-    for key, value in (("log.dir", job_dir), ("checkpoint.dir", checkpoint_dir)):
+    for key, value in ((LOG_DIR_KEY, job_dir), (CHECKPOINT_DIR_KEY, checkpoint_dir)):
         if not any(a.startswith(f"{key}=") for a in args):
             args.append(f"{key}={value}")
-    return (python, "-u", "-m", "train", *args)
+    return (python, "-u", "-m", TRAINER_MODULE, *args)
 
 
 def config_key_problem(key: str) -> Optional[str]:
@@ -236,8 +237,8 @@ def check_rank_command(spec: JobSpec) -> None:
                 cfg.check_paths()
                 env = WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node)
                 ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()).grad_accum(cfg.global_batch, cfg.micro_batch)
-                check_owner(cfg.log.dir, owner, "log.dir")
-                check_owner(cfg.checkpoint_dir, owner, "checkpoint.dir")
+                check_owner(cfg.log.dir, owner, LOG_DIR_KEY)
+                check_owner(cfg.checkpoint_dir, owner, CHECKPOINT_DIR_KEY)
             except HpcError as e:
                 raise SpecError(f"{where}: {e}") from None
     elif cmd[2] == "-m" and Path(cmd[0]).is_file():  # the rank's python (a name inside an image is not checked here)

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.node.cli import HpcError
+from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, RUN_DIR_KEYS
 
 SWEEP_FILE = "sweep.json"  # the task table of an array job, in its job directory
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-_OWN_DIRS = ("log.dir", "checkpoint.dir")  # each task gets its own
 _SLUG_MAX = 60
 
 
@@ -67,7 +67,7 @@ def parse_axes(items: Sequence[str]) -> list[tuple[str, list[str]]]:
         key, sep, text = item.partition("=")
         if not sep or not _KEY.fullmatch(key):
             raise SweepError(f"--sweep {item!r}: expected KEY=V1,V2,... with a config key such as optim.lr")
-        if key in _OWN_DIRS:
+        if key in RUN_DIR_KEYS:
             raise SweepError(f"--sweep {key}: each task gets its own {key} (<{key}>/<task>); sweep another key")
         if any(key == k for k, _ in axes):
             raise SweepError(f"--sweep {key}: given twice; list all its values in one --sweep {key}=V1,V2")
@@ -105,7 +105,7 @@ def build_sweep(items: Sequence[str], max_parallel: Optional[int]) -> Optional[S
 
 def task_args(task: SweepTask, log_dir: Path, checkpoint_dir: Path) -> list[str]:
     """The trainer overrides of one task: its sweep values and its own log and checkpoint directories."""
-    return [*task.overrides, f"log.dir={log_dir / task.dir_name}", f"checkpoint.dir={checkpoint_dir / task.dir_name}"]
+    return [*task.overrides, f"{LOG_DIR_KEY}={log_dir / task.dir_name}", f"{CHECKPOINT_DIR_KEY}={checkpoint_dir / task.dir_name}"]
 
 
 def table_json(sweep: Sweep, job_name: str) -> str:

@@ -68,7 +68,7 @@ TINY_CFG = {
     "log": {"dir": "{T}/run", "log_every": 1}, "checkpoint": {"interval": 0},
 }
 
-BASE_SITE = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())
+BASE_SITE = yaml.safe_load((ROOT / "hpc" / "site_configs" / "local.yaml").read_text())
 BASE_SITE["paths"] = {"job_dir": "{T}/jobs", "checkpoint_root": "{T}/ckpt"}
 BASE_SITE["partitions"][0]["gpu_memory_gb"] = 80
 BASE_SITE["name"] = "survey"

@@ -9,9 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
+from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, MODULE as PROG
 from train.preempt import StopFlag
-
-PROG = "train"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads())
         dims.grad_accum(cfg.global_batch, cfg.micro_batch)
         job_name = os.environ.get(JOB_NAME_VAR) or unnamed_owner()
-        claim(cfg.log.dir, job_name, "log.dir")
-        claim(cfg.checkpoint_dir, job_name, "checkpoint.dir")
+        claim(cfg.log.dir, job_name, LOG_DIR_KEY)
+        claim(cfg.checkpoint_dir, job_name, CHECKPOINT_DIR_KEY)
     except HpcError as e:
         print(error_line(PROG, e), file=sys.stderr)
         return e.code

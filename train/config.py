@@ -92,6 +92,8 @@ class ParallelConfig(_Strict):
 
 
 class OptimConfig(_Strict):
+    """AdamW (fused on GPU): the peak learning rate, betas, decoupled weight decay and eps."""
+
     lr: float = Field(3e-4, gt=0)
     betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.95)
     weight_decay: float = Field(0.1, ge=0)

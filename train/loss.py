@@ -15,7 +15,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-CHUNK_TOKENS = 4096
+from train.interface import LOSS_CHUNK_TOKENS as CHUNK_TOKENS
+
 IGNORE = -100
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -30,6 +29,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
 
+from hpc.node.contract import LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, RANK_VAR, WORLD_SIZE_VAR
 from hpc.node.netcheck import bound_every_group, dist_timeout_s
 from train.config import ConfigError, ParallelConfig
 from train.float8 import convert_decoder_linears, require_fp8
@@ -56,18 +56,18 @@ class WorldEnv:
             except ValueError:
                 raise ConfigError(f"environment {name}={value!r}: must be an integer") from None
 
-        world = get("WORLD_SIZE", 1)
-        env = cls(get("RANK", 0), get("LOCAL_RANK", 0), world, get("LOCAL_WORLD_SIZE", world))
-        for name, value, bound, bound_name in (("WORLD_SIZE", env.world_size, None, ""),
-                                               ("LOCAL_WORLD_SIZE", env.local_world_size, env.world_size, "WORLD_SIZE"),
-                                               ("RANK", env.rank + 1, env.world_size, "WORLD_SIZE"),
-                                               ("LOCAL_RANK", env.local_rank + 1, env.local_world_size, "LOCAL_WORLD_SIZE")):
+        world = get(WORLD_SIZE_VAR, 1)
+        env = cls(get(RANK_VAR, 0), get(LOCAL_RANK_VAR, 0), world, get(LOCAL_WORLD_SIZE_VAR, world))
+        for name, value, bound, bound_name in ((WORLD_SIZE_VAR, env.world_size, None, ""),
+                                               (LOCAL_WORLD_SIZE_VAR, env.local_world_size, env.world_size, WORLD_SIZE_VAR),
+                                               (RANK_VAR, env.rank + 1, env.world_size, WORLD_SIZE_VAR),
+                                               (LOCAL_RANK_VAR, env.local_rank + 1, env.local_world_size, LOCAL_WORLD_SIZE_VAR)):
             if value < 1 or (bound is not None and value > bound):
                 shown = value - 1 if name.endswith("RANK") else value
                 allowed = f"0 to {bound - 1}" if name.endswith("RANK") else (f"1 to {bound}" if bound else "at least 1")
                 raise ConfigError(f"environment {name}={shown}: allowed {allowed}" + (f" ({bound_name}={bound})" if bound else ""))
-        if env.world_size > 1 and not os.environ.get("MASTER_ADDR"):
-            raise ConfigError(f"environment WORLD_SIZE={env.world_size} but MASTER_ADDR is not set: start the ranks with torchrun or hpc.node.launch")
+        if env.world_size > 1 and not os.environ.get(MASTER_ADDR_VAR):
+            raise ConfigError(f"environment {WORLD_SIZE_VAR}={env.world_size} but {MASTER_ADDR_VAR} is not set: start the ranks with torchrun or hpc.node.launch")
         return env
 
 
@@ -106,7 +106,7 @@ def init_distributed(env: WorldEnv) -> torch.device:
         device, backend = torch.device("cpu"), "gloo"
     # bounded, every group: a dead, stopped or missing rank ends the job with an error instead of a hang
     timeout = bound_every_group(dist_timeout_s(os.environ))
-    if "MASTER_ADDR" in os.environ:
+    if MASTER_ADDR_VAR in os.environ:
         dist.init_process_group(backend, rank=env.rank, world_size=env.world_size, timeout=timeout,
                                 device_id=device if backend == "nccl" else None)
     else:

@@ -15,13 +15,14 @@ import sys
 import time
 
 from hpc.node.cli import HpcError, Parser, fail
+from hpc.node.contract import RANK_VAR, WORLD_SIZE_VAR
 
 PROG = "train.prepare"
 
 
 def task_of(environ: dict) -> tuple[int, int]:
     """(rank, world) from torchrun's or Slurm's variables; (0, 1) outside both."""
-    for rank_var, world_var in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+    for rank_var, world_var in ((RANK_VAR, WORLD_SIZE_VAR), ("SLURM_PROCID", "SLURM_NTASKS")):
         if rank_var in environ and world_var in environ:
             try:
                 rank, world = int(environ[rank_var]), int(environ[world_var])

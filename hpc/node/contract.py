@@ -23,6 +23,22 @@ STOP_RECORD_VAR = "HPC_STOP_RECORD"  # where hpc.node.launch leaves the stop rec
 DIST_TIMEOUT_VAR = "HPC_DIST_TIMEOUT_S"  # seconds for rendezvous and every collective
 SITE_DIRS_VAR = "HPC_SITE_DIRS"  # login side: more directories of site profiles (colon-separated)
 
+# torch.distributed's env:// rendezvous: hpc.node.launch sets them from SLURM_* (slurm_env.py), rank programs read them.
+RANK_VAR, WORLD_SIZE_VAR = "RANK", "WORLD_SIZE"
+LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR = "LOCAL_RANK", "LOCAL_WORLD_SIZE"
+NODE_RANK_VAR, GROUP_RANK_VAR = "NODE_RANK", "GROUP_RANK"
+MASTER_ADDR_VAR, MASTER_PORT_VAR = "MASTER_ADDR", "MASTER_PORT"
+
+# NCCL's and gloo's network settings: the login side sets them from the profile (hpc/network.py), each node checks
+# them before the rank program starts (netcheck.py).
+NCCL_SOCKET_IFNAME_VAR = "NCCL_SOCKET_IFNAME"
+GLOO_SOCKET_IFNAME_VAR = "GLOO_SOCKET_IFNAME"
+NCCL_IB_HCA_VAR = "NCCL_IB_HCA"
+NCCL_IB_DISABLE_VAR = "NCCL_IB_DISABLE"
+NCCL_IB_GID_INDEX_VAR = "NCCL_IB_GID_INDEX"
+NCCL_NET_GDR_LEVEL_VAR = "NCCL_NET_GDR_LEVEL"
+NETWORK_VAR_PREFIXES = ("NCCL_", "GLOO_")
+
 DEFAULT_DIST_TIMEOUT_S = 300
 DEFAULT_STOP_SIGNAL = "USR2"  # NCCL may use USR1
 DEFAULT_SIGNAL_LEAD_S = 120  # the signal comes this long before the time limit (Slurm may send it up to 60 s earlier)

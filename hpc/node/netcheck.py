@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from hpc.node.cli import HpcError
-from hpc.node.contract import DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR
+from hpc.node.contract import (DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, GLOO_SOCKET_IFNAME_VAR, NCCL_IB_DISABLE_VAR, NCCL_IB_HCA_VAR,
+                               NCCL_SOCKET_IFNAME_VAR)
 
 IB_SYSFS = Path("/sys/class/infiniband")
 
@@ -156,34 +157,34 @@ def check_gloo_ifname(value: str, ifaces: list[Interface]) -> list[Interface]:
     for name in (n.strip() for n in value.split(",")):
         i = by_name.get(name)
         if i is None:
-            raise NodeCheckError(f"GLOO_SOCKET_IFNAME={value} but this node has no interface {name}; it has {_have(ifaces)}")
+            raise NodeCheckError(f"{GLOO_SOCKET_IFNAME_VAR}={value} but this node has no interface {name}; it has {_have(ifaces)}")
         if not _usable(i):
-            raise NodeCheckError(f"GLOO_SOCKET_IFNAME={value} but interface {i.describe()} is not up with an address; this node has {_have(ifaces)}")
+            raise NodeCheckError(f"{GLOO_SOCKET_IFNAME_VAR}={value} but interface {i.describe()} is not up with an address; this node has {_have(ifaces)}")
         chosen.append(i)
     return chosen
 
 
 def check_nccl_ifname(value: str, ifaces: list[Interface]) -> list[Interface]:
     """NCCL_SOCKET_IFNAME: at least one interface it selects must be up with an address."""
-    sel = NcclList.parse(value, "NCCL_SOCKET_IFNAME")
+    sel = NcclList.parse(value, NCCL_SOCKET_IFNAME_VAR)
     chosen = [i for i in ifaces if sel.selects(i.name) and _usable(i)]
     if not chosen:
         matched = [i for i in ifaces if sel.selects(i.name)]
         what = (f"it selects only {_have(matched)}, none up with an address" if matched
                 else "it selects no interface of this node")
-        raise NodeCheckError(f"NCCL_SOCKET_IFNAME={value} but {what}; this node has {_have(ifaces)}")
+        raise NodeCheckError(f"{NCCL_SOCKET_IFNAME_VAR}={value} but {what}; this node has {_have(ifaces)}")
     return chosen
 
 
 def check_ib_hca(value: str, ports: list[HcaPort]) -> list[HcaPort]:
     """NCCL_IB_HCA: each listed HCA (or, for ^, some HCA left) must exist with an ACTIVE port."""
-    sel = NcclList.parse(value, "NCCL_IB_HCA")
+    sel = NcclList.parse(value, NCCL_IB_HCA_VAR)
     have = ", ".join(p.describe() for p in ports) or "no InfiniBand/RoCE devices (/sys/class/infiniband is empty)"
     active = [p for p in ports if p.state == "ACTIVE"]
     if sel.exclude:
         chosen = [p for p in active if sel.selects(p.device, p.port)]
         if not chosen:
-            raise NodeCheckError(f"NCCL_IB_HCA={value} leaves no HCA port that is ACTIVE; this node has {have}")
+            raise NodeCheckError(f"{NCCL_IB_HCA_VAR}={value} leaves no HCA port that is ACTIVE; this node has {have}")
         return chosen
     chosen = []
     for name, port in sel.items:
@@ -191,16 +192,16 @@ def check_ib_hca(value: str, ports: list[HcaPort]) -> list[HcaPort]:
         matched = [p for p in ports if one.listed(p.device, p.port)]
         label = f"{'=' if sel.exact else ''}{name}{f':{port}' if port else ''}"
         if not matched:
-            raise NodeCheckError(f"NCCL_IB_HCA={value} but this node has no HCA {label}; it has {have}")
+            raise NodeCheckError(f"{NCCL_IB_HCA_VAR}={value} but this node has no HCA {label}; it has {have}")
         up = [p for p in matched if p.state == "ACTIVE"]
         if not up:
-            raise NodeCheckError(f"NCCL_IB_HCA={value} but HCA {label} has no ACTIVE port; this node has {have}")
+            raise NodeCheckError(f"{NCCL_IB_HCA_VAR}={value} but HCA {label} has no ACTIVE port; this node has {have}")
         chosen += up
     return chosen
 
 
 def dist_timeout_s(environ: Mapping[str, str]) -> float:
-    """Seconds for rendezvous and each collective: $HPC_DIST_TIMEOUT_S, default 300."""
+    """Seconds for rendezvous and each collective: $HPC_DIST_TIMEOUT_S, else the contract's DEFAULT_DIST_TIMEOUT_S."""
     text = environ.get(DIST_TIMEOUT_VAR, str(DEFAULT_DIST_TIMEOUT_S))
     try:
         value = float(text)
@@ -227,13 +228,13 @@ def check_node(environ: Mapping[str, str], ifaces: Optional[list[Interface]] = N
     """Check the exported network settings on this node; returns a one-line summary of what will be used."""
     ifaces = interfaces() if ifaces is None else ifaces
     parts = []
-    if environ.get("GLOO_SOCKET_IFNAME"):
-        got = check_gloo_ifname(environ["GLOO_SOCKET_IFNAME"], ifaces)
+    if environ.get(GLOO_SOCKET_IFNAME_VAR):
+        got = check_gloo_ifname(environ[GLOO_SOCKET_IFNAME_VAR], ifaces)
         parts.append(f"gloo {', '.join(i.describe() for i in got)}")
-    if environ.get("NCCL_SOCKET_IFNAME"):
-        got = check_nccl_ifname(environ["NCCL_SOCKET_IFNAME"], ifaces)
+    if environ.get(NCCL_SOCKET_IFNAME_VAR):
+        got = check_nccl_ifname(environ[NCCL_SOCKET_IFNAME_VAR], ifaces)
         parts.append(f"nccl socket {', '.join(i.describe() for i in got)}")
-    if environ.get("NCCL_IB_HCA") and environ.get("NCCL_IB_DISABLE") != "1":
-        got = check_ib_hca(environ["NCCL_IB_HCA"], hca_ports() if ports is None else ports)
+    if environ.get(NCCL_IB_HCA_VAR) and environ.get(NCCL_IB_DISABLE_VAR) != "1":
+        got = check_ib_hca(environ[NCCL_IB_HCA_VAR], hca_ports() if ports is None else ports)
         parts.append(f"nccl ib {', '.join(p.describe() for p in got)}")
     return "; ".join(parts) or "no NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME or NCCL_IB_HCA set: nothing to check"

@@ -15,7 +15,6 @@ import os
 import socket
 import sys
 from dataclasses import asdict
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -23,7 +22,7 @@ import torch.distributed as dist
 
 from hpc.node.bandwidth import human_bytes, size_ladder, sweep
 from hpc.node.cli import Parser
-from hpc.node.contract import PREFLIGHT_RESULT
+from hpc.node.contract import LOCAL_RANK_VAR, NETWORK_VAR_PREFIXES, PREFLIGHT_RESULT
 from hpc.node.netcheck import bound_every_group, check_node, dist_timeout_s, hca_ports, interfaces
 
 DEFAULT_SIZES = {"cuda": (8 << 10, 1 << 30), "cpu": (4 << 10, 16 << 20)}
@@ -41,7 +40,7 @@ def node_facts() -> dict:
         "hca_ports": [asdict(p) for p in hca_ports()],
         "cuda_gpus": gpus,
         "slurm_gpus": os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "network_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))},
+        "network_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(NETWORK_VAR_PREFIXES)},
         "selected": check_node(os.environ),
     }
 
@@ -65,7 +64,7 @@ def main() -> None:
     a = p.parse_args()
 
     kind = "cuda" if torch.cuda.is_available() else "cpu"
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = int(os.environ.get(LOCAL_RANK_VAR, "0"))
     if kind == "cuda":
         torch.cuda.set_device(local_rank)
     device = torch.device(kind, local_rank) if kind == "cuda" else torch.device("cpu")

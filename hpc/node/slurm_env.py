@@ -9,6 +9,8 @@ from typing import Mapping, Optional
 import hostlist
 
 from hpc.node.cli import HpcError
+from hpc.node.contract import (GROUP_RANK_VAR, LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, MASTER_PORT_VAR, NODE_RANK_VAR,
+                               RANK_VAR, WORLD_SIZE_VAR)
 from hpc.node.launcher import LAUNCHERS, SRUN, Launcher
 
 # property -> Slurm variables, first one present wins (step values before job values)
@@ -51,14 +53,14 @@ class RankInfo:
     def torch_env(self) -> dict[str, str]:
         """The variables torch.distributed's env:// rendezvous reads."""
         return {
-            "RANK": str(self.rank),
-            "WORLD_SIZE": str(self.world_size),
-            "LOCAL_RANK": str(self.local_rank),
-            "LOCAL_WORLD_SIZE": str(self.local_world_size),
-            "NODE_RANK": str(self.node_rank),
-            "GROUP_RANK": str(self.node_rank),
-            "MASTER_ADDR": self.master_addr,
-            "MASTER_PORT": str(self.master_port),
+            RANK_VAR: str(self.rank),
+            WORLD_SIZE_VAR: str(self.world_size),
+            LOCAL_RANK_VAR: str(self.local_rank),
+            LOCAL_WORLD_SIZE_VAR: str(self.local_world_size),
+            NODE_RANK_VAR: str(self.node_rank),
+            GROUP_RANK_VAR: str(self.node_rank),
+            MASTER_ADDR_VAR: self.master_addr,
+            MASTER_PORT_VAR: str(self.master_port),
         }
 
 

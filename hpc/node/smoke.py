@@ -7,25 +7,25 @@ from __future__ import annotations
 import json
 import os
 import socket
-from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from hpc.node.cli import Parser, fail
-from hpc.node.contract import DIST_TIMEOUT_VAR, EXIT_FAILED
+from hpc.node.contract import (DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_FAILED, LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR,
+                               MASTER_PORT_VAR, NODE_RANK_VAR, RANK_VAR, WORLD_SIZE_VAR)
 from hpc.node.netcheck import bound_every_group, dist_timeout_s
 
 PROG = "hpc.node.smoke"
-FIELDS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+FIELDS = (RANK_VAR, WORLD_SIZE_VAR, LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, NODE_RANK_VAR, MASTER_ADDR_VAR, MASTER_PORT_VAR)
 
 
 def main() -> None:
     p = Parser(prog=f"python -m {PROG}")
     p.add_argument("--out", required=True, help="directory for one JSON record per rank")
     p.add_argument("--timeout", type=float, default=dist_timeout_s(os.environ),
-                   help=f"seconds for rendezvous and the collective (default: ${DIST_TIMEOUT_VAR}, else 300)")
+                   help=f"seconds for rendezvous and the collective (default: ${DIST_TIMEOUT_VAR}, else {DEFAULT_DIST_TIMEOUT_S})")
     a = p.parse_args()
     dist.init_process_group("gloo", timeout=bound_every_group(a.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()

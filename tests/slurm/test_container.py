@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, wait_job
-from hpc.site import PROJECT_SITE_DIR
+from hpc.site import SHIPPED_SITE_DIR
 from hpc.slurm_query import scontrol_fields
 from slurm.requeue_checks import (
     STEPS, assert_completed, assert_same_as_baseline, batch_log, restarts, resumed_steps, steps_done, submit, time_limit_notice,
@@ -40,7 +40,7 @@ def sandbox_profile(tmp_path: Path) -> Path:
         path = shutil.which(name)
         if path:
             hide += ["--ro-bind", "/dev/null", path]
-    profile = yaml.safe_load((PROJECT_SITE_DIR / "local.yaml").read_text())
+    profile = yaml.safe_load((SHIPPED_SITE_DIR / "local.yaml").read_text())
     profile["name"] = "local-sandbox"
     profile["container"] = {"runtime": "command", "python": sys.executable,
                             "command": [bwrap, "--dev-bind", "/", "/", *hide, "--die-with-parent", "--chdir", "{workdir}",

@@ -11,7 +11,7 @@ from conftest import ROOT, run_cli
 
 
 def profile(tmp_path: Path, **network) -> Path:
-    data = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())
+    data = yaml.safe_load((ROOT / "hpc" / "site_configs" / "local.yaml").read_text())
     data["network"].update(network)
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump(data))

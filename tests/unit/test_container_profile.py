@@ -6,14 +6,14 @@ import pytest
 import yaml
 
 from hpc.render import launch_argv, render_sbatch, srun_args
-from hpc.site import PROJECT_SITE_DIR, SiteError, load_site
+from hpc.site import SHIPPED_SITE_DIR, SiteError, load_site
 from hpc.spec import PROJECT_ROOT, SpecError, build_spec
 
 WORKDIR = Path("/home/alice/project")
 
 
 def profile(tmp_path: Path, container=None, partition_container=None, name="ctr") -> Path:
-    data = yaml.safe_load((PROJECT_SITE_DIR / "local.yaml").read_text())
+    data = yaml.safe_load((SHIPPED_SITE_DIR / "local.yaml").read_text())
     data["name"] = name
     if container is not None:
         data["container"] = container

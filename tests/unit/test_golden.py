@@ -7,10 +7,10 @@ import pytest
 
 from conftest import GOLDEN_WORKDIR, ROOT, assert_golden
 from hpc.render import render_sbatch
-from hpc.site import PROJECT_SITE_DIR
+from hpc.site import SHIPPED_SITE_DIR
 from hpc.submit import parser, plan_spec, split_args
 
-SITES = sorted(p.stem for p in PROJECT_SITE_DIR.glob("*.yaml"))
+SITES = sorted(p.stem for p in SHIPPED_SITE_DIR.glob("*.yaml"))
 
 TINY = "{PROJECT}/train/configs/tiny.yaml"
 

@@ -45,9 +45,7 @@ def test_memory_model_moves_the_right_way():
 
 
 def test_loss_memory_is_one_chunk_of_logits_as_the_trainer_computes_it():
-    from train.loss import CHUNK_TOKENS
-
-    assert LOSS_CHUNK_TOKENS == CHUNK_TOKENS
+    CHUNK_TOKENS = LOSS_CHUNK_TOKENS  # train/interface.py: the trainer's loss and the planner share it
     s = qwen3_shape("8B")
     one, eight = memory(s, 1, 16, False, CHUNK_TOKENS, 141), memory(s, 1, 16, False, 8 * CHUNK_TOKENS, 141)
     assert one.loss_gb == pytest.approx((CHUNK_TOKENS * s.vocab * 10 + 6 * s.vocab * s.hidden + 2 * CHUNK_TOKENS * s.hidden) / 1e9)

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from hpc.render import preamble_lines, render_sbatch
-from hpc.site import PROJECT_SITE_DIR, load_site
+from hpc.site import SHIPPED_SITE_DIR, load_site
 from hpc.spec import PROJECT_ROOT, build_spec
 
-SITES = sorted(p.stem for p in PROJECT_SITE_DIR.glob("*.yaml"))
+SITES = sorted(p.stem for p in SHIPPED_SITE_DIR.glob("*.yaml"))
 TEST_SITES = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "sites").glob("*.yaml"))  # profiles for tests only
 HOSTILE = "x; touch /tmp/owned $(id) `id` 'q\" $HOME"  # a backslash is refused: #SBATCH lines drop it
 

@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpc.site import PROJECT_SITE_DIR, SiteError, load_site
+from hpc.site import SHIPPED_SITE_DIR, SiteError, load_site
 from hpc.slurm_time import format_minutes, parse_minutes
 
-SHIPPED = sorted(p.stem for p in PROJECT_SITE_DIR.glob("*.yaml"))
+SHIPPED = sorted(p.stem for p in SHIPPED_SITE_DIR.glob("*.yaml"))
 
 
 def test_shipped_profiles():
@@ -24,7 +24,7 @@ def test_each_profile_loads_and_has_a_default_partition(name):
 
 
 def write(tmp_path: Path, mutate) -> Path:
-    data = yaml.safe_load((PROJECT_SITE_DIR / "ib-h200.yaml").read_text())
+    data = yaml.safe_load((SHIPPED_SITE_DIR / "ib-h200.yaml").read_text())
     mutate(data)
     path = tmp_path / "mysite.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -35,7 +35,7 @@ def test_unknown_key_is_an_error_naming_file_and_key(tmp_path):
     path = write(tmp_path, lambda d: d["network"].update(nccl_socket_ifnam="ib0"))
     with pytest.raises(SiteError) as e:
         load_site(str(path))
-    assert str(e.value) == f"{path}: network.nccl_socket_ifnam: unknown key (check the spelling; see site_configs/README.md for the keys)"
+    assert str(e.value) == f"{path}: network.nccl_socket_ifnam: unknown key (check the spelling; see docs/sites.md for the keys)"
 
 
 def test_bad_value_says_what_is_allowed(tmp_path):
@@ -72,13 +72,31 @@ def test_invalid_yaml_names_line(tmp_path):
 def test_lookup_order_user_dirs_first(tmp_path, monkeypatch):
     mine = tmp_path / "sites"
     mine.mkdir()
-    data = yaml.safe_load((PROJECT_SITE_DIR / "local.yaml").read_text())
+    data = yaml.safe_load((SHIPPED_SITE_DIR / "local.yaml").read_text())
     data["description"] = "my override"
     (mine / "local.yaml").write_text(yaml.safe_dump(data))
     monkeypatch.setenv("HPC_SITE_DIRS", str(mine))
     assert load_site("local").description == "my override"
     monkeypatch.delenv("HPC_SITE_DIRS")
     assert load_site("local").description != "my override"
+
+
+def test_search_path_order(tmp_path, monkeypatch):
+    """$HPC_SITE_DIRS, then the working directory, then $XDG_CONFIG_HOME/hpc/sites, then the shipped profile."""
+    base = yaml.safe_load((SHIPPED_SITE_DIR / "local.yaml").read_text())
+    places = {"env": tmp_path / "env", "cwd": tmp_path / "cwd", "user": tmp_path / "xdg" / "hpc" / "sites"}
+    for where, d in places.items():
+        d.mkdir(parents=True)
+        (d / "local.yaml").write_text(yaml.safe_dump({**base, "description": where}))
+    monkeypatch.setenv("HPC_SITE_DIRS", f"{tmp_path / 'empty'}:{places['env']}")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(places["cwd"])
+    found = []
+    for where in ("env", "cwd", "user"):
+        found.append(load_site("local").description)
+        (places[where] / "local.yaml").unlink()
+    found.append(load_site("local").description)
+    assert found == ["env", "cwd", "user", base["description"]]
 
 
 def test_unknown_site_lists_known_ones():
