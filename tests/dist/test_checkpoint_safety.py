@@ -190,7 +190,7 @@ def test_a_model_path_whose_safetensors_do_not_fit_its_config_is_one_line(hf_dir
 
 def test_every_process_group_of_the_trainer_is_bounded_by_the_dist_timeout(tmp_path):
     """dp2 x tp2 on 4 processes: the world, mesh, stop and writer groups all carry HPC_DIST_TIMEOUT_S; one rank
-    stopped with SIGSTOP ends the run within that timeout plus a margin."""
+    stopped with SIGSTOP ends the run within that timeout plus torchrun's grace and a margin."""
     run_dir = tmp_path / "r"
     run_dir.mkdir()
     probe = tmp_path / "probe"
@@ -234,5 +234,5 @@ def test_every_process_group_of_the_trainer_is_bounded_by_the_dist_timeout(tmp_p
         assert len(by_name) >= 4, by_name  # world, dp, tp, the stop flag's and the writer's
         assert set(by_name.values()) == {20.0}, (r, by_name)
     assert rc != 0
-    assert ended < 20 + 60, ended
+    assert ended < 20 + 30 + 40, ended  # the timeout, torchrun's 30 s before it SIGKILLs the stopped rank, a margin
     print(f"\n[timeout] {len(groups[0])} groups per rank bounded at 20 s; the run ended {ended:.1f} s after SIGSTOP")
