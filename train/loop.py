@@ -30,6 +30,7 @@ from train.float8 import precompute_weight_scales
 from train.loss import IGNORE
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
 from train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights, materialize
+from train.packed_attention import check_packed_attention
 from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, parallelize
 from train.precision import MasterWeights
 from train.steptime import timed_step
@@ -112,6 +113,7 @@ class Trainer:
         dp_rank = self.mesh["dp"].get_local_rank()
         self.tokenizer = load_tokenizer(name)
         if cfg.data.packed:
+            check_packed_attention(cfg.model.attn_implementation)
             how = "python -m train.prepare --config FILE with the training run's overrides"
             world = dist.get_world_size()
             data = open_prepared(cfg.data, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir, self.rank, world, how, _log0)

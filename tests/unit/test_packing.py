@@ -1,5 +1,6 @@
 """Packing by document: rows hold whole samples, positions restart, labels never cross a sample; a packed row's
-loss and gradients equal those of its samples run one by one; the masked fused cross-entropy."""
+loss and gradients equal those of its samples run one by one, and transformers' own Qwen3 keeps its documents apart
+(the trainer checks this before it packs); the masked fused cross-entropy."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import Qwen3Config
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from train.config import ConfigError
 from train.data.formats import Sample
 from train.data.packing import IGNORE, START, TARGET, model_inputs, pack
 from train.loss import linear_cross_entropy
 from train.model import Qwen3ForTraining
+from train.packed_attention import check_packed_attention, documents_stay_apart
 
 SEQ = 16
 PAD = 0
@@ -129,3 +132,49 @@ def test_packed_row_equals_its_samples_one_by_one(attn):
     # Without position ids the samples see each other: the loss differs (the test can fail).
     crossed, _ = loss_and_grads(model, input_ids, labels)
     assert not torch.allclose(crossed, alone_loss, rtol=1e-4)
+
+
+def hf_tiny(attn: str) -> Qwen3ForCausalLM:
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=8, max_position_embeddings=64, use_cache=False)
+    config._attn_implementation = attn
+    return Qwen3ForCausalLM(config).float().eval()
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_installed_transformers_keeps_a_packed_rows_documents_apart(attn):
+    """transformers' own Qwen3ForCausalLM on a packed row of two documents (position ids restarting, no mask): each
+    document's logits equal those of the document run alone, on the installed transformers."""
+    model = hf_tiny(attn)
+    given = samples([9, 6], seed=2)
+    tokens, flags, stats = pack(given, SEQ, "truncate", PAD)
+    assert stats.rows == 1
+    input_ids, _, positions = model_inputs(tokens, flags)
+    with torch.no_grad():
+        packed = model(input_ids=input_ids, position_ids=positions).logits[0]
+        crossed = model(input_ids=input_ids).logits[0]
+    starts = np.flatnonzero(flags[0] & START)
+    placed = {tuple(tokens[0, s : s + len(g.ids)].tolist()): s for g in given for s in starts}
+    for g in given:
+        at = placed[tuple(g.ids.tolist())]
+        with torch.no_grad():
+            alone = model(input_ids=torch.from_numpy(g.ids).long()[None]).logits[0]
+        assert torch.allclose(packed[at : at + len(g.ids)], alone, rtol=1e-5, atol=1e-5), (attn, at)
+        if at:  # the document placed second sees the first without position ids: the check can fail
+            assert not torch.allclose(crossed[at : at + len(g.ids)], alone, rtol=1e-3, atol=1e-3)
+    assert documents_stay_apart(attn)
+    check_packed_attention(attn)
+
+
+def test_trainer_refuses_to_pack_where_attention_crosses_documents(monkeypatch):
+    """Where transformers finds no packed documents in position ids (as before its block-diagonal mask), the check
+    that every packed run makes first refuses in one line."""
+    import transformers.masking_utils as masking
+
+    monkeypatch.setattr(masking, "find_packed_sequence_indices", lambda position_ids: None)
+    assert not documents_stay_apart("sdpa")
+    with pytest.raises(ConfigError, match=r"^data.pack=documents: transformers \S+ \(sdpa attention\) lets a packed row's "
+                                          r"documents attend to each other") as err:
+        check_packed_attention("sdpa")
+    assert "\n" not in str(err.value)
