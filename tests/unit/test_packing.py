@@ -40,6 +40,9 @@ def segments(tokens_row, flags_row):
 def test_rows_hold_every_sample_whole_with_its_targets():
     given = samples([5, 16, 3, 9, 7, 1, 12, 4, 4, 2, 11])
     tokens, flags, stats = pack(given, SEQ, "truncate", PAD)
+    without = [s for s in given if not s.targets[1:].any()]  # e.g. the one-token sample: no loss token, left out
+    assert stats.no_loss == len(without) >= 1 and min(len(s.ids) for s in without) == 1
+    given = [s for s in given if s.targets[1:].any()]
     assert tokens.shape == flags.shape == (stats.rows, SEQ) and tokens.dtype == np.int32 and flags.dtype == np.uint8
     found = []
     for r in range(stats.rows):
@@ -59,6 +62,44 @@ def test_overlong_samples_are_truncated_or_dropped():
     assert (cut.truncated, cut.dropped, cut.samples, cut.tokens) == (2, 0, 3, 16 + 5 + 16)
     _, _, dropped = pack(given, SEQ, "drop", PAD)
     assert (dropped.truncated, dropped.dropped, dropped.samples, dropped.tokens) == (0, 2, 1, 5)
+
+
+def answer_at_end(n: int, answer: int, seed: int = 0) -> Sample:
+    """A chat-like sample: n tokens of which only the last ``answer`` are targets."""
+    ids = np.random.default_rng(seed).integers(1, 50, n).astype(np.int32)
+    return Sample(ids, np.arange(n) >= n - answer)
+
+
+def test_a_sample_cut_to_no_loss_token_is_left_out_and_counted():
+    given = [answer_at_end(20, 3), answer_at_end(6, 2, seed=1), answer_at_end(18, 2, seed=2)]
+    tokens, flags, cut = pack(given, SEQ, "truncate", PAD)
+    assert (cut.truncated, cut.no_loss, cut.samples, cut.longest) == (2, 2, 1, 20)
+    assert cut.loss_tokens == 2 and tokens[0, :6].tolist() == given[1].ids.tolist()
+    assert cut.no_loss_refusal(SEQ, "truncate") == (
+        "data.overlong=truncate: 2 of 3 samples have no loss token within seq_len=16 (the longest sample has 20 tokens), "
+        "more than 50% or all; raise seq_len, or set data.overlong=truncate_left (keeps each sample's end: the last "
+        "replies) or drop")
+
+
+def test_truncate_left_keeps_the_end_of_each_sample():
+    given = [answer_at_end(20, 3), answer_at_end(6, 2, seed=1), answer_at_end(18, 2, seed=2)]
+    tokens, flags, left = pack(given, SEQ, "truncate_left", PAD)
+    assert (left.truncated, left.no_loss, left.samples, left.loss_tokens) == (2, 0, 3, 3 + 2 + 2)
+    assert left.no_loss_refusal(SEQ, "truncate_left") is None
+    rows = {tuple(tokens[r, s:e].tolist()) for r in range(len(tokens)) for s, e in segments(tokens[r], flags[r])}
+    assert {tuple(g.ids[-SEQ:].tolist()) for g in given} <= rows
+
+
+def test_no_loss_refusal_counts_all_and_more_than_half():
+    from train.data.packing import PackStats
+
+    assert PackStats(samples=5, no_loss=5).no_loss_refusal(SEQ, "truncate") is None
+    assert PackStats(samples=5, no_loss=6).no_loss_refusal(SEQ, "truncate").startswith("data.overlong=truncate: 6 of 11 samples")
+    assert PackStats(samples=0, dropped=4).no_loss_refusal(SEQ, "drop").startswith("data.overlong=drop: 0 of 4 samples")
+    total = PackStats(longest=7)
+    total.add(PackStats(samples=2, longest=30))
+    total.add(PackStats(samples=1, longest=9))
+    assert (total.samples, total.longest) == (3, 30)
 
 
 def test_model_inputs_restart_positions_and_keep_labels_inside_samples():
