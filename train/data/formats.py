@@ -15,8 +15,8 @@ probe conversation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
