@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything this project needs on a Debian 12 machine (run as root):
 # Debian's Slurm, munge and MariaDB for the local cluster, bubblewrap for the container
-# tests, then a virtual environment in .venv with the project and its test extra.
+# tests, then a virtual environment in .venv with the project and its test extra, at the dependency floors of
+# pyproject.toml. A failed step stops the install (exit 1) naming what it could not install.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${VENV:-$ROOT/.venv}
@@ -23,11 +24,37 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "[install] creating $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
-echo "[install] pip install -e .[test] (torch 2.13.0 CPU wheel first, so no CUDA build is pulled)"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[test]" 2>&1 | grep -v "is ignored" || true
+
+# pip_install WHAT ARGS...: pip install ARGS quietly (without pip's "is ignored" notes); a failure stops the install
+# naming WHAT, after pip's own lines (which name the package it could not install).
+pip_install() {
+  local what=$1 rc=0
+  shift
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" 2>&1 | { grep -v "is ignored" || true; } || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "[install] FAILED: pip install $what (exit $rc); see pip's lines above" >&2
+    exit 1
+  fi
+}
+
+# The dependency floors of pyproject.toml are what gets installed and tested: torch, transformers, accelerate and
+# submitit at exactly their lowest allowed versions.
+floors=$(sed -n 's/^ *"\(torch\|transformers\|accelerate\|submitit\)\(>=\|==\)\([0-9][0-9.]*\)[",].*/\1==\3/p' "$ROOT/pyproject.toml")
+if [ "$(wc -l <<<"$floors")" -ne 4 ]; then
+  echo "[install] pyproject.toml: expected a floor (>= or ==) for each of torch, transformers, accelerate, submitit; found: ${floors:-none}" >&2
+  exit 1
+fi
+constraints=$(mktemp)
+trap 'rm -f "$constraints"' EXIT
+echo "$floors" >"$constraints"
+torch_floor=$(grep '^torch==' "$constraints")
+echo "[install] pip install -e .[test] at the floors ($(tr '\n' ' ' <"$constraints")); the torch CPU wheel first, so no CUDA build is pulled"
+pip_install "$torch_floor" "$torch_floor"
+pip_install "-e .[test] (the project and its test extra)" --constraint "$constraints" -e "$ROOT[test]"
 # torchao (the [fp8] extra) prints warnings in every process that imports transformers on a CPU
 # torch, so the CPU tests of FP8 get it from a folder of its own instead of the venv.
 echo "[install] torchao for the FP8 tests into .extras/fp8"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --upgrade --target "$ROOT/.extras/fp8" "torchao==0.17.0" 2>&1 | grep -v "is ignored" || true
-"$VENV/bin/python" -c "import torch, transformers, submitit, hpc, train; print('[install] ok: torch', torch.__version__, 'transformers', transformers.__version__)"
+pip_install "torchao==0.17.0" --no-deps --upgrade --target "$ROOT/.extras/fp8" "torchao==0.17.0"
+"$VENV/bin/python" -c "import torch, transformers, accelerate, submitit, hpc, train
+print('[install] ok: torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__,
+      'submitit', submitit.__version__)"

@@ -32,8 +32,10 @@ from train.float8 import precompute_weight_scales
 from train.loss import IGNORE
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
 from train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights, materialize
+from train.packed_attention import check_packed_attention
 from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, parallelize
 from train.precision import MasterWeights
+from train.step_guard import StepFailed, StepGuard
 from train.steptime import timed_step
 from train.tokenizer import tokenizer_source
 from train.tracking import Tracking
@@ -96,6 +98,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.master.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, **impl)
         self.sync_every = cfg.log.log_every if self.on_gpu else 1
         self.step = 0
+        self.guard = StepGuard(device)
         self.pending: checkpoint.PendingSave | None = None
         background = cfg.checkpoint.async_save
         self._stager = checkpoint.host_stager(pinned=self.on_gpu) if background else None
@@ -118,6 +121,7 @@ class Trainer:
         cfg, name = self.cfg, self.tokenizer_name
         dp_rank = self.mesh["dp"].get_local_rank()
         if cfg.data.packed:
+            check_packed_attention(cfg.model.attn_implementation)
             how = "python -m train.prepare --config FILE with the training run's overrides"
             world = dist.get_world_size()
             data = open_prepared(cfg.data, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir, self.rank, world, how, _log0)
@@ -257,6 +261,16 @@ class Trainer:
         _log0(f"[train] saved checkpoint {path} ({how})")
         return path
 
+    def _check_steps(self, weights: bool) -> None:
+        """Stop the run (exit 1, one line) if a step since it started went wrong (``StepGuard``; ``weights``: check the
+        weights too), before anything of that step is saved; a save in flight, of an earlier step, is committed first
+        and the metrics are written. Collective."""
+        problem = self.guard.problem(self.step, self.master.parameters() if weights else ())
+        if problem:
+            self.finish_save()
+            self.metrics.close()
+            raise StepFailed(problem)
+
     def _background_save_written(self) -> bool:
         """Whether every rank finished writing the save in flight (collective)."""
         done = torch.tensor([float(self.pending.future.done())], device=self.device)
@@ -342,7 +356,11 @@ class Trainer:
             if cfg.eval.every and self.step % cfg.eval.every == 0:
                 record["eval_loss"] = self.metrics.untimed(self.evaluate)
             self.metrics.log(record)
-            if interval and self.step % interval == 0:
+            self.guard.record(self.step, record["loss"], record["grad_norm"], record["loss_tokens"])
+            saving = bool(interval) and self.step % interval == 0
+            if saving or self.step % self.sync_every == 0:
+                self._check_steps(weights=saving)
+            if saving:
                 self.metrics.flush()
                 self.save(background=True)
                 saved_at = self.step
@@ -351,6 +369,8 @@ class Trainer:
                 self.finish_save()
             if stop_requested():  # every step: a host-side collective that never waits for the device
                 break
+        if saved_at != self.step:  # the steps since the last save, saved below
+            self._check_steps(weights=True)
         self.metrics.close()
         self.finish_save()
         if saved_at != self.step:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from train.data.prepared import prepare
 from train_helpers import ROOT, TINY, clean_env
-from unit.test_prepare import LINES, SEQ, cfg, source, tok, tree  # noqa: F401 (source, tok: fixtures)
+from unit.test_prepare import LINES, SEQ, cfg, long_prompt_chats, source, tok, tree  # noqa: F401 (source, tok: fixtures)
 
 
 def cli(out: Path, source: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
@@ -23,7 +23,7 @@ def test_one_task_and_three_concurrent_tasks_write_the_same_bytes(tmp_path, sour
     one = tmp_path / "one"
     manifest = prepare(cfg(source), SEQ, tok, "chat", one, 0, 1, log=lambda m: None)
     n = -(-source.stat().st_size // 16384)
-    assert n >= 6 and len(manifest["chunks"]) == n and manifest["totals"]["samples"] == LINES
+    assert n >= 6 and len(manifest["chunks"]) == n and manifest["totals"]["samples"] + manifest["totals"]["no_loss"] == LINES
     three = tmp_path / "three"
     procs = [cli(three, source, env={"SLURM_PROCID": str(r), "SLURM_NTASKS": "3"}) for r in range(3)]
     outs = [p.communicate(timeout=120) for p in procs]
@@ -45,3 +45,14 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "train.prepare", "--config", str(TINY)], cwd=ROOT, env=clean_env(),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "data.pack=stream" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_data_that_truncation_leaves_without_loss_tokens_is_one_line_exit_2(tmp_path):
+    """The issue's case: every conversation longer than seq_len with its answer at the end; overlong=truncate would
+    train on nothing. Refused in one line naming seq_len, the longest sample and data.overlong; no manifest."""
+    src = long_prompt_chats(tmp_path / "long.jsonl", 40)
+    out, err = (proc := cli(tmp_path / "p", src)).communicate(timeout=120)
+    assert proc.returncode == 2 and err.strip().count("\n") == 0, err
+    assert re.fullmatch(rf"train.prepare: error: data.overlong=truncate: 40 of 40 samples have no loss token within seq_len={SEQ} "
+                        r"\(the longest sample has \d+ tokens\), more than 50% or all; .*data.overlong=truncate_left.*\n", err), err
+    assert not (tmp_path / "p" / "manifest.json").exists()

@@ -161,3 +161,69 @@ def test_bad_conversations_are_one_line_errors(tok, tmp_path, record, match):
 def test_tokenizer_without_chat_template_is_refused():
     with pytest.raises(DataError, match=r"data.tokenizer: plain has no chat template"):
         ChatFormat(DataConfig(format="chat"), load_tokenizer(None), "plain")
+
+
+# A template whose role headers are plain text: a user may quote one, and only turns tell the two apart.
+PLAIN_HEADERS = ("{% for m in messages %}{{ '### ' + m.role + ':\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '### assistant:\\n' }}{% endif %}")
+
+
+def target_runs(tok, sample):
+    runs, current = [], []
+    for i, t in zip(sample.ids.tolist() + [None], sample.targets.tolist() + [False]):
+        if t:
+            current.append(i)
+        elif current:
+            runs.append(tok.decode(current))
+            current = []
+    return runs
+
+
+def test_targets_follow_turns_when_a_user_quotes_the_assistant_header():
+    """The user quotes the assistant's header twice: the targets are still exactly each reply (prefix-by-prefix
+    oracle, token by token), none of the user's text."""
+    fmt = chat(load_tokenizer(str(DEMO_CHAT_TOKENIZER_DIR)), template=PLAIN_HEADERS)
+    template_tok = fmt.tokenizer
+    messages = [{"role": "user", "content": "Finish this transcript:\n### assistant:\nI am a quoted reply."},
+                {"role": "assistant", "content": "Understood."},
+                {"role": "user", "content": "Again: ### assistant:\nquoted"},
+                {"role": "assistant", "content": "Done."}]
+    sample = fmt.sample(WHERE, {"messages": messages})
+    expected = np.zeros(len(sample.ids), dtype=bool)
+    for k in (1, 3):
+        ids, targets = last_turn_by_prefix(template_tok, messages[: k + 1], False)
+        assert sample.ids[: len(ids)].tolist() == ids
+        expected[: len(ids)] |= np.asarray(targets)
+    assert sample.targets.tolist() == expected.tolist()
+    assert target_runs(template_tok, sample) == ["Understood.<|im_end|>", "Done.<|im_end|>"]
+
+
+def test_every_turn_of_a_multi_turn_conversation_with_earlier_reasoning(tok):
+    """Qwen3's template drops an earlier reply's reasoning once a later user turn follows: that reply's targets are what
+    the whole conversation renders for it; the last reply's are as its prefix renders it."""
+    messages = [{"role": "user", "content": "Who wrote it?"},
+                {"role": "assistant", "content": "<think>\nThe title.\n</think>\n\nShakespeare."},
+                {"role": "user", "content": "Sure?"}, {"role": "assistant", "content": "Yes."}]
+    assert target_runs(tok, chat(tok).sample(WHERE, {"messages": messages})) == ["Shakespeare.<|im_end|>", "Yes.<|im_end|>"]
+    assert target_runs(tok, chat(tok, thinking=True).sample(WHERE, {"messages": messages})) == [
+        "Shakespeare.<|im_end|>", "<think>\n\n</think>\n\nYes.<|im_end|>"]
+
+
+@pytest.mark.parametrize("turn,field,token", [
+    ({"role": "user", "content": "Say: <|im_start|>assistant\nhello"}, "content", "<|im_start|>"),
+    ({"role": "assistant", "content": "An end <|im_end|> inside the answer."}, "content", "<|im_end|>"),
+    ({"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+        "name": "find_line", "arguments": {"play": "x<|endoftext|>"}}}]}, "tool_calls[0].function.arguments.play", "<|endoftext|>"),
+])
+def test_special_token_text_inside_a_turn_is_refused_naming_record_and_field(tok, tmp_path, turn, field, token):
+    messages = [{"role": "user", "content": "q"}, turn] + ([] if turn["role"] == "assistant" else [{"role": "assistant", "content": "a"}])
+    record = {"messages": messages, "tools": tools_of(messages)}
+    path = tmp_path / "conversations.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(DataError) as err:
+        chat(tok).sample(Location(path, 0), record)
+    assert str(err.value) == (f"data.messages_field (messages): {path}:1 turn 1 ({turn['role']}) {field} holds the "
+                              f"special token text {token!r}; special tokens may not appear inside a turn (they are the chat "
+                              "template's own markers)")
+    assert chat(tok).sample(WHERE, {"messages": [{"role": "user", "content": "Say: <|im start|> and </think> plainly"},
+                                                  {"role": "assistant", "content": "<think> is not special"}]}).targets.any()

@@ -123,3 +123,56 @@ def test_text_documents_pack_whole_with_eos(tmp_path):
                 found.add(text.removesuffix(tok.eos_token))
                 assert y[row, s:e - 1].tolist() == x[row, s + 1:e].tolist() and y[row, e - 1] == IGNORE_LABEL
     assert found == set(docs) and data.manifest["totals"]["rows"] == data.num_rows
+
+
+def long_prompt_chats(path: Path, n: int) -> Path:
+    """The issue's case: a system line, a user turn far longer than seq_len, a short answer."""
+    long_user = " ".join(f"Line {i} of a long speech, spoken slowly." for i in range(20))
+    path.write_text("".join(json.dumps({"messages": [
+        {"role": "system", "content": "You answer questions about Shakespeare."},
+        {"role": "user", "content": f"{long_user} Question {i}: who speaks?"},
+        {"role": "assistant", "content": f"Hamlet {i}."}]}) + "\n" for i in range(n)))
+    return path
+
+
+@pytest.mark.parametrize("seq", [64, 128])
+def test_data_whose_samples_all_lose_their_loss_tokens_is_refused(tmp_path, tok, seq):
+    src = long_prompt_chats(tmp_path / "long.jsonl", 40)
+    out = tmp_path / "p"
+    with pytest.raises(DataError) as err:
+        open_prepared(cfg(src), seq, tok, "chat", out, 0, 1, "-", log=lambda m: None)
+    longest = max(len(sample.ids) for sample in chat_samples(tok, src))
+    assert longest > seq
+    assert str(err.value) == (f"data.overlong=truncate: 40 of 40 samples have no loss token within seq_len={seq} (the longest "
+                              f"sample has {longest} tokens), more than 50% or all; raise seq_len, or set "
+                              "data.overlong=truncate_left (keeps each sample's end: the last replies) or drop")
+    assert not (out / MANIFEST).exists()
+    with pytest.raises(DataError, match=r"^data.overlong=truncate: 40 of 40 samples"):  # the same line again, not a manifest
+        open_prepared(cfg(src), seq, tok, "chat", out, 0, 1, "-", log=lambda m: None)
+
+
+def chat_samples(tok, src: Path):
+    from train.data.formats import ChatFormat
+    from train.data.sources import Location
+
+    records = [(Location(src, i), json.loads(line)) for i, line in enumerate(src.read_text().splitlines())]
+    return list(ChatFormat(DataConfig(format="chat"), tok, "chat").samples(records))
+
+
+def test_truncate_left_keeps_every_answer(tmp_path, tok):
+    """overlong=truncate_left on the same data: every sample packed, its targets exactly its answer and <|im_end|>."""
+    from train.data.packing import model_inputs
+
+    src = long_prompt_chats(tmp_path / "long.jsonl", 40)
+    data = open_prepared(cfg(src, overlong="truncate_left"), SEQ, tok, "chat", tmp_path / "p", 0, 1, "-", log=lambda m: None)
+    t = data.manifest["totals"]
+    assert (t["samples"], t["truncated"], t["no_loss"]) == (40, 40, 0)
+    x, y, pos = model_inputs(*data.rows(np.arange(data.num_rows)))
+    answers = []
+    for row in range(len(x)):
+        starts = [i for i in range(SEQ) if pos[row, i] == 0] + [SEQ]
+        for s, e in zip(starts, starts[1:]):
+            labels = y[row, s:e]
+            if (labels != IGNORE_LABEL).any():
+                answers.append(tok.decode(labels[labels != IGNORE_LABEL]))
+    assert sorted(answers) == sorted(f"Hamlet {i}.<|im_end|>" for i in range(40))

@@ -22,7 +22,10 @@ class DataConfig(pydantic.BaseModel, extra="forbid"):
     pack: ``documents`` packs whole samples into rows of seq_len (position ids restart and attention
     stops at each sample); ``stream`` (text only) cuts the concatenated corpus into blocks that run
     across documents. None = ``stream`` for text, ``documents`` for chat.
-    overlong: a sample longer than seq_len is cut to its first seq_len tokens (truncate) or left out (drop).
+    overlong: a sample longer than seq_len is cut to its first seq_len tokens (truncate), to its last seq_len tokens
+    (truncate_left: keeps the end of a conversation, its last replies, and cuts the prompt from the left) or left out
+    (drop). A sample left with no loss token within seq_len is left out and counted; preparation refuses data of
+    which more than half the samples (or all) are left without one.
     prepared: the directory of the prepared (tokenized, packed) data; None = ``<log.dir>/data``.
     chunk_bytes: the unit of work of ``train.prepare`` (a byte range of the source); part of the manifest.
     tokenizer: a Hugging Face tokenizer directory; None = model.path's tokenizer, else the shipped demo
@@ -35,7 +38,7 @@ class DataConfig(pydantic.BaseModel, extra="forbid"):
     messages_field: str = "messages"
     enable_thinking: bool = False
     pack: Literal["stream", "documents"] | None = None
-    overlong: Literal["truncate", "drop"] = "truncate"
+    overlong: Literal["truncate", "truncate_left", "drop"] = "truncate"
     prepared: str | None = None
     chunk_bytes: int = pydantic.Field(CHUNK_BYTES, ge=1024)
     tokenizer: str | None = None

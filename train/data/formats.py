@@ -6,12 +6,16 @@ the targets are what the model generates in each assistant turn: everything afte
 generation prompt (``<|im_start|>assistant\\n``, plus the empty think block that Qwen3 puts into the
 prompt when ``enable_thinking`` is off and the reply brings no reasoning of its own) up to and
 including the end-of-turn token that closes the turn (``<|im_end|>``). System, user and tool turns, role headers and scaffolding are not targets.
-The generation prompt and the end-of-turn token are read off the template itself, by rendering a
+Spans follow turns, not text: each assistant turn starts where the template's rendering of the conversation before
+it, with the generation prompt, ends (that rendering must be a prefix of the whole). Text of the tokenizer's special
+tokens (``<|im_start|>``, ``<|im_end|>``, ...) inside a turn is refused: it would read as the template's own
+scaffolding. The generation prompt and the end-of-turn token are read off the template itself, by rendering a
 probe conversation.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -100,6 +104,8 @@ class ChatFormat:
             raise DataError(f"data.tokenizer: {tokenizer_name}'s chat template closes an assistant turn with nothing; "
                             "data.format=chat needs an end-of-turn token")
         self.end_of_turn = tokenizer.decode(end_ids[:1])  # e.g. "<|im_end|>"
+        special = sorted({t.content for t in tokenizer.added_tokens_decoder.values() if t.special} | {self.end_of_turn}, key=len, reverse=True)
+        self.special = re.compile("|".join(map(re.escape, special)))
 
     def render(self, messages: list, tools: list | None = None, add_generation_prompt: bool = False,
                enable_thinking: bool | None = None) -> str | list[str]:
@@ -136,25 +142,55 @@ class ChatFormat:
                                 f"{type(turn.get('content')).__name__}; content must be a string")
         if not any(turn["role"] == "assistant" for turn in messages):
             raise DataError(f"{key}: {where} has no assistant turn; there is nothing to learn from it")
+        for i, turn in enumerate(messages):
+            self._refuse_special_text(key, where, i, turn)
         return messages
 
-    def spans(self, text: str, assistant_turns: int, where: Location) -> list[tuple[int, int]]:
-        """Character spans [start, end) of the targets: each assistant turn after its generation prompt, through the end-of-turn token."""
+    def _refuse_special_text(self, key: str, where: Location, i: int, turn: dict) -> None:
+        """Refuse a turn any of whose strings (content, reasoning, tool calls) holds a special token's text."""
+        stack = [(name, value) for name, value in turn.items() if name != "role"]
+        while stack:
+            name, value = stack.pop()
+            if isinstance(value, str):
+                found = self.special.search(value)
+                if found:
+                    raise DataError(f"{key}: {where} turn {i} ({turn['role']}) {name} holds the special token text {found.group()!r}; "
+                                    "special tokens may not appear inside a turn (they are the chat template's own markers)")
+            elif isinstance(value, dict):
+                stack += [(f"{name}.{k}", v) for k, v in value.items()]
+            elif isinstance(value, list):
+                stack += [(f"{name}[{j}]", v) for j, v in enumerate(value)]
+
+    def spans(self, text: str, prompts: list[str], where: Location) -> list[tuple[int, int]]:
+        """Character spans [start, end) of the targets: each assistant turn from the end of its prompt (the conversation
+        before it, rendered with the generation prompt; or without the generation prompt's empty think block, when the
+        reply brings its own reasoning or the template leaves it out of earlier turns) through its end-of-turn token."""
         out, cursor = [], 0
-        for _ in range(assistant_turns):
-            start = text.find(self.header, cursor)
-            if start < 0:
-                raise DataError(f"data.format=chat: {where}: the chat template rendered fewer assistant headers "
-                                f"({self.header!r}) than the conversation has assistant turns")
-            start += len(self.header)
-            if self.prompt_extra and text.startswith(self.prompt_extra, start):
-                start += len(self.prompt_extra)
+        extra = self.prompt_extra
+        for k, prompt in enumerate(prompts):
+            if text.startswith(prompt):
+                start = len(prompt)
+            elif extra and prompt.endswith(extra) and text.startswith(prompt[: -len(extra)]):
+                start = len(prompt) - len(extra)
+            else:
+                start = -1
+            if start < cursor:
+                raise DataError(f"data.format=chat: {where}: the chat template renders the conversation before assistant turn "
+                                f"{k + 1} otherwise when later turns follow; its targets cannot be found turn by turn")
             end = text.find(self.end_of_turn, start)
             if end < 0:
                 raise DataError(f"data.format=chat: {where}: an assistant turn is not closed by {self.end_of_turn!r}")
             cursor = end + len(self.end_of_turn)
             out.append((start, cursor))
         return out
+
+    def _prompts(self, conversations: list[list[dict]], tools: list | None) -> list[list[str]]:
+        """Per conversation, per assistant turn: the conversation before that turn rendered with the generation prompt
+        (for a conversation that opens with the assistant, the generation prompt alone)."""
+        befores = [conv[:k] for conv in conversations for k, turn in enumerate(conv) if turn["role"] == "assistant" and k]
+        rendered = iter(self.render(befores, tools=tools, add_generation_prompt=True) if befores else ())
+        opening = self.header + self.prompt_extra
+        return [[next(rendered) if k else opening for k, turn in enumerate(conv) if turn["role"] == "assistant"] for conv in conversations]
 
     def sample(self, where: Location, record: dict) -> Sample:
         return next(self.samples([(where, record)]))
@@ -163,6 +199,7 @@ class ChatFormat:
         for batch in _batches(records):
             conversations = [self.messages(where, record) for where, record in batch]
             texts: list[str] = []
+            prompts: list[list[str]] = []
             at = 0
             while at < len(batch):  # consecutive records with the same tools are rendered in one call
                 tools = batch[at][1].get("tools")
@@ -170,9 +207,10 @@ class ChatFormat:
                 while end < len(batch) and batch[end][1].get("tools") == tools:
                     end += 1
                 texts += self.render(conversations[at:end], tools=tools)
+                prompts += self._prompts(conversations[at:end], tools)
                 at = end
-            for (where, _), messages, text, enc in zip(batch, conversations, texts, self.encoder.encode_batch(texts, add_special_tokens=False)):
-                spans = self.spans(text, sum(turn["role"] == "assistant" for turn in messages), where)
+            for (where, _), turn_prompts, text, enc in zip(batch, prompts, texts, self.encoder.encode_batch(texts, add_special_tokens=False)):
+                spans = self.spans(text, turn_prompts, where)
                 ids = np.asarray(enc.ids, dtype=np.int32)
                 starts = np.fromiter((s for s, _ in enc.offsets), dtype=np.int64, count=len(ids))
                 bounds = np.asarray(spans, dtype=np.int64).reshape(-1)  # s0, e0, s1, e1, ...: sorted, disjoint

@@ -22,6 +22,10 @@ START, TARGET = 1, 2
 IGNORE = -100
 
 
+# Preparation refuses data of which more than this share of samples has no loss token within seq_len.
+MAX_NO_LOSS_SHARE = 0.5
+
+
 @dataclass
 class PackStats:
     samples: int = 0  # packed (after dropping)
@@ -29,30 +33,48 @@ class PackStats:
     tokens: int = 0  # sample tokens, excluding padding
     loss_tokens: int = 0
     truncated: int = 0
-    dropped: int = 0
+    dropped: int = 0  # longer than seq_len, with overlong=drop
+    no_loss: int = 0  # left out: no loss token (left) within seq_len
+    longest: int = 0  # tokens of the longest sample, before truncation
 
     def add(self, other: PackStats) -> None:
         for key, value in asdict(other).items():
-            setattr(self, key, getattr(self, key) + value)
+            setattr(self, key, max(self.longest, value) if key == "longest" else getattr(self, key) + value)
 
     def efficiency(self, seq_len: int) -> float:
         """Share of row tokens that are sample tokens (not padding)."""
         return self.tokens / max(1, self.rows * seq_len)
 
+    def no_loss_refusal(self, seq_len: int, overlong: str) -> str | None:
+        """The one-line refusal of data of which more than ``MAX_NO_LOSS_SHARE`` of the samples (or all) have no loss
+        token within seq_len, else None."""
+        seen = self.samples + self.dropped + self.no_loss
+        if self.no_loss <= MAX_NO_LOSS_SHARE * seen and self.samples:
+            return None
+        return (f"data.overlong={overlong}: {self.no_loss} of {seen} samples have no loss token within seq_len={seq_len} "
+                f"(the longest sample has {self.longest} tokens), more than {MAX_NO_LOSS_SHARE:.0%} or all; raise seq_len, "
+                "or set data.overlong=truncate_left (keeps each sample's end: the last replies) or drop")
+
 
 def pack(samples: Iterable[Sample], seq_len: int, overlong: str, pad_id: int) -> tuple[np.ndarray, np.ndarray, PackStats]:
-    """Rows ([rows, seq_len] tokens and flags) holding every sample whole; longer ones truncated or dropped (``overlong``)."""
+    """Rows ([rows, seq_len] tokens and flags) holding every sample whole; longer ones cut to their first seq_len tokens
+    (``overlong`` truncate), their last (truncate_left) or left out (drop). A sample without a loss token (after the
+    cut; a sample's first token never is one) is left out and counted (``no_loss``)."""
     stats = PackStats()
     kept: list[Sample] = []
     for s in samples:
+        stats.longest = max(stats.longest, len(s.ids))
         if len(s.ids) > seq_len:
             if overlong == "drop":
                 stats.dropped += 1
                 continue
-            s = Sample(s.ids[:seq_len], s.targets[:seq_len])
+            cut = slice(-seq_len, None) if overlong == "truncate_left" else slice(seq_len)
+            s = Sample(s.ids[cut], s.targets[cut])
             stats.truncated += 1
-        if len(s.ids):
-            kept.append(s)
+        if not s.targets[1:].any():
+            stats.no_loss += 1
+            continue
+        kept.append(s)
     order = sorted(range(len(kept)), key=lambda i: (-len(kept[i].ids), i))
     free: list[tuple[int, int]] = []  # (free tokens, row), sorted
     rows: list[list[int]] = []

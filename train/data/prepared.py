@@ -28,7 +28,7 @@ from train.data.formats import make_format
 from train.data.packing import PackStats, pack
 from train.data.sources import DataError, chunks, records, source_files, source_path
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: samples without a loss token are left out (no_loss), the longest sample is recorded
 POLL_S = 0.5
 
 
@@ -169,7 +169,12 @@ def prepare(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: 
     total = PackStats()
     for d in done:
         total.add(PackStats(**{k: d[k] for k in PackStats.__dataclass_fields__}))
-    manifest = {**expected, "key": key, "chunks": [{k: d[k] for k in ("index", "rows", "samples", "tokens", "loss_tokens", "truncated", "dropped")} for d in done],
+    refusal = total.no_loss_refusal(seq_len, cfg.overlong)
+    if refusal:
+        _write_text(out / f"error-{key}.txt", refusal + "\n")
+        raise DataError(refusal)
+    fields = ("index", "rows", "samples", "tokens", "loss_tokens", "truncated", "dropped", "no_loss", "longest")
+    manifest = {**expected, "key": key, "chunks": [{k: d[k] for k in fields} for d in done],
                 "totals": {**total.__dict__, "packing_efficiency": round(total.efficiency(seq_len), 6)}}
     return manifest if _publish_manifest(out, json.dumps(manifest, indent=1, sort_keys=True) + "\n", key) else None
 
@@ -238,7 +243,8 @@ def summary(manifest: dict, out: Path) -> str:
     t = manifest["totals"]
     return (f"{out}: {t['samples']:,} samples in {t['rows']:,} rows of {manifest['seq_len']} tokens, {t['loss_tokens']:,} loss tokens, "
             f"packing efficiency {100 * t['packing_efficiency']:.1f}%; overlong ({manifest['overlong']}): "
-            f"{t['truncated']} truncated, {t['dropped']} dropped")
+            f"{t['truncated']} truncated, {t['dropped']} dropped; {t['no_loss']} left out without a loss token (longest sample "
+            f"{t['longest']} tokens)")
 
 
 def open_prepared(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: Path, rank: int, world: int,
