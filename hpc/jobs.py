@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.metrics_report import last_line, plot, read_metrics, summary_table, to_tensorboard
-from hpc.node.cli import HpcError, Parser, fail
+from hpc.node.cli import HpcError, Parser, fail, shown
 from hpc.node.contract import METRICS_FILE, task_log
 from hpc.slurm_query import Job, JobError, array_tasks, check_controller, get_job, restarts, sacct_rows, squeue_rows
 from hpc.sweep_report import plot_sweep, sweep_table, task_run_dir, task_runs
@@ -63,7 +63,7 @@ def rank_log(job: Job, rank: int) -> Path:
 def task_number(text: str) -> int:
     """A Slurm task number for --rank: a whole number from 0."""
     if not text.isdigit() or not text.isascii():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a task number (0, 1, ...)")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a task number (0, 1, ...)")
     return int(text)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-from hpc.node.cli import HpcError
+from hpc.node.cli import HpcError, shown
 from hpc.node.contract import ENDED_STATES
 
 CLIENT_TIMEOUT_S = 10  # Slurm's clients retry for a long while when slurmctld is down
@@ -215,7 +215,7 @@ def script_stdout(submit_line: str, workdir: str, job_id: str, name: str) -> Opt
 def get_job(job_id: str) -> Job:
     """The job as Slurm sees it now; JobError when Slurm knows no such job."""
     if not JOB_ID.fullmatch(job_id) or not job_id.isascii():
-        raise JobError(f"job id {job_id!r} is not a number (or ARRAY_TASK, e.g. 123_4)")
+        raise JobError(f"job id {shown(job_id)} is not a number (or ARRAY_TASK, e.g. 123_4)")
     tasks = array_tasks(job_id)
     if tasks:
         raise JobError(f"job {job_id} is an array of {len(tasks)} tasks ({', '.join(tasks[:3])}{', ...' if len(tasks) > 3 else ''}): "

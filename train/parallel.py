@@ -30,6 +30,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
 
+from hpc.node.cli import shown
 from hpc.node.netcheck import dist_timeout_s
 from train.config import ConfigError, ParallelConfig
 from train.float8 import convert_decoder_linears, require_fp8
@@ -54,7 +55,7 @@ class WorldEnv:
             try:
                 return int(value)
             except ValueError:
-                raise ConfigError(f"environment {name}={value!r}: must be an integer") from None
+                raise ConfigError(f"environment {name}={shown(value)}: must be an integer") from None
 
         world = get("WORLD_SIZE", 1)
         env = cls(get("RANK", 0), get("LOCAL_RANK", 0), world, get("LOCAL_WORLD_SIZE", world))

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from hpc.node.cli import HpcError, Parser, fail
+from hpc.node.cli import HpcError, Parser, fail, shown
 
 PROG = "train.prepare"
 
@@ -26,7 +26,7 @@ def task_of(environ: dict) -> tuple[int, int]:
             try:
                 rank, world = int(environ[rank_var]), int(environ[world_var])
             except ValueError:
-                raise HpcError(f"environment {rank_var}={environ[rank_var]!r} / {world_var}={environ[world_var]!r}: must be integers") from None
+                raise HpcError(f"environment {rank_var}={shown(environ[rank_var])} / {world_var}={shown(environ[world_var])}: must be integers") from None
             if not 0 <= rank < world:
                 raise HpcError(f"environment {rank_var}={rank} must be in [0, {world_var}={world})")
             return rank, world

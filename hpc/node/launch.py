@@ -24,7 +24,7 @@ import subprocess
 import sys
 from typing import Mapping, Optional, Sequence
 
-from hpc.node.cli import HpcError, Parser, error_line, fail
+from hpc.node.cli import HpcError, Parser, error_line, fail, shown
 from hpc.node.contract import DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, record_stop, shield_from_stop, stop_signals
 from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
 from hpc.node.netcheck import check_node, dist_timeout_s
@@ -83,7 +83,7 @@ def supervise(argv: Sequence[str], env: Mapping[str, str], who: str, wrapped: bo
     try:
         rc = run_wrapped(argv, env) if wrapped else subprocess.call(list(argv), env=dict(env))
     except OSError as e:  # a missing or non-executable program
-        print(error_line(PROG, f"{who}: cannot run {argv[0]!r}: {e.strerror}"), file=sys.stderr, flush=True)
+        print(error_line(PROG, f"{who}: cannot run {shown(argv[0])}: {e.strerror}"), file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
     if rc == EXIT_STOPPED:
         record_stop(env, f"{who} stopped cleanly (exit {EXIT_STOPPED})")
@@ -106,7 +106,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     try:
         container = shlex.split(a.container or "")
     except ValueError as e:
-        p.error(f"--container {a.container!r}: not shell words ({e})")
+        p.error(f"--container {shown(a.container)}: not shell words ({e})")
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     if a.rank and a.container:
         p.error("--container is for the task's launcher, not for one --rank")
