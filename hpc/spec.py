@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from hpc.container import Container, Places
 from hpc.dependency import check_known, parse_after
-from hpc.node.cli import HpcError, shown
+from hpc.node.cli import HpcError, path_text, shown, whole
 from hpc.node.contract import FINAL_STATES
 from hpc.node.launcher import SRUN, Launcher, get_launcher
 from hpc.node.ownership import check_owner, claim, run_dir_name
@@ -29,6 +29,7 @@ TRAIN_CONFIG_DIR = PROJECT_ROOT / "train" / "configs"
 
 
 MAX_JOB_NAME = 200
+MAX_COUNT = 100_000  # the most nodes, GPUs or requeues a flag may ask for
 
 
 class SpecError(HpcError):
@@ -96,10 +97,11 @@ class JobSpec:
 
 def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default: Optional[str] = None) -> None:
     """The flags every submitting command shares: --site, --nodes, --partition, --gpus-per-node, --time."""
-    p.add_argument("--site", required=True, help="profile name (site_configs/, ~/.config/hpc/sites/, $HPC_SITE_DIRS) or a YAML path")
-    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--site", required=True, type=path_text,
+                   help="profile name (site_configs/, ~/.config/hpc/sites/, $HPC_SITE_DIRS) or a YAML path")
+    p.add_argument("--nodes", type=whole(1, MAX_COUNT), required=True)
     p.add_argument("--partition", help="partition name (default: the profile's default)")
-    p.add_argument("--gpus-per-node", type=int, help="GPUs (ranks) per node (default: all of the partition's)")
+    p.add_argument("--gpus-per-node", type=whole(1, MAX_COUNT), help="GPUs (ranks) per node (default: all of the partition's)")
     p.add_argument("--time", default=time_default, help=time_help)
 
 

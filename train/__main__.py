@@ -16,14 +16,14 @@ PROG = "train"
 
 def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()  # before the heavy imports: Slurm may send the pre-stop signal early
-    from hpc.node.cli import HpcError, Parser, error_line
+    from hpc.node.cli import HpcError, Parser, error_line, path_text
     from hpc.node.contract import EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, JOB_NAME_VAR
     from hpc.node.ownership import claim
     from train.config import load_config
     from train.parallel import ParallelDims, WorldEnv
 
     parser = Parser(prog=PROG, description="Train Qwen3 with dp x tp (FSDP2 + tensor parallel).")
-    parser.add_argument("--config", required=True, help="YAML config, e.g. train/configs/tiny.yaml")
+    parser.add_argument("--config", required=True, type=path_text, help="YAML config, e.g. train/configs/tiny.yaml")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, e.g. parallel.tp=2 optim.lr=1e-3")
     args = parser.parse_args(argv)
     try:

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from hpc.node.cli import HpcError, Parser, fail, shown
+from hpc.node.cli import HpcError, Parser, fail, path_text, shown
 
 PROG = "train.prepare"
 
@@ -35,7 +35,7 @@ def task_of(environ: dict) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog=f"python -m {PROG}", description="Tokenize, render and pack training data once.")
-    parser.add_argument("--config", required=True, help="the training YAML config, e.g. train/configs/chat.yaml")
+    parser.add_argument("--config", required=True, type=path_text, help="the training YAML config, e.g. train/configs/chat.yaml")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, as for python -m train")
     args = parser.parse_args(argv)
 

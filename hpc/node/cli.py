@@ -87,6 +87,15 @@ def path_text(text: str) -> str:
     return text
 
 
+def check_utf8(text: str, what: str) -> str:
+    """``text`` unless it holds bytes that are not UTF-8 (Python keeps them as surrogates): one error line then."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise HpcError(f"{what} {shown(text)}: not valid UTF-8 (check the terminal's or the script's encoding)") from None
+    return text
+
+
 class _Once(argparse.Action):
     """A flag that takes one value and may be given once: a second one is an error, not a silent override."""
 
@@ -102,15 +111,21 @@ class Parser(argparse.ArgumentParser):
     """argparse with its errors as one line (no usage block): ``prog: error: MESSAGE (see --help)``, exit 2.
     A flag that stores one value may be given only once."""
 
-    def add_argument(self, *args, **kwargs):
-        if args and str(args[0]).startswith("-") and kwargs.get("action", "store") == "store" and kwargs.get("nargs") is None:
-            kwargs["action"] = _Once
-        return super().add_argument(*args, **kwargs)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _Once)  # the default action, in groups too
+        self.register("action", "store", _Once)
 
     def error(self, message: str) -> NoReturn:
         fail(self.prog, f"{message} (see --help)")
 
     def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        for arg in args:
+            try:
+                check_utf8(arg, "argument")
+            except HpcError as e:
+                self.error(str(e))
         ns, rest = super().parse_known_args(args, namespace)
         ns.__dict__.pop("_given_once", None)
         return ns, rest

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from typing import Mapping, Optional, Sequence
 
-from hpc.node.cli import HpcError, Parser, error_line, fail, shown
+from hpc.node.cli import HpcError, Parser, error_line, fail, shown, whole
 from hpc.node.contract import DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, record_stop, shield_from_stop, stop_signals
 from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
 from hpc.node.netcheck import check_node, dist_timeout_s
@@ -95,7 +95,7 @@ def supervise(argv: Sequence[str], env: Mapping[str, str], who: str, wrapped: bo
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
     p.add_argument("--launcher", default=SRUN.name, choices=list(LAUNCHERS))
-    p.add_argument("--gpus-per-node", type=int, default=None)
+    p.add_argument("--gpus-per-node", type=whole(1, 100_000), default=None)
     p.add_argument("--rank", action="store_true", help="run CMD as one rank of torchrun / accelerate launch")
     p.add_argument("--container", metavar="ARGV", help="a container runtime's command (shell words) to run CMD behind")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")

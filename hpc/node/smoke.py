@@ -9,11 +9,12 @@ import os
 import socket
 from datetime import timedelta
 from pathlib import Path
+from typing import Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
-from hpc.node.cli import Parser, fail
+from hpc.node.cli import Parser, fail, number, path_text
 from hpc.node.contract import DIST_TIMEOUT_VAR, EXIT_FAILED
 from hpc.node.netcheck import dist_timeout_s
 
@@ -21,12 +22,12 @@ PROG = "hpc.node.smoke"
 FIELDS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
-def main() -> None:
+def main(argv: Optional[Sequence[str]] = None) -> None:
     p = Parser(prog=f"python -m {PROG}")
-    p.add_argument("--out", required=True, help="directory for one JSON record per rank")
-    p.add_argument("--timeout", type=float, default=dist_timeout_s(os.environ),
+    p.add_argument("--out", required=True, type=path_text, help="directory for one JSON record per rank")
+    p.add_argument("--timeout", type=number(0, 10**7, lo_open=True), default=dist_timeout_s(os.environ),
                    help=f"seconds for rendezvous and the collective (default: ${DIST_TIMEOUT_VAR}, else 300)")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     dist.init_process_group("gloo", timeout=timedelta(seconds=a.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     t = torch.tensor([rank + 1.0])
