@@ -7,7 +7,9 @@ created; exit codes follow `hpc.node.contract`: 0 done, 1 failed, 2 bad input (o
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+from pathlib import Path
 
 from train.preempt import StopFlag
 
@@ -17,7 +19,7 @@ PROG = "train"
 def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()  # before the heavy imports: Slurm may send the pre-stop signal early
     from hpc.node.cli import HpcError, Parser, error_line, path_text
-    from hpc.node.contract import EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, JOB_NAME_VAR
+    from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, JOB_NAME_VAR
     from hpc.node.ownership import claim
     from train.config import load_config
     from train.parallel import ParallelDims, WorldEnv
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads())
         dims.grad_accum(cfg.global_batch, cfg.micro_batch)
         job_name = os.environ.get(JOB_NAME_VAR, "")
+        made = [d for d in (Path(cfg.log.dir), cfg.checkpoint_dir, cfg.prepared_dir) if not d.exists()]
         claim(cfg.log.dir, job_name, "log.dir")
         claim(cfg.checkpoint_dir, job_name, "checkpoint.dir")
     except HpcError as e:
@@ -51,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     except HpcError as e:
         if e.code != EXIT_FAILED or env.rank == 0:  # a failed save or load is the same line on every rank
             print(error_line(PROG, e), file=sys.stderr)
+        if e.code == EXIT_BAD_INPUT and env.rank == 0:  # bad data found in the run: leave nothing this run made behind
+            for directory in made:
+                shutil.rmtree(directory, ignore_errors=True)
         return e.code
     finally:
         stop.ignore_further()
