@@ -80,11 +80,11 @@ class Submission(Strict):
 
 
 class Partition(Strict):
-    name: str = Field(pattern=NAME_RE)
+    name: str = Field(pattern=NAME_RE, max_length=200)
     default: bool = False
     max_nodes: int = Field(ge=1)
     gpus_per_node: int = Field(ge=1)
-    gpu_type: Optional[str] = Field(None, pattern=NAME_RE)
+    gpu_type: Optional[str] = Field(None, pattern=NAME_RE, max_length=200)
     gpu_memory_gb: Optional[float] = Field(None, gt=0)
     cpus_per_node: int = Field(ge=1)
     mem_per_node_gb: Optional[int] = Field(None, ge=1, description="whole GB (sbatch --mem=NG; 0 would mean the whole node)")
@@ -198,7 +198,7 @@ class Training(Strict):
 
 
 class SiteProfile(Strict):
-    name: str = Field(pattern=NAME_RE)
+    name: str = Field(pattern=NAME_RE, max_length=200)
     description: str = ""
     submission: Submission = Submission()
     partitions: list[Partition] = Field(min_length=1)
@@ -239,6 +239,8 @@ def site_dirs() -> list[Path]:
 
 
 def find_site(name: str) -> Path:
+    if len(name) > 4096 or "\0" in name:
+        raise SiteError(f"site {shown(name)}: not a profile name or path")
     if name.endswith((".yaml", ".yml")) or "/" in name:
         path = Path(name).expanduser()
         if path.is_dir():

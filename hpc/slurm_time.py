@@ -11,10 +11,10 @@ _FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"
 
 def parse_minutes(text: str) -> Optional[int]:
     """Minutes in a Slurm time string (seconds round up); None for UNLIMITED/INFINITE."""
-    t = str(text).strip()
+    t = str(text)
     if t.upper() in ("UNLIMITED", "INFINITE"):
         return None
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", t)
+    m = re.fullmatch(r"(?:([0-9]{1,7})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?", t)
     if not m:
         raise ValueError(f"time {shown(text)} is not a Slurm time; allowed forms: {_FORMS}")
     days, a, b, c = m.groups()

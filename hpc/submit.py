@@ -88,17 +88,29 @@ def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
     return spec
 
 
+def made_dirs(directory: Path) -> list[Path]:
+    """``directory`` and its ancestors that do not exist yet, deepest first (what a mkdir -p would make)."""
+    return [d for d in (directory, *directory.parents) if not d.exists()]
+
+
 def emit(spec: JobSpec, path: Path) -> None:
+    """Write the script to ``path`` and make the job directory; on an error neither is left behind."""
     text = render_sbatch(spec)
-    try:
-        spec.job_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise SpecError(f"paths.job_dir: {spec.job_dir}: cannot create it ({e.strerror})") from None
+    made = made_dirs(path.parent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     except OSError as e:
         raise SpecError(f"--emit {path}: cannot write it ({e.strerror})") from None
+    made += made_dirs(spec.job_dir)
+    try:
+        spec.job_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        path.unlink()
+        for d in made:
+            if d.exists():
+                d.rmdir()
+        raise SpecError(f"paths.job_dir: {spec.job_dir}: cannot create it ({e.strerror})") from None
     if spec.sweep is not None:
         write_table(spec.sweep, spec.job_name, spec.job_dir)
     print(f"wrote {path}\nsubmit it with: sbatch {path}\nlogs will be in {spec.job_dir}/ ({log_names(spec, '<jobid>')})")

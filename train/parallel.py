@@ -64,9 +64,9 @@ class WorldEnv:
                                                ("RANK", env.rank + 1, env.world_size, "WORLD_SIZE"),
                                                ("LOCAL_RANK", env.local_rank + 1, env.local_world_size, "LOCAL_WORLD_SIZE")):
             if value < 1 or (bound is not None and value > bound):
-                shown = value - 1 if name.endswith("RANK") else value
+                given = value - 1 if name.endswith("RANK") else value
                 allowed = f"0 to {bound - 1}" if name.endswith("RANK") else (f"1 to {bound}" if bound else "at least 1")
-                raise ConfigError(f"environment {name}={shown}: allowed {allowed}" + (f" ({bound_name}={bound})" if bound else ""))
+                raise ConfigError(f"environment {name}={given}: allowed {allowed}" + (f" ({bound_name}={bound})" if bound else ""))
         if env.world_size > 1 and not os.environ.get("MASTER_ADDR"):
             raise ConfigError(f"environment WORLD_SIZE={env.world_size} but MASTER_ADDR is not set: start the ranks with torchrun or hpc.node.launch")
         return env

@@ -51,7 +51,7 @@ def fail(prog: str, error: HpcError | str, code: int | None = None) -> NoReturn:
 def whole(lo: int = 1, hi: Optional[int] = None) -> Callable[[str], int]:
     """argparse type: a whole number (ASCII digits, optional sign) in [lo, hi]."""
     def parse(text: str) -> int:
-        digits = text.strip().removeprefix("-").removeprefix("+")
+        digits = text.removeprefix("-").removeprefix("+")
         if not digits.isdigit() or not digits.isascii() or len(digits) > 30:
             raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number")
         value = int(text)
@@ -66,7 +66,7 @@ def number(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float
     """argparse type: a finite number in [lo, hi] (lo excluded with ``lo_open``)."""
     def parse(text: str) -> float:
         try:
-            value = float(text) if len(text) <= 50 else math.nan
+            value = float(text) if len(text) <= 50 and text.isascii() and text == text.strip() else math.nan
         except ValueError:
             value = math.nan
         if not math.isfinite(value):

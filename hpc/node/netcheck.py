@@ -201,7 +201,7 @@ def dist_timeout_s(environ: Mapping[str, str]) -> float:
     """Seconds for rendezvous and each collective: $HPC_DIST_TIMEOUT_S, default 300."""
     text = environ.get(DIST_TIMEOUT_VAR, str(DEFAULT_DIST_TIMEOUT_S))
     try:
-        value = float(text)
+        value = float(text) if text.isascii() and text == text.strip() else 0.0  # float() takes " 1" and other digits
     except ValueError:
         value = 0.0
     if not 0 < value < float("inf"):  # nan fails both comparisons

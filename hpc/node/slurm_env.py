@@ -71,7 +71,7 @@ def expand_tasks_per_node(text: str) -> list[int]:
     """Slurm's compressed counts, e.g. '2(x3),1' -> [2, 2, 2, 1]."""
     counts: list[int] = []
     for part in text.split(","):
-        m = re.fullmatch(r"([0-9]+)(?:\(x([1-9][0-9]*)\))?", part.strip())
+        m = re.fullmatch(r"([0-9]{1,6})(?:\(x([1-9][0-9]{0,5})\))?", part.strip())  # bounded: a node count, not a memory bomb
         if not m:
             raise RankError(f"SLURM_TASKS_PER_NODE={shown(text)} is not in Slurm's form, e.g. '2(x3),1'")
         counts += [int(m.group(1))] * int(m.group(2) or 1)
@@ -111,7 +111,7 @@ def derive(environ: Mapping[str, str], launcher: Launcher = SRUN, gpus_per_node:
         text = v[prop]
         if text is None:
             return None
-        if not re.fullmatch(r"[0-9]+", text):  # int() would read "12_3" as 123, and other scripts' digits
+        if not re.fullmatch(r"[0-9]{1,10}", text):  # int() would read "12_3" as 123, and other scripts' digits; 10: 32 bits
             raise RankError(f"{next(n for n in SLURM_VARS[prop] if environ.get(n))}={shown(text)} is not a whole number")
         return int(text)
 
