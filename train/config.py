@@ -250,16 +250,12 @@ class TrainConfig(_Strict):
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """Set ``a.b=value`` pairs in a nested dict; values are strict YAML (1e-3, true, null, [0.9, 0.95]; see
-    hpc.node.strict_yaml); a key given twice is an error."""
-    given: set[str] = set()
+    """Set ``a.b=value`` pairs in a nested dict (a later one wins: hpc.submit appends each array task's directories);
+    values are strict YAML (1e-3, true, null, [0.9, 0.95]; see hpc.node.strict_yaml)."""
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {shown(item)}: expected key.sub=value, e.g. parallel.tp=2")
-        if key in given:
-            raise ConfigError(f"override {shown(key)}: given twice; give it once")
-        given.add(key)
         parts = key.split(".")
         node = raw
         for i, part in enumerate(parts[:-1]):

@@ -177,7 +177,6 @@ def config_cases() -> list[Case]:
     for key in ("log.dir", "data.path", "export"):
         for vid in ("comment", "space-comment", "tilde", "empty"):
             c.append(Case(f"cfg-override-{key}-{vid}", "train", train + [f"{key}={YAML11[vid]}"], key))
-    c.append(Case("cfg-override-twice", "train", train + ["steps=3", "steps=4"], "steps"))
     c.append(Case("cfg-override-spaces", "train", train + ["steps= 3"], "steps"))
     c.append(Case("cfg-override-no-key", "train", train + ["=3"], "override"))
     c.append(Case("cfg-override-flow-bad", "train", train + ["optim.betas=[0.9,"], "optim.betas"))
@@ -390,7 +389,6 @@ def submit_cases() -> list[Case]:
         ("train-tokenizer-missing", ["data.tokenizer={T}/notok"], "tokenizer"),
         ("train-tokenizer-broken", ["data.tokenizer={T}/tok"], "tokenizer"),
         ("train-log-owned", ["log.dir={T}/owned"], "log.dir"),
-        ("train-override-twice", ["steps=3", "steps=4"], "steps"),
     ]
     files = {"owned/.owner.json": json.dumps({"job_name": "someone-else"}), "d.csv": "text\nhello\n",
              "tok/tokenizer.json": "{broken", "fifo": FIFO}
