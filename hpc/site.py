@@ -245,6 +245,8 @@ def find_site(name: str) -> Path:
         path = Path(name).expanduser()
         if path.is_dir():
             raise SiteError(f"site profile {name} is a directory; give a YAML file or a profile name")
+        if path.exists() and not path.is_file():  # a FIFO or a device: reading it could block
+            raise SiteError(f"site profile {name} is not a regular file")
         if not path.is_file():
             raise SiteError(f"site profile file {name} does not exist")
         return path

@@ -332,6 +332,7 @@ def submit_cases() -> list[Case]:
     add("site-path-missing", ["--site", "{T}/missing.yaml"] + DRY, "does not exist")
     add("site-dir", ["--site", "{T}/adir/"] + DRY, "directory", files={**SCRIPT, "adir/x": ""})
     add("site-huge-name", ["--site", "s" * 100_000] + DRY, "site")
+    add("site-fifo", ["--site", "{T}/p.yaml"] + DRY, "regular file", files={**SCRIPT, "p.yaml": FIFO})
     add("m-without-module", SITE + DRY, "-m", rank=("--", "-m"))
     add("script-missing", SITE + DRY, "does not exist", rank=("--", "{T}/nosuch.py"))
     add("rank-args-only-dash", SITE + DRY, "-x", rank=("--", "-x"))
