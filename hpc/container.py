@@ -10,6 +10,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hpc.node.cli import shown
+
 # runtimes whose wrapper hpc.node.launch runs on the host, with the rank command behind it; pyxis: srun enters the image
 WRAPPED = ("apptainer", "singularity", "command")
 PLACEHOLDERS = ("image", "workdir", "project", "job_dir", "checkpoint_dir")
@@ -20,7 +22,7 @@ def _placeholders(item: str) -> set[str]:
     try:
         return {name for _, name, _, _ in string.Formatter().parse(item) if name is not None}
     except ValueError as e:
-        raise ValueError(f"command item {item!r}: {e} (write {{{{ and }}}} for literal braces)") from None
+        raise ValueError(f"command item {shown(item)}: {e} (write {{{{ and }}}} for literal braces)") from None
 
 
 def is_local_image(image: str) -> bool:
@@ -29,7 +31,7 @@ def is_local_image(image: str) -> bool:
 
 
 class Container(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     runtime: Literal["pyxis", "apptainer", "singularity", "command"]
     image: Optional[str] = Field(None, pattern=r"^[^\n\r]+$")
@@ -42,8 +44,8 @@ class Container(BaseModel):
     @classmethod
     def _mounts(cls, v: list[str]) -> list[str]:
         for m in v:
-            if not MOUNT_RE.match(m):
-                raise ValueError(f"mount {m!r} is not SRC:DST or SRC:DST:ro with absolute paths (no commas)")
+            if not MOUNT_RE.fullmatch(m):
+                raise ValueError(f"mount {shown(m)} is not SRC:DST or SRC:DST:ro with absolute paths (no commas)")
         return v
 
     @field_validator("command")
@@ -51,10 +53,10 @@ class Container(BaseModel):
     def _command(cls, v: list[str]) -> list[str]:
         for item in v:
             if "\n" in item or "\r" in item:
-                raise ValueError(f"command item {item!r} must be one line")
+                raise ValueError(f"command item {shown(item)} must be one line")
             unknown = _placeholders(item) - set(PLACEHOLDERS)
             if unknown:
-                raise ValueError(f"command item {item!r}: unknown placeholder {{{sorted(unknown)[0]}}}; allowed: "
+                raise ValueError(f"command item {shown(item)}: unknown placeholder {{{sorted(unknown)[0]}}}; allowed: "
                                  + ", ".join(f"{{{p}}}" for p in PLACEHOLDERS))
         return v
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from hpc.node.cli import HpcError
-from hpc.slurm_query import JOB_ID, JobError, sacct_rows, scontrol_records
+from hpc.node.cli import HpcError, shown
+from hpc.slurm_query import JobError, job_id_problem, sacct_rows, scontrol_records
 
 KINDS = {"ok": "afterok", "any": "afterany", "notok": "afternotok"}
 
@@ -19,10 +19,11 @@ def parse_after(items: Sequence[str]) -> tuple[str, ...]:
     for item in items:
         job, sep, kind = item.partition(":")
         kind = kind if sep else "ok"
-        if not JOB_ID.fullmatch(job) or not job.isascii():
-            raise DependencyError(f"--after {item!r}: expected JOB[:ok|any|notok] with a job id such as 123 or 123_4 (an array task)")
+        problem = job_id_problem(job)
+        if problem:
+            raise DependencyError(f"--after {shown(item)}: expected JOB[:ok|any|notok]; {problem}")
         if kind not in KINDS:
-            raise DependencyError(f"--after {item!r}: {kind!r} is not one of ok, any, notok")
+            raise DependencyError(f"--after {shown(item)}: {shown(kind)} is not one of ok, any, notok")
         dep = f"{KINDS[kind]}:{job}"
         if dep not in out:
             out.append(dep)

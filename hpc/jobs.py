@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.metrics_report import last_line, plot, read_metrics, summary_table, to_tensorboard
-from hpc.node.cli import HpcError, Parser, fail
+from hpc.node.cli import HpcError, Parser, fail, path_text, shown, whole
 from hpc.node.contract import (LEASE_FILE, METRICS_FILE, RUN_CONFIG, checkpoint_step, set_aside_step,
                                task_log)
-from hpc.slurm_query import Job, JobError, array_tasks, check_controller, get_job, restarts, sacct_rows, squeue_rows
+from hpc.slurm_query import Job, JobError, array_tasks, check_controller, get_job, job_id_arg, restarts, sacct_rows, squeue_rows
 from hpc.sweep_report import plot_sweep, sweep_table, task_run_dir, task_runs
 
 PROG = "hpc.jobs"
@@ -61,11 +61,17 @@ def rank_log(job: Job, rank: int) -> Path:
     return path
 
 
-def task_number(text: str) -> int:
-    """A Slurm task number for --rank: a whole number from 0."""
-    if not text.isdigit() or not text.isascii():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a task number (0, 1, ...)")
-    return int(text)
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def plot_path(text: str) -> Path:
+    """--out: a PNG (or PDF, SVG) path whose directory exists."""
+    path = Path(path_text(text))
+    if path.suffix.lower() not in PLOT_SUFFIXES:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: the plot is written as {', '.join(PLOT_SUFFIXES)} (by its suffix)")
+    if not path.resolve().parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{shown(text)}: directory {path.resolve().parent} does not exist")
+    return path
 
 
 def table(rows: list[tuple[str, ...]]) -> str:
@@ -105,7 +111,10 @@ def array_status(array_id: str, tasks: list[str], out: Optional[Path] = None) ->
     if out is not None:
         if not any(r.records for r in runs):
             raise JobError(f"array job {array_id}: no task has metrics yet")
-        plot_sweep(runs, out, f"array job {array_id} ({first.name}): loss per task")
+        try:
+            plot_sweep(runs, out, f"array job {array_id} ({first.name}): loss per task")
+        except OSError as e:
+            raise JobError(f"--out {out}: cannot write it ({e.strerror})") from None
         print(f"plot: {out}")
     return 0
 
@@ -200,14 +209,17 @@ def cmd_report(a: argparse.Namespace) -> int:
         if a.tensorboard:
             raise JobError(f"--tensorboard: writes one run; name one task of array job {a.job} (e.g. {tasks[0]})")
         job_dir = get_job(tasks[0]).job_dir
-        return array_status(a.job, tasks, Path(a.out) if a.out else (job_dir or Path.cwd()) / f"report-{a.job}.png")
+        return array_status(a.job, tasks, a.out if a.out else (job_dir or Path.cwd()) / f"report-{a.job}.png")
     job = get_job(a.job)
     path = metrics_path(job)
     records = read_metrics(path)
     if not records:
         raise JobError(f"job {job.job_id} has no metrics in {path} (yet)")
-    out = Path(a.out) if a.out else require_dir(job) / f"report-{job.job_id}.png"
-    plot(records, out, f"job {job.job_id} ({job.name}): {job.state}, restarts {job.restarts}")
+    out = a.out if a.out else require_dir(job) / f"report-{job.job_id}.png"
+    try:
+        plot(records, out, f"job {job.job_id} ({job.name}): {job.state}, restarts {job.restarts}")
+    except OSError as e:
+        raise JobError(f"--out {out}: cannot write it ({e.strerror})") from None
     print(f"job {job.job_id} ({job.name}): {job.state}, restarts {job.restarts}, "
           f"steps {records[0]['step']}-{records[-1]['step']} ({len(records)} records) from {path}")
     print(summary_table(records))
@@ -229,20 +241,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--since", default="now-7days", help="sacct start time (default: now-7days)")
     s.set_defaults(run=cmd_list)
     s = sub.add_parser("status", help="Slurm state, restarts, nodes and the last step's metrics (of every task of an array)")
-    s.add_argument("job")
+    s.add_argument("job", type=job_id_arg)
     s.set_defaults(run=cmd_status)
     s = sub.add_parser("logs", help="print a rank's log; -f follows it until the job ends")
-    s.add_argument("job")
+    s.add_argument("job", type=job_id_arg)
     s.add_argument("-f", "--follow", action="store_true")
-    s.add_argument("--rank", type=task_number, default=0, help="Slurm task (default 0); one task per node under torchrun/accelerate")
+    s.add_argument("--rank", type=whole(0, 100_000), default=0, help="Slurm task (default 0); one task per node under torchrun/accelerate")
     s.set_defaults(run=cmd_logs)
     s = sub.add_parser("cancel", help="scancel the job (every task of an array job)")
-    s.add_argument("job")
+    s.add_argument("job", type=job_id_arg)
     s.set_defaults(run=cmd_cancel)
     s = sub.add_parser("report", help="PNG of loss, tokens/s and MFU against the step, and a summary table; of an array: every task's loss")
-    s.add_argument("job")
-    s.add_argument("--out", help="PNG path (default: <job dir>/report-<id>.png)")
-    s.add_argument("--tensorboard", metavar="DIR", help="also write the metrics as TensorBoard scalars into DIR")
+    s.add_argument("job", type=job_id_arg)
+    s.add_argument("--out", type=plot_path, help="PNG path (default: <job dir>/report-<id>.png)")
+    s.add_argument("--tensorboard", metavar="DIR", type=path_text, help="also write the metrics as TensorBoard scalars into DIR")
     s.set_defaults(run=cmd_report)
     return p
 

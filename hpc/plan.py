@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.node.bandwidth import bus_factor
-from hpc.node.cli import HpcError, Parser, fail
+from hpc.node.cli import HpcError, Parser, fail, path_text, whole
 from hpc.site import Partition, SiteProfile, load_site
 from train.interface import LOSS_CHUNK_TOKENS
 from train.layout import tp_degrees
@@ -249,22 +249,22 @@ def plan_trainer_args(site: SiteProfile, part: Partition, nodes: int, gpus_per_n
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     ap = Parser(prog="python -m hpc.plan", description=__doc__.split("\n")[0])
-    ap.add_argument("--site", required=True, help="site profile name or YAML path")
-    ap.add_argument("--nodes", type=int, required=True)
+    ap.add_argument("--site", required=True, type=path_text, help="site profile name or YAML path")
+    ap.add_argument("--nodes", type=whole(1, 100_000), required=True)
     ap.add_argument("--model", required=True, help="Qwen3 size: 0.6B, 1.7B, 4B, 8B, 14B, 32B")
     ap.add_argument("--partition", help="default: the profile's default partition")
-    ap.add_argument("--gpus-per-node", type=int, help="default: all of the partition's")
-    ap.add_argument("--seq-len", type=int, default=4096)
-    ap.add_argument("--micro-batch", type=int, default=1)
+    ap.add_argument("--gpus-per-node", type=whole(1, 100_000), help="default: all of the partition's")
+    ap.add_argument("--seq-len", type=whole(1, 2**24), default=4096)
+    ap.add_argument("--micro-batch", type=whole(1, 2**16), default=1)
     ap.add_argument("--master-dtype", choices=list(STATE_B), default="fp32", help="the trainer's master_dtype (default fp32)")
     a = ap.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `hpc.plan ... | head` ends quietly
     try:
         site = load_site(a.site)
         part = site.partition(a.partition)
-        gpus = a.gpus_per_node or part.gpus_per_node
-        if a.nodes < 1 or not 1 <= gpus <= part.gpus_per_node or a.seq_len < 1 or a.micro_batch < 1:
-            raise PlanError(f"--nodes, --seq-len, --micro-batch must be >= 1 and --gpus-per-node 1..{part.gpus_per_node}")
+        gpus = part.gpus_per_node if a.gpus_per_node is None else a.gpus_per_node
+        if gpus > part.gpus_per_node:
+            raise PlanError(f"--gpus-per-node {gpus}: partition {part.name} allows 1 to {part.gpus_per_node}")
         if a.nodes > part.max_nodes:
             raise PlanError(f"--nodes {a.nodes}: partition {part.name} of site {site.name} has at most {part.max_nodes} nodes")
         if part.gpu_memory_gb is None:

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hpc.node.bandwidth import human_bytes
-from hpc.node.cli import HpcError, Parser, error_line, fail
+from hpc.node.bandwidth import MAX_BYTES, MAX_ITERS, human_bytes
+from hpc.node.cli import HpcError, Parser, error_line, fail, number, path_text, whole
 from hpc.node.contract import ENDED_STATES, EXIT_FAILED, PREFLIGHT_RESULT, task_log
 from hpc.node.launch import PROG as LAUNCH_PROG
 from hpc.site import load_site
@@ -157,26 +157,21 @@ def parser() -> argparse.ArgumentParser:
     p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_allocation_args(p, "job time limit, Slurm form (default: 10 minutes)", time_default="10")
-    p.add_argument("--min-fraction", type=float, default=0.5,
+    p.add_argument("--min-fraction", type=number(0, 1, lo_open=True), default=0.5,
                    help="fail when measured busbw is below this fraction of network.expected (default 0.5)")
-    p.add_argument("--out", help="directory for the JSON and PNG (default: <job_dir>/preflight)")
-    p.add_argument("--min-bytes", type=int, help="smallest message (default: 8 KB on GPU, 4 KB on CPU)")
-    p.add_argument("--max-bytes", type=int, help="largest message (default: 1 GB on GPU, 16 MB on CPU)")
-    p.add_argument("--iters", type=int, help="timed all_reduces per size (default: 20 on GPU, 5 on CPU)")
+    p.add_argument("--out", type=path_text, help="directory for the JSON and PNG (default: <job_dir>/preflight)")
+    p.add_argument("--min-bytes", type=whole(1, MAX_BYTES), help="smallest message (default: 8 KB on GPU, 4 KB on CPU)")
+    p.add_argument("--max-bytes", type=whole(1, MAX_BYTES), help="largest message (default: 1 GB on GPU, 16 MB on CPU)")
+    p.add_argument("--iters", type=whole(1, MAX_ITERS), help="timed all_reduces per size (default: 20 on GPU, 5 on CPU)")
     return p
 
 
 def run(argv: Optional[Sequence[str]]) -> int:
     a = parser().parse_args(argv)
-    if not 0 < a.min_fraction <= 1:
-        raise SpecError(f"--min-fraction {a.min_fraction}: must be in (0, 1]")
-    for flag, v in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes), ("--iters", a.iters)):
-        if v is not None and v < 1:
-            raise SpecError(f"{flag} {v}: must be at least 1")
     if a.min_bytes and a.max_bytes and a.min_bytes > a.max_bytes:
         raise SpecError(f"--min-bytes {a.min_bytes} is larger than --max-bytes {a.max_bytes}")
     site = load_site(a.site)
-    out = Path(a.out).resolve() if a.out else site_path(site.paths.job_dir, Path.cwd(), "paths.job_dir") / "preflight"
+    out = Path(a.out).resolve() if a.out is not None else site_path(site.paths.job_dir, Path.cwd(), "paths.job_dir") / "preflight"
     node_args = ["-m", "hpc.node.preflight_node", "--out", str(out)]
     for flag, v in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes), ("--iters", a.iters)):
         node_args += [flag, str(v)] if v else []

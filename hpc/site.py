@@ -16,18 +16,18 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hpc.container import Container
-from hpc.node.cli import HpcError
+from hpc.node.cli import HpcError, shown
 from hpc.node.contract import (DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, NCCL_IB_HCA_VAR, NCCL_SOCKET_IFNAME_VAR,
                                SITE_DIRS_VAR, STOP_SIGNALS)
 from hpc.node.netcheck import NcclList, NodeCheckError
+from hpc.node.strict_yaml import YamlError, load_yaml
 from hpc.slurm_time import parse_minutes
 
 SHIPPED_SITE_DIR = Path(__file__).resolve().parent / "site_configs"
-NAME_RE = r"^[A-Za-z0-9._-]+$"
+NAME_RE = r"^[A-Za-z0-9._-]+$"  # pydantic patterns: $ is the end of the text (no newline before it)
 
 
 class SiteError(HpcError):
@@ -42,7 +42,7 @@ def _nccl_list(value: str, var: str) -> None:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 SHELL_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -55,8 +55,8 @@ PROJECT_SBATCH_OPTIONS = ("job-name", "partition", "nodes", "ntasks-per-node", "
 
 def _shell_names(names, what: str) -> None:
     for name in names:
-        if not re.match(SHELL_NAME_RE, name):
-            raise ValueError(f"{name!r} is not a shell variable name ({what} names are letters, digits and _, not starting with a digit)")
+        if not re.fullmatch(SHELL_NAME_RE, name):
+            raise ValueError(f"{shown(name)} is not a shell variable name ({what} names are letters, digits and _, not starting with a digit)")
 
 
 class Submission(Strict):
@@ -70,26 +70,26 @@ class Submission(Strict):
     def _options(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
             if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
-                raise ValueError(f"{key!r} is not an sbatch long option (lower-case letters, digits and -, without the leading --)")
+                raise ValueError(f"{shown(key)} is not an sbatch long option (lower-case letters, digits and -, without the leading --)")
             if key in PROJECT_SBATCH_OPTIONS:
-                raise ValueError(f"{key!r} is set by hpc.submit (from its flags and the profile's own keys); it cannot be given here")
+                raise ValueError(f"{shown(key)} is set by hpc.submit (from its flags and the profile's own keys); it cannot be given here")
             if key in ("wrap", "mem-per-cpu", "mem-per-gpu"):
-                raise ValueError(f"{key!r} cannot be given here: " + ("the job is a script of its own" if key == "wrap" else
+                raise ValueError(f"{shown(key)} cannot be given here: " + ("the job is a script of its own" if key == "wrap" else
                                  "Slurm takes one of --mem (partitions' mem_per_node_gb), --mem-per-cpu, --mem-per-gpu"))
-            if not re.match(ONE_LINE_RE, str(value)):
-                raise ValueError(f"the value of {key!r} must be one line")
+            if not re.fullmatch(ONE_LINE_RE, str(value)):
+                raise ValueError(f"the value of {shown(key)} must be one line")
         return v
 
 
 class Partition(Strict):
-    name: str = Field(pattern=NAME_RE)
+    name: str = Field(pattern=NAME_RE, max_length=200)
     default: bool = False
     max_nodes: int = Field(ge=1)
     gpus_per_node: int = Field(ge=1)
-    gpu_type: Optional[str] = Field(None, pattern=NAME_RE)
+    gpu_type: Optional[str] = Field(None, pattern=NAME_RE, max_length=200)
     gpu_memory_gb: Optional[float] = Field(None, gt=0)
     cpus_per_node: int = Field(ge=1)
-    mem_per_node_gb: Optional[float] = Field(None, gt=0)
+    mem_per_node_gb: Optional[int] = Field(None, ge=1, description="whole GB (sbatch --mem=NG; 0 would mean the whole node)")
     max_time: str = "UNLIMITED"
     container: Optional[Container] = Field(None, description="this partition's container; replaces the site's")
 
@@ -135,8 +135,8 @@ class Network(Strict):
     @field_validator("gloo_socket_ifname")
     @classmethod
     def _gloo_ifname(cls, v: str) -> str:
-        if not all(re.fullmatch(r"[A-Za-z0-9_.-]+", n.strip()) for n in v.split(",")):
-            raise ValueError(f"{v!r} is not a comma list of interface names (gloo takes exact names: no ^, = or ports)")
+        if not all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) for n in v.split(",")):
+            raise ValueError(f"{shown(v)} is not a comma list of interface names (gloo takes exact names: no ^, = or ports)")
         return v
 
     @field_validator("ib_hca", "ib_hca_exclude")
@@ -186,7 +186,7 @@ class Preemption(Strict):
     def _signal(cls, v: str) -> str:
         name = v.upper().removeprefix("SIG")
         if name not in STOP_SIGNALS:
-            raise ValueError(f"signal {v!r} is not allowed; allowed: {', '.join(STOP_SIGNALS)} (USR2 by default: NCCL may use USR1)")
+            raise ValueError(f"signal {shown(v)} is not allowed; allowed: {', '.join(STOP_SIGNALS)} (USR2 by default: NCCL may use USR1)")
         return name
 
 
@@ -200,7 +200,7 @@ class Training(Strict):
 
 
 class SiteProfile(Strict):
-    name: str = Field(pattern=NAME_RE)
+    name: str = Field(pattern=NAME_RE, max_length=200)
     description: str = ""
     submission: Submission = Submission()
     partitions: list[Partition] = Field(min_length=1)
@@ -232,7 +232,7 @@ class SiteProfile(Strict):
             if p.name == name:
                 return p
         allowed = ", ".join(p.name for p in self.partitions)
-        raise SiteError(f"site {self.name}: partition {name!r} is not in the profile; allowed: {allowed}")
+        raise SiteError(f"site {self.name}: partition {shown(name)} is not in the profile; allowed: {allowed}")
 
 
 def user_site_dir() -> Path:
@@ -247,10 +247,14 @@ def site_dirs() -> list[Path]:
 
 
 def find_site(name: str) -> Path:
+    if len(name) > 4096 or "\0" in name:
+        raise SiteError(f"site {shown(name)}: not a profile name or path")
     if name.endswith((".yaml", ".yml")) or "/" in name:
         path = Path(name).expanduser()
         if path.is_dir():
             raise SiteError(f"site profile {name} is a directory; give a YAML file or a profile name")
+        if path.exists() and not path.is_file():  # a FIFO or a device: reading it could block
+            raise SiteError(f"site profile {name} is not a regular file")
         if not path.is_file():
             raise SiteError(f"site profile file {name} does not exist")
         return path
@@ -259,7 +263,7 @@ def find_site(name: str) -> Path:
         if path.is_file():
             return path
     known = sorted({p.stem for d in site_dirs() if d.is_dir() for p in d.glob("*.yaml")})
-    raise SiteError(f"site {name!r} not found in {', '.join(map(str, site_dirs()))}; known sites: {', '.join(known) or 'none'}")
+    raise SiteError(f"site {shown(name)} not found in {', '.join(map(str, site_dirs()))}; known sites: {', '.join(known) or 'none'}")
 
 
 def read_text(path: Path) -> str:
@@ -280,11 +284,9 @@ def load_site(name: str) -> SiteProfile:
     """Find and validate a site profile; every problem is one `SiteError` line naming the file and key."""
     path = find_site(name)
     try:
-        data = yaml.safe_load(read_text(path))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise SiteError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+        data = load_yaml(read_text(path), str(path))
+    except YamlError as e:
+        raise SiteError(str(e)) from None
     if not isinstance(data, dict):
         raise SiteError(f"{path}: expected a mapping of keys at the top level")
     try:

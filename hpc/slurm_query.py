@@ -7,6 +7,7 @@ the script that its submit line names.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shlex
@@ -16,18 +17,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-from hpc.node.cli import HpcError
+from hpc.node.cli import HpcError, shown
 from hpc.node.contract import ENDED_STATES
 
 CLIENT_TIMEOUT_S = 10  # Slurm's clients retry for a long while when slurmctld is down
 SEP = "\x1f"  # sacct's field delimiter: job names and submit lines may contain "|"
 SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed", "Partition", "NodeList", "WorkDir", "SubmitLine", "JobID")
 SQUEUE_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed")
-JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")  # a job, or one task of an array job: ARRAY_TASK
+JOB_ID = re.compile(r"([1-9][0-9]{0,9})(?:_(0|[1-9][0-9]{0,9}))?")  # a job, or one task of an array job: ARRAY_TASK
+MAX_JOB_ID = 2**32 - 1  # Slurm's ids are 32 bits: a larger number would wrap to another job; 0 means every job
 
 
 class JobError(HpcError):
     """The job cannot be found or read; the message is one line."""
+
+
+def job_id_problem(text: str) -> Optional[str]:
+    """Why ``text`` is not a Slurm job id 1..2^32-1 (optionally ``_TASK``, an array task), or None."""
+    m = JOB_ID.fullmatch(text) if text.isascii() else None
+    if m is None or int(m.group(1)) > MAX_JOB_ID or m.group(2) and int(m.group(2)) > MAX_JOB_ID:
+        return f"{shown(text)} is not a job id: a number 1..{MAX_JOB_ID}, or ARRAY_TASK such as 123_4"
+    return None
+
+
+def job_id_arg(text: str) -> str:
+    """argparse type: a job id (see `job_id_problem`)."""
+    problem = job_id_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 @dataclass(frozen=True)
@@ -214,8 +232,9 @@ def script_stdout(submit_line: str, workdir: str, job_id: str, name: str) -> Opt
 
 def get_job(job_id: str) -> Job:
     """The job as Slurm sees it now; JobError when Slurm knows no such job."""
-    if not JOB_ID.fullmatch(job_id) or not job_id.isascii():
-        raise JobError(f"job id {job_id!r} is not a number (or ARRAY_TASK, e.g. 123_4)")
+    problem = job_id_problem(job_id)
+    if problem:
+        raise JobError(problem)
     tasks = array_tasks(job_id)
     if tasks:
         raise JobError(f"job {job_id} is an array of {len(tasks)} tasks ({', '.join(tasks[:3])}{', ...' if len(tasks) > 3 else ''}): "

@@ -4,17 +4,19 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from hpc.node.cli import shown
+
 _FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"
 
 
 def parse_minutes(text: str) -> Optional[int]:
     """Minutes in a Slurm time string (seconds round up); None for UNLIMITED/INFINITE."""
-    t = str(text).strip()
+    t = str(text)
     if t.upper() in ("UNLIMITED", "INFINITE"):
         return None
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", t)
+    m = re.fullmatch(r"(?:([0-9]{1,7})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?", t)
     if not m:
-        raise ValueError(f"time {text!r} is not a Slurm time; allowed forms: {_FORMS}")
+        raise ValueError(f"time {shown(text)} is not a Slurm time; allowed forms: {_FORMS}")
     days, a, b, c = m.groups()
     a, b, c = int(a), int(b) if b else None, int(c) if c else None
     if days is not None:  # D-HH[:MM[:SS]]
@@ -26,7 +28,7 @@ def parse_minutes(text: str) -> Optional[int]:
     else:  # MM
         seconds = a * 60
     if seconds <= 0:
-        raise ValueError(f"time {text!r} must be longer than zero")
+        raise ValueError(f"time {shown(text)} must be longer than zero")
     return -(-seconds // 60)
 
 

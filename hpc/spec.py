@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from hpc.container import Container, Places
 from hpc.dependency import check_known, parse_after
-from hpc.node.cli import HpcError
+from hpc.node.cli import HpcError, path_text, shown, whole
 from hpc.node.contract import FINAL_STATES
 from hpc.node.launcher import SRUN, Launcher, get_launcher
 from hpc.node.ownership import check_owner, claim, run_dir_name
@@ -30,6 +30,7 @@ TRAIN_CONFIG_DIR = PROJECT_ROOT / "train" / "configs"
 
 
 MAX_JOB_NAME = 200
+MAX_COUNT = 100_000  # the most nodes, GPUs or requeues a flag may ask for
 
 
 class SpecError(HpcError):
@@ -97,10 +98,11 @@ class JobSpec:
 
 def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default: Optional[str] = None) -> None:
     """The flags every submitting command shares: --site, --nodes, --partition, --gpus-per-node, --time."""
-    p.add_argument("--site", required=True, help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) or a YAML path")
-    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--site", required=True, type=path_text,
+                   help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) or a YAML path")
+    p.add_argument("--nodes", type=whole(1, MAX_COUNT), required=True)
     p.add_argument("--partition", help="partition name (default: the profile's default)")
-    p.add_argument("--gpus-per-node", type=int, help="GPUs (ranks) per node (default: all of the partition's)")
+    p.add_argument("--gpus-per-node", type=whole(1, MAX_COUNT), help="GPUs (ranks) per node (default: all of the partition's)")
     p.add_argument("--time", default=time_default, help=time_help)
 
 
@@ -136,7 +138,7 @@ def prepare_submission(spec: JobSpec) -> None:
     live = [r for r in squeue_rows("-u", getpass.getuser())
             if r["JobName"] == spec.job_name and r["State"] not in FINAL_STATES | {"COMPLETING"}]
     if live:
-        raise SpecError(f"--job-name {spec.job_name!r}: job {live[0]['JobIDRaw']} of that name is {live[0]['State']}; two jobs of one "
+        raise SpecError(f"--job-name {shown(spec.job_name)}: job {live[0]['JobIDRaw']} of that name is {live[0]['State']}; two jobs of one "
                         "name would share one run: wait for it, cancel it, or pick another name")
     claim(spec.job_dir, spec.job_name, "job directory")
     if spec.runs_trainer:
@@ -156,7 +158,7 @@ def site_path(text: str, workdir: Path, key: str) -> Path:
     def value(m: re.Match) -> str:
         name = m.group(1) or m.group(2)
         if name not in env:
-            raise SpecError(f"{key}: {text!r} uses ${name}, which is not set in this environment")
+            raise SpecError(f"{key}: {shown(text)} uses ${name}, which is not set in this environment")
         return env[name]
 
     path = Path(re.sub(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))", value, os.path.expanduser(text)))
@@ -169,7 +171,7 @@ def default_train_config(site: SiteProfile) -> str:
     path = Path(name) if name.endswith((".yaml", ".yml")) or "/" in name else TRAIN_CONFIG_DIR / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in TRAIN_CONFIG_DIR.glob("*.yaml")))
-        raise SpecError(f"site {site.name}: training.config {name!r}: {path} does not exist (names in train/configs: {known})")
+        raise SpecError(f"site {site.name}: training.config {shown(name)}: {path} does not exist (names in train/configs: {known})")
     return str(path)
 
 

@@ -21,13 +21,13 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hpc.node.cli import HpcError, Parser, fail
+from hpc.node.cli import HpcError, Parser, check_utf8, fail, path_text, whole
 from hpc.node.contract import task_log
 from hpc.node.launcher import LAUNCHERS, SRUN
 from hpc.plan import plan_trainer_args
 from hpc.render import render_sbatch
 from hpc.site import load_site
-from hpc.spec import JobSpec, SpecError, add_allocation_args, build_spec, check_dependencies, check_rank_command
+from hpc.spec import MAX_COUNT, JobSpec, SpecError, add_allocation_args, build_spec, check_dependencies, check_rank_command
 from hpc.sweep import write_table
 from hpc.submitter import first_log, follow, submit, test_only
 
@@ -42,17 +42,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--launcher", default=SRUN.name, metavar="|".join(LAUNCHERS),
                    help="; ".join(f"{name}: {launcher.help}" for name, launcher in LAUNCHERS.items()) + f" (default {SRUN.name})")
     p.add_argument("--signal", help="pre-stop signal for every rank, e.g. USR2 (default: the profile's preemption.signal)")
-    p.add_argument("--signal-lead", type=int, metavar="SECONDS", help="send it this long before the time limit (default: the profile's)")
-    p.add_argument("--max-requeues", type=int, metavar="N", help="requeues after which a stopped job ends (default: the profile's)")
+    p.add_argument("--signal-lead", type=whole(0, 10**7), metavar="SECONDS", help="send it this long before the time limit (default: the profile's)")
+    p.add_argument("--max-requeues", type=whole(0, MAX_COUNT), metavar="N", help="requeues after which a stopped job ends (default: the profile's)")
     p.add_argument("--container", metavar="IMAGE", help="run in this image (default: the profile's container.image; needs a container section)")
     p.add_argument("--sweep", action="append", default=[], metavar="KEY=V1,V2",
                    help="trainer override values to sweep (repeatable): one array task per combination")
-    p.add_argument("--max-parallel", type=int, metavar="K", help="at most K tasks of the sweep at a time (--array=0-N%%K)")
+    p.add_argument("--max-parallel", type=whole(1, MAX_COUNT), metavar="K", help="at most K tasks of the sweep at a time (--array=0-N%%K)")
     p.add_argument("--after", action="append", default=[], metavar="JOB[:ok|any|notok]",
                    help="start after JOB ended COMPLETED (ok, the default), in any state (any), or not COMPLETED (notok); repeatable")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
-    out.add_argument("--emit", metavar="FILE", help="write the sbatch script to FILE, submit nothing")
+    out.add_argument("--emit", metavar="FILE", type=path_text, help="write the sbatch script to FILE, submit nothing")
     out.add_argument("--test-only", action="store_true", help="ask sbatch --test-only where and when the job would start; submit nothing")
     p.add_argument("--wait", action="store_true", help="block until the job ends; exit with its status")
     return p
@@ -88,17 +88,29 @@ def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
     return spec
 
 
+def made_dirs(directory: Path) -> list[Path]:
+    """``directory`` and its ancestors that do not exist yet, deepest first (what a mkdir -p would make)."""
+    return [d for d in (directory, *directory.parents) if not d.exists()]
+
+
 def emit(spec: JobSpec, path: Path) -> None:
+    """Write the script to ``path`` and make the job directory; on an error neither is left behind."""
     text = render_sbatch(spec)
-    try:
-        spec.job_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise SpecError(f"paths.job_dir: {spec.job_dir}: cannot create it ({e.strerror})") from None
+    made = made_dirs(path.parent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     except OSError as e:
         raise SpecError(f"--emit {path}: cannot write it ({e.strerror})") from None
+    made += made_dirs(spec.job_dir)
+    try:
+        spec.job_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        path.unlink()
+        for d in made:
+            if d.exists():
+                d.rmdir()
+        raise SpecError(f"paths.job_dir: {spec.job_dir}: cannot create it ({e.strerror})") from None
     if spec.sweep is not None:
         write_table(spec.sweep, spec.job_name, spec.job_dir)
     print(f"wrote {path}\nsubmit it with: sbatch {path}\nlogs will be in {spec.job_dir}/ ({log_names(spec, '<jobid>')})")
@@ -147,7 +159,9 @@ def wait(spec: JobSpec, job_id: str) -> int:
 def run(argv: Sequence[str]) -> int:
     own, rank_args = split_args(argv)
     a = parser().parse_args(own)
-    if a.wait and (a.dry_run or a.emit or a.test_only):
+    for arg in rank_args:
+        check_utf8(arg, "rank argument")
+    if a.wait and (a.dry_run or a.emit is not None or a.test_only):
         raise SpecError("--wait submits and waits; it does not go with --dry-run, --emit or --test-only")
     if a.wait and a.sweep:
         raise SpecError("--wait follows one job; a sweep is an array: follow it with python -m hpc.jobs status ARRAY")
@@ -160,7 +174,7 @@ def run(argv: Sequence[str]) -> int:
     if a.test_only:
         print(f"{test_only(spec)}\n(sbatch --test-only: nothing was submitted)")
         return 0
-    if a.emit:
+    if a.emit is not None:
         emit(spec, Path(a.emit).resolve())
         return 0
     job = submit_and_report(spec)

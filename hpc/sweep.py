@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hpc.node.cli import HpcError
+from hpc.node.cli import HpcError, shown
 from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, RUN_DIR_KEYS
 
 SWEEP_FILE = "sweep.json"  # the task table of an array job, in its job directory
@@ -66,18 +66,18 @@ def parse_axes(items: Sequence[str]) -> list[tuple[str, list[str]]]:
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not _KEY.fullmatch(key):
-            raise SweepError(f"--sweep {item!r}: expected KEY=V1,V2,... with a config key such as optim.lr")
+            raise SweepError(f"--sweep {shown(item)}: expected KEY=V1,V2,... with a config key such as optim.lr")
         if key in RUN_DIR_KEYS:
             raise SweepError(f"--sweep {key}: each task gets its own {key} (<{key}>/<task>); sweep another key")
         if any(key == k for k, _ in axes):
             raise SweepError(f"--sweep {key}: given twice; list all its values in one --sweep {key}=V1,V2")
         values = [v.strip() for v in split_values(text)]
         if not text.strip() or any(not v for v in values):
-            raise SweepError(f"--sweep {item!r}: an empty value; give one or more values separated by commas")
+            raise SweepError(f"--sweep {shown(item)}: an empty value; give one or more values separated by commas")
         if any(ord(c) < 32 or c == "\x7f" for c in text):
             raise SweepError(f"--sweep {key}: a value holds a control character; values are one line of text")
         if len(set(values)) != len(values):
-            raise SweepError(f"--sweep {item!r}: a value is repeated")
+            raise SweepError(f"--sweep {shown(item)}: a value is repeated")
         axes.append((key, values))
     return axes
 
@@ -119,7 +119,7 @@ def write_table(sweep: Sweep, job_name: str, job_dir: Path) -> None:
     text = table_json(sweep, job_name)
     try:
         if path.exists() and path.read_text() != text:
-            raise SweepError(f"--sweep: job {job_name!r} already ran another sweep in {job_dir} ({SWEEP_FILE}); "
+            raise SweepError(f"--sweep: job {shown(job_name)} already ran another sweep in {job_dir} ({SWEEP_FILE}); "
                              "its tasks resume only with the same --sweep values: pick another job name")
         job_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

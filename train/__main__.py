@@ -7,7 +7,9 @@ created; exit codes follow `hpc.node.contract`: 0 done, 1 failed, 2 bad input (o
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+from pathlib import Path
 
 from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, MODULE as PROG
 from train.preempt import StopFlag
@@ -15,15 +17,15 @@ from train.preempt import StopFlag
 
 def main(argv: list[str] | None = None) -> int:
     stop = StopFlag()  # before the heavy imports: Slurm may send the pre-stop signal early
-    from hpc.node.cli import HpcError, Parser, error_line
-    from hpc.node.contract import EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, JOB_NAME_VAR
+    from hpc.node.cli import HpcError, Parser, error_line, path_text
+    from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, JOB_NAME_VAR
     from hpc.node.lease import slurm_job_id
     from hpc.node.ownership import claim, unnamed_owner
     from train.config import load_config
     from train.parallel import ParallelDims, WorldEnv
 
     parser = Parser(prog=PROG, description="Train Qwen3 with dp x tp (FSDP2 + tensor parallel).")
-    parser.add_argument("--config", required=True, help="YAML config, e.g. train/configs/tiny.yaml")
+    parser.add_argument("--config", required=True, type=path_text, help="YAML config, e.g. train/configs/tiny.yaml")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, e.g. parallel.tp=2 optim.lr=1e-3")
     args = parser.parse_args(argv)
     try:
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads())
         dims.grad_accum(cfg.global_batch, cfg.micro_batch)
         job_name = os.environ.get(JOB_NAME_VAR) or unnamed_owner()
+        made = [d for d in (Path(cfg.log.dir), cfg.checkpoint_dir, cfg.prepared_dir) if not d.exists()]
         claim(cfg.log.dir, job_name, LOG_DIR_KEY)
         claim(cfg.checkpoint_dir, job_name, CHECKPOINT_DIR_KEY)
     except HpcError as e:
@@ -53,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     except HpcError as e:
         if e.code != EXIT_FAILED or env.rank == 0:  # a failed save or load is the same line on every rank
             print(error_line(PROG, e), file=sys.stderr)
+        if e.code == EXIT_BAD_INPUT and env.rank == 0 and held is not None:  # bad input found by the run that holds the
+            # checkpoint directory (never by one refused its lease): leave nothing this run made behind
+            for directory in made:
+                shutil.rmtree(directory, ignore_errors=True)
         return e.code
     finally:
         stop.ignore_further()

@@ -7,13 +7,14 @@ allowed there. ``load_config`` raises ``ConfigError`` with a one-line message.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hpc.node.cli import HpcError
+from hpc.node.cli import HpcError, shown
+from hpc.node.strict_yaml import YamlError, load_yaml, parse_override
 from train.data import DataConfig
 from train.tracking import missing
 
@@ -23,7 +24,9 @@ class ConfigError(HpcError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown keys, non-finite numbers and silent conversions (true as 1, 1.5 as an int) are errors."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class Dims(_Strict):
@@ -95,7 +98,7 @@ class OptimConfig(_Strict):
     """AdamW (fused on GPU): the peak learning rate, betas, decoupled weight decay and eps."""
 
     lr: float = Field(3e-4, gt=0)
-    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.95)
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field((0.9, 0.95), strict=False)
     weight_decay: float = Field(0.1, ge=0)
     eps: float = Field(1e-8, gt=0)
 
@@ -216,6 +219,16 @@ class TrainConfig(_Strict):
             raise ValueError("eval needs data packed by document: data.format=chat or data.pack=documents")
         return self
 
+    @model_validator(mode="after")
+    def _home(self) -> TrainConfig:
+        """~ at the start of every path of the config is the home directory, as in data.path and data.tokenizer."""
+        for section, key in ((self.log, "dir"), (self.checkpoint, "dir"), (self.model, "path"), (self.data, "prepared"),
+                             (self.eval, "path"), (self, "export")):
+            value = getattr(section, key)
+            if isinstance(value, str) and value.startswith("~"):
+                setattr(section, key, os.path.expanduser(value))
+        return self
+
     @property
     def checkpoint_dir(self) -> Path:
         return Path(self.checkpoint.dir) if self.checkpoint.dir else Path(self.log.dir) / "checkpoints"
@@ -242,28 +255,23 @@ class TrainConfig(_Strict):
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """Set ``a.b=value`` pairs in a nested dict; values are parsed as YAML scalars (1e-3, true, null, [0.9, 0.95])."""
+    """Set ``a.b=value`` pairs in a nested dict (a later one wins: hpc.submit appends each array task's directories);
+    values are strict YAML (1e-3, true, null, [0.9, 0.95]; see hpc.node.strict_yaml)."""
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"override {item!r}: expected key.sub=value, e.g. parallel.tp=2")
+            raise ConfigError(f"override {shown(item)}: expected key.sub=value, e.g. parallel.tp=2")
         parts = key.split(".")
         node = raw
         for i, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"override {item!r}: {'.'.join(parts[: i + 1])} is a value, not a section")
+                raise ConfigError(f"override {shown(item)}: {'.'.join(parts[: i + 1])} is a value, not a section")
             node = child
         try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise ConfigError(f"override {item!r}: value is not valid YAML") from None
-        if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        node[parts[-1]] = value
+            node[parts[-1]] = parse_override(text, f"override {shown(key)}")
+        except YamlError as e:
+            raise ConfigError(str(e)) from None
     return raw
 
 
@@ -291,7 +299,7 @@ def _one_line(err: ValidationError, source: str) -> str:
     msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "value_error":  # raised by our validators, whose messages name the keys
         return f"{source}: {msg}"
-    return f"{source}: {key}={e.get('input')!r}: {msg}"
+    return f"{source}: {key}={shown(e.get('input'))}: {msg}"
 
 
 def split_cli(args: list[str]) -> tuple[str | None, list[str]]:
@@ -299,30 +307,34 @@ def split_cli(args: list[str]) -> tuple[str | None, list[str]]:
     config, overrides, rest = None, [], list(args)
     while rest:
         a = rest.pop(0)
-        if a == "--config":
-            if not rest:
+        if a == "--config" or a.startswith("--config="):
+            if config is not None:
+                raise ConfigError("--config given twice; give one file (and key=value overrides)")
+            if a == "--config" and not rest:
                 raise ConfigError("--config needs a file")
-            config = rest.pop(0)
-        elif a.startswith("--config="):
-            config = a.split("=", 1)[1]
+            config = rest.pop(0) if a == "--config" else a.split("=", 1)[1]
         elif "=" in a and not a.startswith("-"):
             overrides.append(a)
         else:
-            raise ConfigError(f"trainer argument {a!r} is neither --config FILE nor a key.sub=value override")
+            raise ConfigError(f"trainer argument {shown(a)} is neither --config FILE nor a key.sub=value override")
     return config, overrides
 
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> TrainConfig:
     """Read a YAML config, apply overrides, validate; raises ConfigError with a one-line message."""
+    if not str(path).strip() or "\0" in str(path):
+        raise ConfigError(f"--config {shown(str(path))}: not a file name")
     path = Path(path)
+    if path.exists() and not path.is_file():  # a directory, or a FIFO that would block the read
+        raise ConfigError(f"--config {path}: not a regular file")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = load_yaml(path.read_text(encoding="utf-8"), f"--config {path}") or {}
     except OSError as e:
         raise ConfigError(f"--config {path}: cannot read ({e.strerror})") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"--config {path}: not a text file (not UTF-8 at byte {e.start})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--config {path}: invalid YAML ({str(e).splitlines()[0]})") from None
+    except YamlError as e:
+        raise ConfigError(str(e)) from None
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path}: top level must be a mapping of keys, e.g. 'steps: 100'")
     raw = apply_overrides(raw, list(overrides))

@@ -11,17 +11,14 @@ from pathlib import Path
 
 import torch
 
-from hpc.node.cli import HpcError, Parser, fail
+from hpc.node.cli import HpcError, Parser, fail, path_text, whole
 
 PROG = "train.generate"
 
 
 def generate(model_dir: str | Path, prompt: str, tokens: int = 40, seed: int = 0) -> str:
     """The prompt continued by `tokens` sampled tokens (temperature 0.8, top-k 50)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    tok, model = loaded(str(model_dir))
     torch.manual_seed(seed)
     ids = tok(prompt, return_tensors="pt").input_ids
     with torch.no_grad():
@@ -32,12 +29,9 @@ def generate(model_dir: str | Path, prompt: str, tokens: int = 40, seed: int = 0
 
 def chat(model_dir: str | Path, message: str, tokens: int = 60, seed: int = 0, enable_thinking: bool = False) -> str:
     """The assistant's answer to one user message, through the chat template (greedy)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok, model = loaded(str(model_dir))
     if not tok.chat_template:
         raise HpcError(f"{model_dir}: the tokenizer has no chat template; use --prompt")
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     torch.manual_seed(seed)
     ids = tok.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
                                   enable_thinking=enable_thinking, return_tensors="pt", return_dict=True)["input_ids"]
@@ -46,16 +40,36 @@ def chat(model_dir: str | Path, message: str, tokens: int = 60, seed: int = 0, e
     return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip()
 
 
-def main() -> None:
-    p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
-    p.add_argument("model_dir")
-    p.add_argument("--prompt", default="ROMEO:")
-    p.add_argument("--chat", metavar="MESSAGE", help="a user message, answered through the chat template")
-    p.add_argument("--tokens", type=int, default=40)
-    a = p.parse_args()
+MAX_TOKENS = 100_000
+
+
+def loaded(model_dir: str) -> tuple:
+    """The tokenizer and model of an exported directory; a directory they cannot be loaded from is one HpcError line."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (Path(model_dir) / "config.json").is_file():
+        raise HpcError(f"{model_dir} is not an exported model directory (no config.json)")
     try:
-        if not (Path(a.model_dir) / "config.json").is_file():
-            raise HpcError(f"{a.model_dir} is not an exported model directory (no config.json)")
+        tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True).eval()
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise HpcError(f"{model_dir}: cannot load the model or its tokenizer ({' '.join(str(e).split())[:300]})") from None
+    return tok, model
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
+    p.add_argument("model_dir", type=path_text)
+    text = p.add_mutually_exclusive_group()
+    text.add_argument("--prompt", default="ROMEO:")
+    text.add_argument("--chat", metavar="MESSAGE", help="a user message, answered through the chat template")
+    p.add_argument("--tokens", type=whole(1, MAX_TOKENS), default=40)
+    a = p.parse_args(argv)
+    try:
+        if a.chat is None and not a.prompt:
+            raise HpcError("--prompt: an empty prompt; give some text to continue")
+        if a.chat is not None and not a.chat.strip():
+            raise HpcError("--chat: an empty message")
         print(generate(a.model_dir, a.prompt, a.tokens) if a.chat is None else chat(a.model_dir, a.chat, a.tokens))
     except HpcError as e:
         fail(PROG, e)

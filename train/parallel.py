@@ -29,6 +29,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
 
+from hpc.node.cli import shown
 from hpc.node.contract import LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, RANK_VAR, WORLD_SIZE_VAR
 from hpc.node.netcheck import bound_every_group, dist_timeout_s
 from train.config import ConfigError, ParallelConfig
@@ -54,7 +55,7 @@ class WorldEnv:
             try:
                 return int(value)
             except ValueError:
-                raise ConfigError(f"environment {name}={value!r}: must be an integer") from None
+                raise ConfigError(f"environment {name}={shown(value)}: must be an integer") from None
 
         world = get(WORLD_SIZE_VAR, 1)
         env = cls(get(RANK_VAR, 0), get(LOCAL_RANK_VAR, 0), world, get(LOCAL_WORLD_SIZE_VAR, world))
@@ -63,9 +64,9 @@ class WorldEnv:
                                                (RANK_VAR, env.rank + 1, env.world_size, WORLD_SIZE_VAR),
                                                (LOCAL_RANK_VAR, env.local_rank + 1, env.local_world_size, LOCAL_WORLD_SIZE_VAR)):
             if value < 1 or (bound is not None and value > bound):
-                shown = value - 1 if name.endswith("RANK") else value
+                given = value - 1 if name.endswith("RANK") else value
                 allowed = f"0 to {bound - 1}" if name.endswith("RANK") else (f"1 to {bound}" if bound else "at least 1")
-                raise ConfigError(f"environment {name}={shown}: allowed {allowed}" + (f" ({bound_name}={bound})" if bound else ""))
+                raise ConfigError(f"environment {name}={given}: allowed {allowed}" + (f" ({bound_name}={bound})" if bound else ""))
         if env.world_size > 1 and not os.environ.get(MASTER_ADDR_VAR):
             raise ConfigError(f"environment {WORLD_SIZE_VAR}={env.world_size} but {MASTER_ADDR_VAR} is not set: start the ranks with torchrun or hpc.node.launch")
         return env

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from hpc.node.cli import HpcError, Parser, fail
+from hpc.node.cli import HpcError, Parser, fail, path_text, shown
 from hpc.node.contract import RANK_VAR, WORLD_SIZE_VAR
 
 PROG = "train.prepare"
@@ -27,7 +27,7 @@ def task_of(environ: dict) -> tuple[int, int]:
             try:
                 rank, world = int(environ[rank_var]), int(environ[world_var])
             except ValueError:
-                raise HpcError(f"environment {rank_var}={environ[rank_var]!r} / {world_var}={environ[world_var]!r}: must be integers") from None
+                raise HpcError(f"environment {rank_var}={shown(environ[rank_var])} / {world_var}={shown(environ[world_var])}: must be integers") from None
             if not 0 <= rank < world:
                 raise HpcError(f"environment {rank_var}={rank} must be in [0, {world_var}={world})")
             return rank, world
@@ -36,7 +36,7 @@ def task_of(environ: dict) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog=f"python -m {PROG}", description="Tokenize, render and pack training data once.")
-    parser.add_argument("--config", required=True, help="the training YAML config, e.g. train/configs/chat.yaml")
+    parser.add_argument("--config", required=True, type=path_text, help="the training YAML config, e.g. train/configs/chat.yaml")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, as for python -m train")
     args = parser.parse_args(argv)
 

@@ -40,7 +40,10 @@ def load_tokenizer(path: str | None) -> PreTrainedTokenizerFast:
             f"tokenizer: {directory} is not a Hugging Face tokenizer directory "
             "(need tokenizer.json or tokenizer_config.json); use null for the demo tokenizer"
         )
-    tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - the user's files: a broken JSON, a missing vocabulary, a tokenizers parse error
+        raise HpcError(f"tokenizer: {directory} cannot be loaded ({' '.join(str(e).split())[:200] or type(e).__name__})") from None
     if not isinstance(tok, PreTrainedTokenizerFast):
         raise HpcError(
             f"tokenizer: {directory} loads as a slow {type(tok).__name__}; a fast tokenizer (tokenizer.json) is required"

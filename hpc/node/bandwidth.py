@@ -14,6 +14,8 @@ if TYPE_CHECKING:  # torch is imported where it runs: the login-side commands th
 
 
 GB = 1e9  # nccl-tests' GB/s
+MAX_BYTES = 2**40  # the largest message size and the most iterations a flag may ask for
+MAX_ITERS = 10**6
 
 
 def size_ladder(min_bytes: int, max_bytes: int, factor: int = 4) -> list[int]:

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from typing import Mapping, Optional, Sequence
 
-from hpc.node.cli import HpcError, Parser, error_line, fail
+from hpc.node.cli import HpcError, Parser, error_line, fail, shown, whole
 from hpc.node.contract import DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, record_stop, shield_from_stop, stop_signals
 from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
 from hpc.node.netcheck import check_node, dist_timeout_s
@@ -83,7 +83,7 @@ def supervise(argv: Sequence[str], env: Mapping[str, str], who: str, wrapped: bo
     try:
         rc = run_wrapped(argv, env) if wrapped else subprocess.call(list(argv), env=dict(env))
     except OSError as e:  # a missing or non-executable program
-        print(error_line(PROG, f"{who}: cannot run {argv[0]!r}: {e.strerror}"), file=sys.stderr, flush=True)
+        print(error_line(PROG, f"{who}: cannot run {shown(argv[0])}: {e.strerror}"), file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
     if rc == EXIT_STOPPED:
         record_stop(env, f"{who} stopped cleanly (exit {EXIT_STOPPED})")
@@ -95,7 +95,7 @@ def supervise(argv: Sequence[str], env: Mapping[str, str], who: str, wrapped: bo
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
     p.add_argument("--launcher", default=SRUN.name, choices=list(LAUNCHERS))
-    p.add_argument("--gpus-per-node", type=int, default=None)
+    p.add_argument("--gpus-per-node", type=whole(1, 100_000), default=None)
     p.add_argument("--rank", action="store_true", help="run CMD as one rank of torchrun / accelerate launch")
     p.add_argument("--container", metavar="ARGV", help="a container runtime's command (shell words) to run CMD behind")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
@@ -106,7 +106,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     try:
         container = shlex.split(a.container or "")
     except ValueError as e:
-        p.error(f"--container {a.container!r}: not shell words ({e})")
+        p.error(f"--container {shown(a.container)}: not shell words ({e})")
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     if a.rank and a.container:
         p.error("--container is for the task's launcher, not for one --rank")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
-from hpc.node.cli import HpcError
+from hpc.node.cli import HpcError, shown
 from hpc.node.contract import (DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, GLOO_SOCKET_IFNAME_VAR, NCCL_IB_DISABLE_VAR, NCCL_IB_HCA_VAR,
                                NCCL_SOCKET_IFNAME_VAR)
 
@@ -104,7 +104,7 @@ def hca_ports(root: Path = IB_SYSFS) -> list[HcaPort]:
     return ports
 
 
-_NAME_PORT = re.compile(r"^([A-Za-z0-9_.-]+)(?::(\d+))?$")
+_NAME_PORT = re.compile(r"([A-Za-z0-9_.-]+)(?::([0-9]+))?")
 
 
 @dataclass(frozen=True)
@@ -119,17 +119,17 @@ class NcclList:
 
     @classmethod
     def parse(cls, value: str, var: str) -> "NcclList":
-        text = value.strip()
+        text = value  # no stripping: a newline or space would reach the script and the node
         exclude = text.startswith("^")
         text = text.removeprefix("^")
         exact = text.startswith("=")
         text = text.removeprefix("=")
         items = []
         for raw in text.split(","):
-            m = _NAME_PORT.match(raw.strip())
+            m = _NAME_PORT.fullmatch(raw)
             if not m:
                 raise NodeCheckError(
-                    f"{var}={value!r} is not an NCCL list: [^][=]name[:port],... with ^ (exclude) and = (exact names) "
+                    f"{var}={shown(value)} is not an NCCL list: [^][=]name[:port],... with ^ (exclude) and = (exact names) "
                     "once, at the start, for the whole list (e.g. eth0, =eth0, ^docker,lo, mlx5_0:1,mlx5_1:1)")
             items.append((m.group(1), int(m.group(2)) if m.group(2) else None))
         return cls(exclude, exact, tuple(items))
@@ -204,11 +204,11 @@ def dist_timeout_s(environ: Mapping[str, str]) -> float:
     """Seconds for rendezvous and each collective: $HPC_DIST_TIMEOUT_S, else the contract's DEFAULT_DIST_TIMEOUT_S."""
     text = environ.get(DIST_TIMEOUT_VAR, str(DEFAULT_DIST_TIMEOUT_S))
     try:
-        value = float(text)
+        value = float(text) if text.isascii() and text == text.strip() else 0.0  # float() takes " 1" and other digits
     except ValueError:
         value = 0.0
     if not 0 < value < float("inf"):  # nan fails both comparisons
-        raise NodeCheckError(f"{DIST_TIMEOUT_VAR}={text!r} must be a positive number of seconds")
+        raise NodeCheckError(f"{DIST_TIMEOUT_VAR}={shown(text)} must be a positive number of seconds")
     return value
 
 

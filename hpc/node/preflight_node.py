@@ -14,14 +14,15 @@ import json
 import os
 import socket
 import sys
+from typing import Optional, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from hpc.node.bandwidth import human_bytes, size_ladder, sweep
-from hpc.node.cli import Parser
+from hpc.node.bandwidth import MAX_BYTES, MAX_ITERS, human_bytes, size_ladder, sweep
+from hpc.node.cli import Parser, path_text, whole
 from hpc.node.contract import LOCAL_RANK_VAR, NETWORK_VAR_PREFIXES, PREFLIGHT_RESULT
 from hpc.node.netcheck import bound_every_group, check_node, dist_timeout_s, hca_ports, interfaces
 
@@ -54,14 +55,14 @@ def row_text(row: dict) -> str:
     return f"{human_bytes(row['bytes']):>7}  {row['time_us']:10.1f} us  busbw {row['busbw_gbps']:8.3f} GB/s"
 
 
-def main() -> None:
+def main(argv: Optional[Sequence[str]] = None) -> None:
     p = Parser(prog="python -m hpc.node.preflight_node", description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True, help="directory for node-<job id>.json (written by rank 0)")
-    p.add_argument("--min-bytes", type=int, help="smallest message (default: 8 KB on GPU, 4 KB on CPU)")
-    p.add_argument("--max-bytes", type=int, help="largest message (default: 1 GB on GPU, 16 MB on CPU)")
-    p.add_argument("--iters", type=int, help="timed all_reduces per size (default: 20 on GPU, 5 on CPU)")
-    p.add_argument("--pair-sizes", type=int, default=3, help="node pairs run the largest N sizes")
-    a = p.parse_args()
+    p.add_argument("--out", required=True, type=path_text, help="directory for node-<job id>.json (written by rank 0)")
+    p.add_argument("--min-bytes", type=whole(1, MAX_BYTES), help="smallest message (default: 8 KB on GPU, 4 KB on CPU)")
+    p.add_argument("--max-bytes", type=whole(1, MAX_BYTES), help="largest message (default: 1 GB on GPU, 16 MB on CPU)")
+    p.add_argument("--iters", type=whole(1, MAX_ITERS), help="timed all_reduces per size (default: 20 on GPU, 5 on CPU)")
+    p.add_argument("--pair-sizes", type=whole(1, 64), default=3, help="node pairs run the largest N sizes")
+    a = p.parse_args(argv)
 
     kind = "cuda" if torch.cuda.is_available() else "cpu"
     local_rank = int(os.environ.get(LOCAL_RANK_VAR, "0"))

@@ -8,7 +8,7 @@ from typing import Mapping, Optional
 
 import hostlist
 
-from hpc.node.cli import HpcError
+from hpc.node.cli import HpcError, shown
 from hpc.node.contract import (GROUP_RANK_VAR, LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, MASTER_PORT_VAR, NODE_RANK_VAR,
                                RANK_VAR, WORLD_SIZE_VAR)
 from hpc.node.launcher import LAUNCHERS, SRUN, Launcher
@@ -73,9 +73,9 @@ def expand_tasks_per_node(text: str) -> list[int]:
     """Slurm's compressed counts, e.g. '2(x3),1' -> [2, 2, 2, 1]."""
     counts: list[int] = []
     for part in text.split(","):
-        m = re.fullmatch(r"([0-9]+)(?:\(x([1-9][0-9]*)\))?", part.strip())
+        m = re.fullmatch(r"([0-9]{1,6})(?:\(x([1-9][0-9]{0,5})\))?", part.strip())  # bounded: a node count, not a memory bomb
         if not m:
-            raise RankError(f"SLURM_TASKS_PER_NODE={text!r} is not in Slurm's form, e.g. '2(x3),1'")
+            raise RankError(f"SLURM_TASKS_PER_NODE={shown(text)} is not in Slurm's form, e.g. '2(x3),1'")
         counts += [int(m.group(1))] * int(m.group(2) or 1)
     return counts
 
@@ -90,7 +90,7 @@ def node_hosts(nodelist: str) -> list[str]:
     try:
         hosts = hostlist.expand_hostlist(nodelist)
     except hostlist.BadHostlist as e:
-        raise RankError(f"SLURM_JOB_NODELIST={nodelist!r} is not a valid hostlist ({e})") from None
+        raise RankError(f"SLURM_JOB_NODELIST={shown(nodelist)} is not a valid hostlist ({e})") from None
     if not hosts:
         raise RankError("SLURM_JOB_NODELIST is empty")
     return hosts
@@ -113,8 +113,8 @@ def derive(environ: Mapping[str, str], launcher: Launcher = SRUN, gpus_per_node:
         text = v[prop]
         if text is None:
             return None
-        if not re.fullmatch(r"[0-9]+", text):  # int() would read "12_3" as 123, and other scripts' digits
-            raise RankError(f"{next(n for n in SLURM_VARS[prop] if environ.get(n))}={text!r} is not a whole number")
+        if not re.fullmatch(r"[0-9]{1,10}", text):  # int() would read "12_3" as 123, and other scripts' digits; 10: 32 bits
+            raise RankError(f"{next(n for n in SLURM_VARS[prop] if environ.get(n))}={shown(text)} is not a whole number")
         return int(text)
 
     job_id, num_tasks, node_rank, num_nodes = (number(k) for k in ("job_id", "num_tasks", "node_rank", "num_nodes"))
@@ -128,7 +128,7 @@ def derive(environ: Mapping[str, str], launcher: Launcher = SRUN, gpus_per_node:
         raise RankError(f"SLURM_NODEID={node_rank} but the step has {num_nodes} nodes (allowed 0 to {num_nodes - 1})")
     hosts = node_hosts(v["nodelist"])
     if len(hosts) != num_nodes:
-        raise RankError(f"SLURM_JOB_NODELIST={v['nodelist']!r} has {len(hosts)} host(s) but the step has {num_nodes} nodes")
+        raise RankError(f"SLURM_JOB_NODELIST={shown(v['nodelist'])} has {len(hosts)} host(s) but the step has {num_nodes} nodes")
     addr, port = hosts[0], master_port(job_id, restart)
 
     if launcher.per_node:
@@ -143,7 +143,7 @@ def derive(environ: Mapping[str, str], launcher: Launcher = SRUN, gpus_per_node:
 
     per_node = expand_tasks_per_node(v["tasks_per_node"])
     if len(per_node) != num_nodes:
-        raise RankError(f"SLURM_TASKS_PER_NODE={v['tasks_per_node']!r} lists {len(per_node)} node(s) but the step has {num_nodes}")
+        raise RankError(f"SLURM_TASKS_PER_NODE={shown(v['tasks_per_node'])} lists {len(per_node)} node(s) but the step has {num_nodes}")
     if len(set(per_node)) != 1:
         raise RankError(
             f"tasks per node differ across nodes ({v['tasks_per_node']}): request --ntasks-per-node "

@@ -8,11 +8,12 @@ import json
 import os
 import socket
 from pathlib import Path
+from typing import Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
-from hpc.node.cli import Parser, fail
+from hpc.node.cli import Parser, fail, number, path_text
 from hpc.node.contract import (DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_FAILED, LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR,
                                MASTER_PORT_VAR, NODE_RANK_VAR, RANK_VAR, WORLD_SIZE_VAR)
 from hpc.node.netcheck import bound_every_group, dist_timeout_s
@@ -21,12 +22,12 @@ PROG = "hpc.node.smoke"
 FIELDS = (RANK_VAR, WORLD_SIZE_VAR, LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, NODE_RANK_VAR, MASTER_ADDR_VAR, MASTER_PORT_VAR)
 
 
-def main() -> None:
+def main(argv: Optional[Sequence[str]] = None) -> None:
     p = Parser(prog=f"python -m {PROG}")
-    p.add_argument("--out", required=True, help="directory for one JSON record per rank")
-    p.add_argument("--timeout", type=float, default=dist_timeout_s(os.environ),
+    p.add_argument("--out", required=True, type=path_text, help="directory for one JSON record per rank")
+    p.add_argument("--timeout", type=number(0, 10**7, lo_open=True), default=dist_timeout_s(os.environ),
                    help=f"seconds for rendezvous and the collective (default: ${DIST_TIMEOUT_VAR}, else {DEFAULT_DIST_TIMEOUT_S})")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     dist.init_process_group("gloo", timeout=bound_every_group(a.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     t = torch.tensor([rank + 1.0])

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -91,7 +90,7 @@ def test_a_load_that_fails_for_another_reason_than_damage_sets_nothing_aside(sav
     assert "OutOfMemoryError" in line and "nothing was set aside, a later start tries again" in line
     assert listing(run_dir) == before
     again = run(run_dir, *SAVED[1:], "steps=9")  # the requeue: the same checkpoint loads
-    assert again.returncode == EXIT_DONE and f"(step 6" in again.stdout, again.stderr[-2000:]
+    assert again.returncode == EXIT_DONE and "(step 6" in again.stdout, again.stderr[-2000:]
 
 
 @pytest.mark.parametrize("damage", ["truncated shard", "altered bytes"])
@@ -147,7 +146,7 @@ def test_a_second_run_in_a_live_run_s_checkpoint_directory_is_refused(tmp_path):
             second = run(run_dir, "steps=6")
             assert second.returncode == EXIT_BAD_INPUT, second.stderr[-2000:]
             [line] = error_lines(second)
-            assert f"is in use by a run 'unnamed run of" in line and f"(pid {holder['pid']}," in line
+            assert "is in use by a run 'unnamed run of" in line and f"(pid {holder['pid']}," in line
             assert "[train]" not in second.stdout  # refused before the trainer was built
             os.kill(first.pid, signal.SIGUSR2)
             assert first.wait(timeout=60) == EXIT_STOPPED

@@ -18,7 +18,7 @@ def test_cli():
 @pytest.mark.parametrize("args,message", [
     (["--site", "local", "--nodes", "2", "--model", "8B"], "site local: partition debug has no gpu_memory_gb"),
     (["--site", "ib-h200", "--nodes", "2", "--model", "9B"], "--model 9B: allowed"),
-    (["--site", "ib-h200", "--nodes", "0", "--model", "8B"], "--nodes, --seq-len, --micro-batch must be >= 1"),
+    (["--site", "ib-h200", "--nodes", "0", "--model", "8B"], "argument --nodes: 0 is out of range: allowed 1..100000"),
 ])
 def test_cli_errors_are_one_line_exit_2(args, message):
     r = run_cli("-m", "hpc.plan", *args, timeout=120)

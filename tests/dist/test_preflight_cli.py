@@ -7,7 +7,7 @@ from conftest import run_cli
 
 @pytest.mark.parametrize("args,message", [
     (["--nodes", "5"], "--nodes 5: partition debug of site local has at most 4 nodes"),
-    (["--nodes", "1", "--min-fraction", "2"], "--min-fraction 2.0: must be in (0, 1]"),
+    (["--nodes", "1", "--min-fraction", "2"], "argument --min-fraction: 2 is out of range: allowed (0, 1]"),
     (["--nodes", "1", "--min-bytes", "4096", "--max-bytes", "1024"], "--min-bytes 4096 is larger than --max-bytes 1024"),
 ])
 def test_bad_input_exits_2_before_submitting(tmp_path, args, message):

@@ -33,7 +33,7 @@ BAD = [
     (["--sweep", "optim.lr=1", "--sweep", "optim.lr=2"], "--sweep optim.lr: given twice"),
     (["--sweep", "micro_batch=2,3"], "--sweep task [1] micro_batch=3: trainer:"),
     (["--max-parallel", "2"], "--max-parallel: limits the tasks of a sweep"),
-    (["--sweep", "seed=1,2", "--max-parallel", "0"], "--max-parallel 0: must be at least 1"),
+    (["--sweep", "seed=1,2", "--max-parallel", "0"], "argument --max-parallel: 0 is out of range: allowed 1..100000"),
     (["--after", "12x"], "--after '12x': expected JOB[:ok|any|notok]"),
     (["--after", "12:later"], "'later' is not one of ok, any, notok"),
     (["--sweep", "seed=1,2", "--wait"], "--wait follows one job"),

@@ -120,7 +120,7 @@ BAD = [
     (["--site", "local", "--nodes", "1", "--", "missing.py"], "script missing.py does not exist"),
     (["--site", "local", "--nodes", "1", "--signal", "KILL"], "--signal: signal 'KILL' is not allowed; allowed: USR1, USR2, TERM"),
     (["--site", "local", "--nodes", "1", "--time", "2", "--signal-lead", "120"], "--signal-lead 120: must be shorter than the time limit (120 s)"),
-    (["--site", "local", "--nodes", "1", "--max-requeues", "-1"], "--max-requeues: Input should be greater than or equal to 0"),
+    (["--site", "local", "--nodes", "1", "--max-requeues", "-1"], "argument --max-requeues: -1 is out of range: allowed 0..100000"),
     (["--site", "local", "--nodes", "1", "--time", "UNLIMITED"], "--time UNLIMITED: partition debug allows at most 02:00:00"),
     (["--site", "local", "--nodes", "1", "--job-name", "a\\b"], "--job-name: a backslash cannot be given to Slurm exactly"),
     (["--site", "local", "--nodes", "1", "--job-name", "n" * 201], "--job-name: 201 characters; at most 200"),

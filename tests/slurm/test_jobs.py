@@ -132,7 +132,7 @@ UNKNOWN_JOB = "987654321"
     (["-m", "hpc.jobs", "logs", UNKNOWN_JOB, "-f"], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
     (["-m", "hpc.jobs", "cancel", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
     (["-m", "hpc.jobs", "report", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
-    (["-m", "hpc.jobs", "status", "12x"], "hpc.jobs: error: job id '12x' is not a number"),
+    (["-m", "hpc.jobs", "status", "12x"], "python -m hpc.jobs status: error: argument job: '12x' is not a job id"),
     (["-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "mpirun", "--", "x.py"],
      "hpc.submit: error: --launcher mpirun: allowed: srun, torchrun, accelerate"),
     (["-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "accelerate", "--", "nosuch.py"],

@@ -9,7 +9,7 @@ import pydantic
 CHUNK_BYTES = 16 * 2**20
 
 
-class DataConfig(pydantic.BaseModel, extra="forbid"):
+class DataConfig(pydantic.BaseModel, extra="forbid", strict=True, allow_inf_nan=False):
     """Where the training data comes from and how it is tokenized.
 
     path: a JSONL file (one JSON object per line), a plain ``.txt`` file (the whole file is one

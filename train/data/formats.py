@@ -142,6 +142,9 @@ class ChatFormat:
                                 f"{type(turn.get('content')).__name__}; content must be a string")
         if not any(turn["role"] == "assistant" for turn in messages):
             raise DataError(f"{key}: {where} has no assistant turn; there is nothing to learn from it")
+        tools = record.get("tools")
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+            raise DataError(f"tools: {where} must be a list of tool descriptions (JSON objects), not {type(tools).__name__}")
         for i, turn in enumerate(messages):
             self._refuse_special_text(key, where, i, turn)
         return messages

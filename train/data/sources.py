@@ -112,8 +112,9 @@ def _jsonl_records(path: Path, chunk: Chunk) -> Iterator[tuple[Location, dict]]:
                 continue
             try:
                 record = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise DataError(f"data.path: {where} is not valid JSON ({getattr(e, 'msg', e)})") from None
+            except (ValueError, RecursionError) as e:  # also a number of over 4300 digits, or nesting deeper than Python's stack
+                why = getattr(e, "msg", None) or ("nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0][:120])
+                raise DataError(f"data.path: {where} is not valid JSON ({why})") from None
             if not isinstance(record, dict):
                 raise DataError(f"data.path: {where} is not a JSON object")
             yield where, record

@@ -1,0 +1,694 @@
+"""The bad-input survey's cases: every command line of the project given bad (and hostile-but-valid) input.
+
+A case is a command (its module's ``main(argv)``), its arguments, files made in a fresh working directory
+(``{T}`` in an argument, file or variable is that directory) and environment changes. ``names`` is what the one
+error line must contain (the flag, file or key); ``expect="ok"`` marks hostile input that must be accepted,
+with ``check`` (tmp, stdout) -> problem or None. tests/unit/test_bad_inputs.py runs them.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = str(ROOT / "train" / "configs" / "tiny.yaml")
+HUGE = "9" * 5000
+UNICODE_DIGIT = "\u0663"  # ARABIC-INDIC DIGIT THREE: str.isdigit() says yes, Slurm says no
+
+
+@dataclass
+class Case:
+    id: str
+    cli: str                                   # the module whose main(argv) runs it
+    argv: list[str]
+    names: Optional[str] = None                # what the error line names (case-insensitive)
+    files: dict[str, bytes | str] = field(default_factory=dict)
+    env: dict[str, Optional[str]] = field(default_factory=dict)  # None removes the variable
+    expect: str = "error"                      # "error" (exit 2, one line) or "ok" (exit 0)
+    check: Optional[Callable[[Path, str], Optional[str]]] = None
+
+
+# ---------------------------------------------------------------- fixtures
+
+BASE_SITE = yaml.safe_load((ROOT / "hpc" / "site_configs" / "local.yaml").read_text())
+BASE_SITE["paths"] = {"job_dir": "{T}/jobs", "checkpoint_root": "{T}/ckpt"}
+BASE_SITE["partitions"][0]["gpu_memory_gb"] = 80
+BASE_SITE["name"] = "survey"
+DELETE = object()
+
+
+def merged(base: dict, changes: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        node, parts = out, key.split(".")
+        for p in parts[:-1]:
+            node = node[int(p)] if isinstance(node, list) else node.setdefault(p, {})
+        last = parts[-1]
+        if isinstance(node, list):
+            node[int(last)] = value
+        elif value is DELETE:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return out
+
+
+def site_yaml(**changes) -> str:
+    return yaml.safe_dump(merged(BASE_SITE, {k.replace("__", "."): v for k, v in changes.items()}), sort_keys=False)
+
+
+TINY_CFG = {"model": {"shape": "tiny"}, "data": {"path": None, "tokenizer": None}, "seq_len": 16, "micro_batch": 1,
+            "global_batch": 2, "steps": 1, "log": {"dir": "{T}/run", "log_every": 1}, "checkpoint": {"interval": 0}}
+
+
+def cfg_yaml(changes: dict) -> str:
+    return yaml.safe_dump(merged(TINY_CFG, changes), sort_keys=False)
+
+
+SCRIPT = {"s.py": "print('rank ran')\n"}
+SUBMIT, SITE, DRY = "hpc.submit", ["--site", "local"], ["--nodes", "1", "--dry-run"]
+RANK = ["--", "{T}/s.py"]
+
+
+def exported(var: str, want: str, script: str = "job.sbatch"):
+    """The emitted script exports ``var`` as exactly ``want``, as a POSIX shell reads the quoted word."""
+    def check(tmp: Path, stdout: str) -> Optional[str]:
+        text = (tmp / script).read_text()
+        start = text.find(f"\nexport {var}=")
+        if start < 0:
+            return f"no 'export {var}=' line"
+        lex = shlex.shlex(text[start + len(f"\nexport {var}="):], posix=True)
+        lex.whitespace_split, lex.whitespace, lex.commenters = True, " \t\n", ""
+        got = lex.get_token() or ""
+        expected = want.replace("{T}", str(tmp))
+        return None if got == expected else f"{var} reads as {got!r}, not {expected!r}"
+    return check
+
+
+# ---------------------------------------------------------------- numbers
+
+BAD_NUMBERS = {"neg": "-1", "nan": "nan", "inf": "inf", "ninf": "-inf", "e400": "1e400", "abc": "abc", "empty": "",
+               "huge": HUGE, "space": " 1 ", "hex": "0x10", "unicode": UNICODE_DIGIT, "comma": "1,5"}
+BAD_WHOLE = {**BAD_NUMBERS, "frac": "1.5", "big": "1" + "0" * 29}
+
+
+def number_cases() -> list[Case]:
+    """Every numeric flag of every command: 0 (where not allowed), negative, nan, inf, huge, not a number."""
+    c: list[Case] = []
+    site_s = ["--site", "local"]
+    flags = [  # (cli, argv before the flag, flag, argv after, zero allowed, whole numbers)
+        (SUBMIT, site_s + ["--dry-run"], "--nodes", RANK, False, True),
+        (SUBMIT, site_s + DRY, "--gpus-per-node", RANK, False, True),
+        (SUBMIT, site_s + DRY, "--signal-lead", RANK, False, True),
+        (SUBMIT, site_s + DRY, "--max-requeues", RANK, True, True),
+        (SUBMIT, site_s + DRY + ["--sweep", "seed=1,2"], "--max-parallel", [], False, True),
+        (SUBMIT, site_s + DRY, "--time", RANK, False, False),
+        ("hpc.plan", ["--site", "ib-h200", "--model", "8B"], "--nodes", [], False, True),
+        ("hpc.plan", ["--site", "ib-h200", "--model", "8B", "--nodes", "1"], "--gpus-per-node", [], False, True),
+        ("hpc.plan", ["--site", "ib-h200", "--model", "8B", "--nodes", "1"], "--seq-len", [], False, True),
+        ("hpc.plan", ["--site", "ib-h200", "--model", "8B", "--nodes", "1"], "--micro-batch", [], False, True),
+        ("hpc.preflight", site_s, "--nodes", [], False, True),
+        ("hpc.preflight", site_s + ["--nodes", "1"], "--gpus-per-node", [], False, True),
+        ("hpc.preflight", site_s + ["--nodes", "1"], "--min-fraction", [], False, False),
+        ("hpc.preflight", site_s + ["--nodes", "1"], "--min-bytes", [], False, True),
+        ("hpc.preflight", site_s + ["--nodes", "1"], "--max-bytes", [], False, True),
+        ("hpc.preflight", site_s + ["--nodes", "1"], "--iters", [], False, True),
+        ("hpc.preflight", site_s + ["--nodes", "1"], "--time", [], False, False),
+        ("hpc.jobs", ["logs", "12"], "--rank", [], True, True),
+        ("hpc.node.launch", [], "--gpus-per-node", ["--", "true"], False, True),
+        ("hpc.node.smoke", ["--out", "{T}/o"], "--timeout", [], False, False),
+        ("hpc.node.preflight_node", ["--out", "{T}/o"], "--min-bytes", [], False, True),
+        ("hpc.node.preflight_node", ["--out", "{T}/o"], "--max-bytes", [], False, True),
+        ("hpc.node.preflight_node", ["--out", "{T}/o"], "--iters", [], False, True),
+        ("hpc.node.preflight_node", ["--out", "{T}/o"], "--pair-sizes", [], False, True),
+        ("train.generate", ["{T}/model"], "--tokens", [], False, True),
+    ]
+    for cli, before, flag, after, zero_ok, whole_only in flags:
+        values = dict(BAD_WHOLE if whole_only else BAD_NUMBERS)
+        if not zero_ok:
+            values["zero"] = "0"
+        tail = after if cli != SUBMIT or flag != "--max-parallel" else ["--", "--config", TINY]
+        for vid, value in values.items():
+            names = flag if not (flag == "--time" and vid == "ninf") else "--time"
+            c.append(Case(f"num-{cli}-{flag.strip('-')}-{vid}", cli, before + [flag, value] + tail, names, files=SCRIPT))
+    # numbers from the environment of a node program
+    for var in ("HPC_DIST_TIMEOUT_S",):
+        for vid, value in {**BAD_NUMBERS, "zero": "0"}.items():
+            if value.strip() == "":
+                continue
+            c.append(Case(f"num-launch-env-{var}-{vid}", "hpc.node.launch", ["--", "true"], var, env={**SRUN_ENV, var: value}))
+    return c
+
+
+# ---------------------------------------------------------------- the trainer's config: overrides and files
+
+FLOAT_KEYS = ["optim.lr", "optim.eps", "optim.weight_decay", "grad_clip", "schedule.min_lr", "eval.fraction",
+              "model.dims.rope_theta"]
+INT_KEYS = ["steps", "seq_len", "micro_batch", "global_batch", "schedule.warmup_steps", "checkpoint.interval",
+            "checkpoint.keep_last", "eval.every", "eval.batches", "log.log_every", "parallel.tp", "parallel.dp",
+            "data.chunk_bytes", "model.dims.hidden_size", "model.dims.num_hidden_layers", "seed"]
+NON_FINITE = {"inf": "inf", "dotinf": ".inf", "ninf": "-.inf", "nan": ".nan", "e400": "1e400", "ne400": "-1e400"}
+YAML11 = {"octal": "010", "sexagesimal": "1:30", "true": "true", "comment": "#1", "space-comment": "1 #2",
+          "tilde": "~", "empty": "", "yes": "yes", "frac": "1.5", "huge": HUGE, "hex": "0x10"}
+
+
+def config_cases() -> list[Case]:
+    c: list[Case] = []
+    train = ["--config", TINY]
+    for key in FLOAT_KEYS:
+        for vid, value in NON_FINITE.items():
+            c.append(Case(f"cfg-override-{key}-{vid}", "train", train + [f"{key}={value}"], key))
+            c.append(Case(f"cfg-file-{key}-{vid}", "train", ["--config", "{T}/c.yaml"], key,
+                          files={"c.yaml": with_text(cfg_yaml({key: PLACE}), value)}))
+        c.append(Case(f"cfg-override-{key}-true", "train", train + [f"{key}=true"], key))
+    c.append(Case("cfg-override-betas-inf", "train", train + ["optim.betas=[.inf, 0.9]"], "optim.betas"))
+    c.append(Case("cfg-override-betas-nan", "train", train + ["optim.betas=[0.9, .nan]"], "optim.betas"))
+    for key in INT_KEYS:
+        for vid, value in YAML11.items():
+            c.append(Case(f"cfg-override-{key}-{vid}", "train", train + [f"{key}={value}"], key))
+        for vid, value in NON_FINITE.items():
+            c.append(Case(f"cfg-override-{key}-{vid}", "train", train + [f"{key}={value}"], key))
+    for key in ("log.dir", "data.path", "export"):
+        for vid in ("comment", "space-comment", "tilde", "empty"):
+            c.append(Case(f"cfg-override-{key}-{vid}", "train", train + [f"{key}={YAML11[vid]}"], key))
+    c.append(Case("cfg-override-spaces", "train", train + ["steps= 3"], "steps"))
+    c.append(Case("cfg-override-no-key", "train", train + ["=3"], "override"))
+    c.append(Case("cfg-override-flow-bad", "train", train + ["optim.betas=[0.9,"], "optim.betas"))
+    c.append(Case("cfg-override-alias", "train", train + ["optim.betas=*a"], "optim.betas"))
+    c.append(Case("cfg-override-section", "train", train + ["optim=3"], "optim"))
+    c.append(Case("cfg-override-under-value", "train", train + ["steps.x=3"], "steps"))
+    # the file itself
+    files = {
+        "dup-key": ("steps: 1\nsteps: 2\n", "steps"),
+        "dup-nested": (cfg_yaml({}).replace("log:\n", "log:\n  log_every: 3\n", 1), "log_every"),
+        "alias-bomb": ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+                       "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n", "alias"),
+        "nul-escape": (cfg_yaml({}) + 'export: "a\\0b"\n', "NUL"),
+        "deep": ("a: " + "[" * 5000 + "]" * 5000 + "\n", "c.yaml"),
+        "huge-int": (cfg_yaml({}).replace("steps: 1", f"steps: {HUGE}"), "digits"),
+        "octal": (cfg_yaml({}).replace("steps: 1", "steps: 010"), "leading zero"),
+        "python-tag": ("model: !!python/object/apply:os.system ['true']\n", "c.yaml"),
+        "binary": (b"\x00\xff\x10\x80" * 50, "c.yaml"),
+        "latin1": ("steps: caf\xe9\n".encode("latin-1"), "UTF-8"),
+        "empty": ("", "model"),
+        "list-top": ("- a\n- b\n", "mapping"),
+        "unclosed": ("model: [unclosed\n", "c.yaml"),
+        "unknown-key": (cfg_yaml({"optimizer": {"lr": 1}}), "optimizer"),
+        "lr-neg": (cfg_yaml({"optim.lr": -1}), "optim.lr"),
+        "betas-over-1": (cfg_yaml({"optim.betas": [1.5, 0.95]}), "optim.betas"),
+        "steps-0": (cfg_yaml({"steps": 0}), "steps"),
+        "steps-true": (cfg_yaml({"steps": True}), "steps"),
+        "steps-float": (cfg_yaml({"steps": 2.0}), "steps"),
+        "seq-sexagesimal": (cfg_yaml({}).replace("seq_len: 16", "seq_len: 1:30"), "seq_len"),
+        "vocab-too-small": (cfg_yaml({"model.dims": {"vocab_size": 10}}), "vocab_size"),
+        "tracker-twice": (cfg_yaml({"log.tracker": ["tensorboard", "tensorboard"]}), "log.tracker"),
+        "alias-echo": ("model: &m {shape: nosuch}\nx: *m\n", "alias"),
+        "long-value": (cfg_yaml({"model.shape": "x" * 100_000}), "model.shape"),
+    }
+    for cid, (text, names) in files.items():
+        c.append(Case(f"cfg-file-{cid}", "train", ["--config", "{T}/c.yaml"], names, files={"c.yaml": text}))
+    for cli in ("train", "train.prepare"):
+        p = "prep-" if cli == "train.prepare" else ""
+        c += [Case(f"cfg-{p}config-dir", cli, ["--config", "{T}/adir"], "adir", files={"adir/x": ""}),
+              Case(f"cfg-{p}config-fifo", cli, ["--config", "{T}/fifo"], "fifo", files={"fifo": FIFO}),
+              Case(f"cfg-{p}config-missing", cli, ["--config", "{T}/nosuch.yaml"], "nosuch.yaml"),
+              Case(f"cfg-{p}config-empty-path", cli, ["--config", ""], "--config"),
+              Case(f"cfg-{p}config-twice", cli, ["--config", TINY, "--config", TINY], "--config"),
+              Case(f"cfg-{p}config-none", cli, [], "--config"),
+              Case(f"cfg-{p}non-utf8-override", cli, ["--config", TINY, "log.dir=r\udcff"], "UTF-8")]
+    return c
+
+
+FIFO = object()  # a files entry: make a named pipe there
+PLACE = "@@value@@"
+
+
+def with_text(text: str, value: str) -> str:
+    """YAML text with the placeholder value replaced by ``value`` as written (e.g. 1e400, .inf)."""
+    assert PLACE in text
+    return text.replace(PLACE, value)
+
+
+# ---------------------------------------------------------------- the trainer: environment, data, paths
+
+def trainer_cases() -> list[Case]:
+    c: list[Case] = []
+
+    def add(cid, cfg=None, args=(), env=None, names=None, files=None):
+        c.append(Case(f"train-{cid}", "train", ["--config", "{T}/c.yaml", *args], names, env=env or {},
+                      files={"c.yaml": cfg_yaml(cfg or {}), **(files or {})}))
+
+    add("override-unknown", args=["optim.lrr=1"], names="optim.lrr")
+    add("tp-3", args=["parallel.tp=3"], names="parallel.tp")
+    add("flag", args=["--lr", "1e-3"], names="--lr")
+    add("env-rank-ge-world", env={"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}, names="RANK")
+    add("env-no-master", env={"WORLD_SIZE": "2", "RANK": "0"}, names="MASTER_ADDR")
+    add("env-world-abc", env={"WORLD_SIZE": "two"}, names="WORLD_SIZE")
+    add("env-world-0", env={"WORLD_SIZE": "0"}, names="WORLD_SIZE")
+    add("env-tp-across-nodes", args=["parallel.tp=2"], env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                                                             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29998"}, names="parallel.tp")
+    add("env-batch-dp", args=["global_batch=3"], env={"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                                                     "MASTER_PORT": "29997"}, names="global_batch")
+    add("data-missing", cfg={"data.path": "{T}/nosuch.jsonl"}, names="data.path")
+    add("data-suffix", cfg={"data.path": "{T}/d.csv"}, files={"d.csv": "a,b\n"}, names="data.path")
+    add("data-nul", cfg={"data.path": "{T}/d\0.jsonl"}, names="NUL")
+    add("tokenizer-missing", cfg={"data.tokenizer": "{T}/notok"}, names="tokenizer")
+    add("tokenizer-broken-json", cfg={"data.tokenizer": "{T}/tok"}, files={"tok/tokenizer.json": "{not json"}, names="tokenizer")
+    add("tokenizer-broken-config", cfg={"data.tokenizer": "{T}/tok"},
+        files={"tok/tokenizer_config.json": '{"tokenizer_class": "NoSuchTokenizer"}'}, names="tokenizer")
+    add("tokenizer-empty-json", cfg={"data.tokenizer": "{T}/tok"}, files={"tok/tokenizer.json": ""}, names="tokenizer")
+    add("model-path-no-config", cfg={"model": {"path": "{T}/m"}}, files={"m/x": ""}, names="model.path")
+    add("owner-log", files={"owned/.owner.json": json.dumps({"job_name": "other-job"})}, cfg={"log.dir": "{T}/owned"},
+        env={"HPC_JOB_NAME": "mine"}, names="log.dir")
+    add("export-under-file", files={"afile": "x"}, cfg={"export": "{T}/afile/hf"}, names="export")
+    # data found bad in the run: one line, and the run directories it made are gone again
+    jsonl = {"data.path": "{T}/d.jsonl"}
+    for cid, text, names in (
+            ("data-bad-json", '{"text": "a"}\nnot json\n', "data.path"),
+            ("data-no-field", '{"body": "hello world"}\n', "text_field"),
+            ("data-5000-digits", '{"text": "a", "n": ' + HUGE + "}\n", "data.path"),
+            ("data-deep-json", '{"text": "a", "n": ' + "[" * 100_000 + "]" * 100_000 + "}\n", "data.path"),
+            ("data-not-object", '["text", "a"]\n', "data.path")):
+        add(cid, cfg=jsonl, files={"d.jsonl": text}, names=names)
+    add("data-binary-txt", cfg={"data.path": "{T}/d.txt"}, files={"d.txt": b"\xff\xfe\x00\x81" * 100}, names="data.path")
+    add("data-too-small", cfg={"data.path": "{T}/d.txt"}, files={"d.txt": "hi"}, names="data")
+    chat = {"data.path": "{T}/d.jsonl", "data.format": "chat"}
+    turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    for cid, record, names in (
+            ("chat-tools-string", {"messages": turns, "tools": "search"}, "tools"),
+            ("chat-tools-dict", {"messages": turns, "tools": {"name": "search"}}, "tools"),
+            ("chat-tools-numbers", {"messages": turns, "tools": [1, 2]}, "tools"),
+            ("chat-no-assistant", {"messages": turns[:1]}, "assistant"),
+            ("chat-role", {"messages": [{"role": "robot", "content": "x"}, turns[1]]}, "role"),
+            ("chat-content-list", {"messages": [turns[0], {"role": "assistant", "content": ["x"]}]}, "content"),
+            ("chat-messages-string", {"messages": "hi"}, "messages")):
+        add(cid, cfg=chat, files={"d.jsonl": json.dumps(record) + "\n"}, names=names)
+    return c
+
+
+# ---------------------------------------------------------------- hpc.submit
+
+SRUN_ENV = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "0",
+            "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)",
+            "SLURM_GPUS_ON_NODE": "2"}
+
+
+def submit_cases() -> list[Case]:
+    c: list[Case] = []
+
+    def add(cid, flags, names=None, rank=RANK, **kw):
+        kw.setdefault("files", SCRIPT)
+        c.append(Case(f"submit-{cid}", SUBMIT, list(flags) + list(rank), names, **kw))
+
+    add("nodes-5", SITE + ["--nodes", "5", "--dry-run"], "--nodes")
+    add("gpus-3", SITE + DRY + ["--gpus-per-node", "3"], "--gpus-per-node")
+    for cid, t in (("time-abc", "abc"), ("time-3h", "3:00:00"), ("time-unlimited", "UNLIMITED"), ("time-neg-part", "1:-5"),
+                   ("time-days-huge", HUGE + "-00:00:00")):
+        add(cid, SITE + DRY + ["--time", t], "--time")
+    add("partition-nosuch", SITE + DRY + ["--partition", "gpu"], "partition")
+    add("partition-huge", SITE + DRY + ["--partition", "p" * 10_000], "partition")
+    add("launcher-mpirun", SITE + DRY + ["--launcher", "mpirun"], "--launcher")
+    add("signal-kill", SITE + DRY + ["--signal", "KILL"], "--signal")
+    add("lead-over-time", SITE + DRY + ["--signal-lead", "7200"], "--signal-lead")
+    add("container-no-runtime", SITE + DRY + ["--container", "pt.sif"], "--container")
+    add("dryrun-and-emit", SITE + DRY + ["--emit", "{T}/job.sbatch"], "--emit")
+    add("emit-empty", SITE + ["--nodes", "1", "--emit", ""], "--emit")
+    add("emit-space", SITE + ["--nodes", "1", "--emit", " "], "--emit")
+    add("emit-twice", SITE + ["--nodes", "1", "--emit", "{T}/a", "--emit", "{T}/b"], "--emit")
+    add("emit-unwritable", SITE + ["--nodes", "1", "--emit", "/proc/nope/job.sbatch"], "--emit")
+    add("wait-dryrun", SITE + DRY + ["--wait"], "--wait")
+    add("wait-emit-empty", SITE + ["--nodes", "1", "--wait", "--emit", "{T}/j"], "--wait")
+    add("unknown-flag", SITE + DRY + ["--nodez", "2"], "--nodez")
+    add("nodes-twice", SITE + DRY + ["--nodes", "2"], "--nodes")
+    add("site-twice", SITE + DRY + ["--site", "ib-h200"], "--site")
+    add("site-empty", ["--site", ""] + DRY, "--site")
+    add("site-nosuch", ["--site", "nosuch"] + DRY, "nosuch")
+    add("site-path-missing", ["--site", "{T}/missing.yaml"] + DRY, "does not exist")
+    add("site-dir", ["--site", "{T}/adir/"] + DRY, "directory", files={**SCRIPT, "adir/x": ""})
+    add("site-huge-name", ["--site", "s" * 100_000] + DRY, "site")
+    add("site-fifo", ["--site", "{T}/p.yaml"] + DRY, "regular file", files={**SCRIPT, "p.yaml": FIFO})
+    add("m-without-module", SITE + DRY, "-m", rank=("--", "-m"))
+    add("script-missing", SITE + DRY, "does not exist", rank=("--", "{T}/nosuch.py"))
+    add("rank-args-only-dash", SITE + DRY, "-x", rank=("--", "-x"))
+    add("rank-non-utf8", SITE + DRY, "UTF-8", rank=("--", "{T}/s.py", "a\udcffb"))
+    add("sweep-not-trainer", SITE + DRY + ["--sweep", "seed=1,2"], "--sweep")
+    tiny = ("--", "--config", TINY)
+    for cid, flags, names in (
+            ("sweep-not-a-key", ["--sweep", "optim.lrr=1e-4,3e-4"], "--sweep optim.lrr"),
+            ("sweep-empty", ["--sweep", "optim.lr="], "--sweep"),
+            ("sweep-empty-item", ["--sweep", "optim.lr=1e-4,"], "--sweep"),
+            ("sweep-twice", ["--sweep", "optim.lr=1e-4", "--sweep", "optim.lr=3e-4"], "given twice"),
+            ("sweep-bad-combo", ["--sweep", "micro_batch=2,3"], "micro_batch"),
+            ("sweep-inf", ["--sweep", "optim.lr=1e-4,inf"], "optim.lr"),
+            ("sweep-own-dir", ["--sweep", "log.dir=a,b"], "log.dir"),
+            ("max-parallel-alone", ["--max-parallel", "2"], "--max-parallel"),
+            ("after-malformed", ["--after", "12x"], "--after"),
+            ("after-kind", ["--after", "12:later"], "--after"),
+            ("after-zero", ["--after", "0"], "--after"),
+            ("after-wraps", ["--after", "8589934613"], "--after"),
+            ("after-2-32", ["--after", str(2**32)], "--after"),
+            ("after-neg", ["--after", "-5"], "--after"),
+            ("after-empty", ["--after", ""], "--after"),
+            ("after-task-wraps", ["--after", "12_8589934613"], "--after"),
+            ("after-leading-zero", ["--after", "012"], "--after"),
+            ("after-unicode", ["--after", UNICODE_DIGIT], "--after"),
+            ("after-newline", ["--after", "12\n"], "--after"),
+            ("config-twice", [], "--config")):
+        add(cid, SITE + DRY + flags, names, rank=tiny + (("--config", TINY) if cid == "config-twice" else ()))
+    for cid, n in (("name-empty", ""), ("name-newline", "a\nb"), ("name-backslash", "a\\b"), ("name-esc", "a\x1b[31mred"),
+                   ("name-201", "y" * 201), ("name-nul-like", "a\x7fb"), ("name-non-utf8", "caf\udce9"),
+                   ("name-huge", "n" * 100_000), ("name-cr", "a\rb"), ("name-tab", "a\tb")):
+        add(cid, SITE + DRY + ["--job-name", n], "--job-name" if cid != "name-non-utf8" else "UTF-8")
+    # trainer arguments after --, checked at submit time, on every shipped site
+    train_bad = [
+        ("train-flag", ["--lr", "1e-3"], "--lr"),
+        ("train-unknown-key", ["optim.lrr=1e-3"], "optim.lrr"),
+        ("train-neg-lr", ["optim.lr=-1"], "optim.lr"),
+        ("train-inf-lr", ["optim.lr=inf"], "optim.lr"),
+        ("train-e400-lr", ["optim.lr=1e400"], "optim.lr"),
+        ("train-dotinf-wd", ["optim.weight_decay=.inf"], "optim.weight_decay"),
+        ("train-nan-clip", ["grad_clip=.nan"], "grad_clip"),
+        ("train-octal-steps", ["steps=010"], "steps"),
+        ("train-true-steps", ["steps=true"], "steps"),
+        ("train-comment", ["steps= #1"], "steps"),
+        ("train-sexagesimal", ["seq_len=1:30"], "seq_len"),
+        ("train-tilde", ["data.tokenizer=~"], "data.tokenizer"),
+        ("train-tp3", ["parallel.tp=3"], "parallel.tp"),
+        ("train-config-missing", ["--config", "{T}/nosuch.yaml"], "nosuch.yaml"),
+        ("train-config-dir", ["--config", "{T}"], "--config"),
+        ("train-config-fifo", ["--config", "{T}/fifo"], "--config"),
+        ("train-batch", ["global_batch=3", "micro_batch=2"], "global_batch"),
+        ("train-shape", ["model.shape=70B"], "model.shape"),
+        ("train-data-missing", ["data.path={T}/nosuch.jsonl"], "data.path"),
+        ("train-data-suffix", ["data.path={T}/d.csv"], "data.path"),
+        ("train-tokenizer-missing", ["data.tokenizer={T}/notok"], "tokenizer"),
+        ("train-tokenizer-broken", ["data.tokenizer={T}/tok"], "tokenizer"),
+        ("train-log-owned", ["log.dir={T}/owned"], "log.dir"),
+    ]
+    files = {"owned/.owner.json": json.dumps({"job_name": "someone-else"}), "d.csv": "text\nhello\n",
+             "tok/tokenizer.json": "{broken", "fifo": FIFO}
+    sites = {"local": ["--site", "local", "--nodes", "2"], "ib-h200": ["--site", "ib-h200", "--nodes", "2"],
+             "eth-a100": ["--site", "eth-a100", "--nodes", "1"], "roce-h100": ["--site", "roce-h100", "--nodes", "1"]}
+    for sname, sflags in sites.items():
+        for cid, targs, names in train_bad:
+            if sname != "local" and cid not in ("train-flag", "train-tp3", "train-data-missing", "train-log-owned",
+                                                "train-inf-lr", "train-octal-steps"):
+                continue
+            fit = ["global_batch=32"] if sname == "ib-h200" else []  # the demo config's batch over 16 ranks
+            c.append(Case(f"submit-{sname}-{cid}", SUBMIT, sflags + ["--dry-run", "--"] + targs + fit, names, files=files))
+    for sname, sflags in sites.items():
+        fit = ["global_batch=32"] if sname == "ib-h200" else []
+        c.append(Case(f"submit-{sname}-train-ok", SUBMIT, sflags + ["--dry-run", "--", "optim.lr=1e-3", *fit], expect="ok"))
+    # hostile but valid job names: carried exactly into the script
+    hostile = {"name-shell": "a$(touch {T}/pwned)`id`;rm -rf ~ &|<>", "name-quotes": "it's \"quoted\" 'twice'",
+               "name-dollar": "$HOME ${PATH} $1 $$", "name-200": "y" * 200, "name-unicode": "\u8bad\u7ec3-\u03bb-\U0001f680",
+               "name-dash": "-leading-dash", "name-sbatch": "x\u2028#SBATCH --qos=high"}
+    for cid, n in hostile.items():
+        c.append(Case(f"submit-{cid}", SUBMIT, SITE + ["--nodes", "1", "--emit", "{T}/job.sbatch", f"--job-name={n}"] + RANK,
+                      files=SCRIPT, expect="ok", check=exported("HPC_JOB_NAME", n)))
+    return c
+
+
+# ---------------------------------------------------------------- site profiles
+
+def site_cases() -> list[Case]:
+    c: list[Case] = []
+    run = ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run", "--", "{T}/s.py"]
+
+    def bad(cid, text, names=None):
+        c.append(Case(f"site-{cid}", SUBMIT, run, names, files={"p.yaml": text, **SCRIPT}))
+
+    def ok(cid, text):
+        c.append(Case(f"site-{cid}", SUBMIT, run, files={"p.yaml": text, **SCRIPT}, expect="ok"))
+
+    ok("baseline", site_yaml())
+    bad("binary", b"\x00\x01\x02\xff\xfe" * 20, "p.yaml")
+    bad("latin1", "name: caf\xe9\n".encode("latin-1"), "UTF-8")
+    bad("empty", "", "p.yaml")
+    bad("list-top", "- a\n- b\n", "mapping")
+    bad("bad-yaml", "name: [unclosed\n", "YAML")
+    bad("python-tag", "name: !!python/object/apply:os.system ['true']\n", "YAML")
+    bad("dup-top-key", site_yaml() + "name: other\n", "twice")
+    bad("dup-nested-key", site_yaml().replace("  fabric: ethernet\n", "  fabric: ethernet\n  fabric: infiniband\n"), "fabric")
+    bad("alias", site_yaml() + "description: &d x\nx: *d\n", "alias")
+    bad("alias-bomb", "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+                      "c: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n", "alias")
+    bad("deep", "name: " + "[" * 5000 + "]" * 5000 + "\n", "p.yaml")
+    bad("unknown-top", site_yaml(nmae="x"), "nmae")
+    bad("missing-name", site_yaml(name=DELETE), "name")
+    bad("name-slash", site_yaml(name="a/b"), "name")
+    bad("name-newline", site_yaml(name="local\n"), "name")
+    bad("name-huge", site_yaml(name="n" * 100_000), "name")
+    bad("partitions-empty", site_yaml(partitions=[]), "partitions")
+    P = "partitions__0__"
+    for cid, key, val in (("part-max-nodes-0", "max_nodes", 0), ("part-gpus-0", "gpus_per_node", 0),
+                          ("part-time-bad", "max_time", "two hours"), ("part-time-int", "max_time", 120),
+                          ("part-unknown-key", "max_gpus", 3), ("part-name-newline", "name", "debug\n"),
+                          ("part-gpu-type-newline", "gpu_type", "a100\n"), ("part-max-nodes-true", "max_nodes", True),
+                          ("part-max-nodes-float", "max_nodes", 2.5), ("part-mem-half", "mem_per_node_gb", 0.5),
+                          ("part-mem-fraction", "mem_per_node_gb", 3.7), ("part-mem-0", "mem_per_node_gb", 0),
+                          ("part-mem-neg", "mem_per_node_gb", -3), ("part-cpus-true", "cpus_per_node", True)):
+        bad(cid, site_yaml(**{P + key: val}), key)
+    for key in ("max_nodes", "gpus_per_node", "cpus_per_node", "gpu_memory_gb", "mem_per_node_gb"):
+        for vid, text in NON_FINITE.items():
+            bad(f"part-{key}-{vid}", with_text(site_yaml(**{P + key: PLACE}), text), key)
+    two = [dict(BASE_SITE["partitions"][0]), dict(BASE_SITE["partitions"][1])]
+    bad("part-dup-names", site_yaml(partitions=[two[0], {**two[1], "name": "debug"}]), "repeat")
+    bad("part-two-defaults", site_yaml(partitions=[two[0], {**two[1], "default": True}]), "default")
+    N = "network__"
+    for cid, key, val in (("net-fabric", "fabric", "myrinet"), ("net-nccl-trailing-comma", "nccl_socket_ifname", "eth0,"),
+                          ("net-nccl-newline", "nccl_socket_ifname", "eth0\n"), ("net-nccl-space", "nccl_socket_ifname", " eth0"),
+                          ("net-gloo-caret", "gloo_socket_ifname", "^lo"), ("net-gloo-newline", "gloo_socket_ifname", "eth0\nrm"),
+                          ("net-gloo-trailing-newline", "gloo_socket_ifname", "eth0\n"),
+                          ("net-expected-neg", "expected", {"intra_node_gbps": -5}),
+                          ("net-roce-gid-neg", "roce_gid_index", -1)):
+        bad(cid, site_yaml(**{N + key: val}), key if key != "expected" else "intra_node_gbps")
+    for key in ("intra_node_gbps", "inter_node_gbps"):
+        for vid, text in NON_FINITE.items():
+            bad(f"net-{key}-{vid}", with_text(site_yaml(**{f"network__expected__{key}": PLACE}), text), key)
+    ib = {"network__fabric": "infiniband"}
+    for cid, hcas in (("ib-hca-caret", ["^mlx5_0"]), ("ib-hca-eq-late", ["mlx5_0", "=mlx5_1"]),
+                      ("ib-hca-comma-item", ["mlx5_0,mlx5_1"]), ("ib-hca-newline", ["mlx5_0\n"])):
+        bad(cid, site_yaml(**ib, network__ib_hca=hcas), "ib_hca")
+    bad("ib-hca-and-exclude", site_yaml(**ib, network__ib_hca=["mlx5_0"], network__ib_hca_exclude=["mlx5_1"]), "ib_hca")
+    bad("ethernet-with-hca", site_yaml(network__ib_hca=["mlx5_0"]), "ethernet")
+    bad("roce-no-gid", site_yaml(network__fabric="roce"), "roce_gid_index")
+    ok("ib-hca-ports", site_yaml(**ib, network__ib_hca=["=mlx5_0:1", "mlx5_1:1"]))
+    for cid, env in (("extra-env-dash", {"NCCL-DEBUG": "INFO"}), ("extra-env-shell", {"A;id": "x"}),
+                     ("extra-env-newline", {"NCCL_DEBUG\n": "INFO"}), ("extra-env-int-value", {"NCCL_DEBUG": 3})):
+        bad(cid, site_yaml(network__extra_env=env), "extra_env")
+    for cid, key, val in (("env-var-dash", "variables", {"MY-VAR": "1"}), ("env-var-newline", "variables", {"MY_VAR\n": "1"}),
+                          ("env-container-moved", "container", {"image": "x.sqsh"}), ("env-unknown", "conda", "train"),
+                          ("env-module-newline", "modules", ["cuda\nrm -rf /"]),
+                          ("env-module-trailing-newline", "modules", ["cuda\n"])):
+        bad(cid, site_yaml(**{"environment__" + key: val}), "environment" if cid != "env-container-moved" else "container")
+    for cid, section, names in (
+            ("container-runtime", {"runtime": "docker", "image": "x"}, "container.runtime"),
+            ("container-no-sif", {"runtime": "apptainer", "image": "/no/such.sif"}, "/no/such.sif"),
+            ("container-mount", {"runtime": "pyxis", "image": "x", "mounts": ["/a:/b:rw"]}, "container.mounts"),
+            ("container-mount-newline", {"runtime": "pyxis", "image": "x", "mounts": ["/a:/b\n"]}, "container.mounts"),
+            ("container-mount-ro-newline", {"runtime": "pyxis", "image": "x", "mounts": ["/a:/b:ro\n"]}, "container.mounts"),
+            ("container-image-newline", {"runtime": "pyxis", "image": "x\n"}, "container.image"),
+            ("container-python-newline", {"runtime": "pyxis", "image": "x", "python": "python\n"}, "container.python"),
+            ("container-noimage", {"runtime": "pyxis"}, "image"),
+            ("container-placeholder", {"runtime": "command", "command": ["x", "{imag}"]}, "{imag}")):
+        bad(cid, site_yaml(container=section), names)
+    for cid, opts, names in (("sbatch-upper", {"Constraint": "a100"}, "Constraint"), ("sbatch-dashes", {"--constraint": "x"}, "--constraint"),
+                             ("sbatch-newline", {"constraint": "a\n#SBATCH --qos=high"}, "constraint"),
+                             ("sbatch-trailing-newline", {"constraint": "a100\n"}, "constraint"),
+                             ("sbatch-key-newline", {"constraint\n": "a100"}, "constraint"),
+                             ("sbatch-wrap", {"wrap": "id"}, "wrap"), ("sbatch-mem-per-gpu", {"mem-per-gpu": "1G"}, "mem-per-gpu"),
+                             ("sbatch-mem-per-cpu", {"mem-per-cpu": "1G"}, "mem-per-cpu"), ("sbatch-int", {"nice": 5}, "nice")):
+        bad(cid, site_yaml(submission__extra_sbatch=opts), names)
+    for cid, key, val in (("account-newline", "account", "acct\n"), ("qos-newline", "qos", "high\n#SBATCH -p x"),
+                          ("account-int", "account", 123)):
+        bad(cid, site_yaml(**{"submission__" + key: val}), key)
+    ok("sbatch-hostile-value", site_yaml(submission__extra_sbatch={"comment": "a b 'q' \"d\" $(id) ;"}))
+    for cid, key, val in (("pre-signal-kill", "signal", "KILL"), ("pre-lead-5", "lead_s", 5),
+                          ("pre-lead-over-limit", "lead_s", 7200), ("pre-lead-float", "lead_s", 60.5),
+                          ("pre-requeues-neg", "max_requeues", -1), ("pre-requeues-true", "max_requeues", True)):
+        bad(cid, site_yaml(**{"preemption__" + key: val}), key if cid != "pre-lead-over-limit" else "lead")
+    for key in ("lead_s", "max_requeues"):
+        for vid, text in NON_FINITE.items():
+            bad(f"pre-{key}-{vid}", with_text(site_yaml(**{f"preemption__{key}": PLACE}), text), key)
+    for cid, key, val in (("path-unset-var", "job_dir", "$NO_SUCH_VAR_XYZ/jobs"), ("path-newline", "job_dir", "{T}/a\nb"),
+                          ("path-trailing-newline", "checkpoint_root", "{T}/c\n"), ("path-nul", "job_dir", "{T}/a\0b")):
+        c.append(Case(f"site-{cid}", SUBMIT, run, "NO_SUCH_VAR_XYZ" if cid == "path-unset-var" else ("NUL" if "nul" in cid else key),
+                      files={"p.yaml": site_yaml(**{"paths__" + key: val}), **SCRIPT}))
+    ok("path-hostile", site_yaml(paths__job_dir="{T}/j o b s;$(id)"))
+    emit_run = ["--site", "{T}/p.yaml", "--nodes", "1", "--emit", "{T}/job.sbatch", "--", "{T}/s.py"]
+    c.append(Case("site-path-under-file", SUBMIT, emit_run, "job_dir",
+                  files={"p.yaml": site_yaml(paths__job_dir="{T}/afile/jobs"), "afile": "x", **SCRIPT}))
+    hv = "$(touch {T}/pwned) `id` 'q' \"d\" \\ $HOME"
+    for cid, text, var, want in (("env-var-newline-value", site_yaml(environment__variables={"MYA": "x\ny"}), "MYA", "x\ny"),
+                                 ("env-var-hostile-value", site_yaml(environment__variables={"MYV": hv}), "MYV", hv),
+                                 ("extra-env-hostile-value", site_yaml(network__extra_env={"NCCL_X": hv}), "NCCL_X", hv)):
+        c.append(Case(f"site-{cid}", SUBMIT, emit_run, files={"p.yaml": text, **SCRIPT}, expect="ok", check=exported(var, want)))
+    plan = ["--site", "{T}/p.yaml", "--nodes", "1", "--model", "8B"]
+    c.append(Case("site-training-config-missing", SUBMIT, ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run"], "training.config",
+                  files={"p.yaml": site_yaml(training__config="{T}/nosuch.yaml")}))
+    c.append(Case("site-training-config-name", SUBMIT, ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run"], "nosuchcfg",
+                  files={"p.yaml": site_yaml(training__config="nosuchcfg")}))
+    c.append(Case("site-training-config-bad", SUBMIT, ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run"], "steps",
+                  files={"p.yaml": site_yaml(training__config="{T}/c.yaml"), "c.yaml": cfg_yaml({"steps": 0})}))
+    c.append(Case("site-plan-bad-key", "hpc.plan", plan, "bogus", files={"p.yaml": site_yaml(bogus=1)}))
+    c.append(Case("site-plan-gpumem-inf", "hpc.plan", plan, "gpu_memory_gb",
+                  files={"p.yaml": site_yaml(partitions__0__gpu_memory_gb=float("inf"))}))
+    return c
+
+
+# ---------------------------------------------------------------- hpc.plan, hpc.preflight, hpc.jobs, node programs
+
+def plan_cases() -> list[Case]:
+    base = ["--site", "ib-h200"]
+    c = [Case(f"plan-{cid}", "hpc.plan", base + args, names) for cid, args, names in (
+        ("model-tiny", ["--nodes", "1", "--model", "tiny"], "--model"),
+        ("model-70B", ["--nodes", "1", "--model", "70B"], "--model"),
+        ("model-missing", ["--nodes", "1"], "--model"),
+        ("nodes-over-max", ["--nodes", "65", "--model", "8B"], "--nodes"),
+        ("gpus-16", ["--nodes", "1", "--model", "8B", "--gpus-per-node", "16"], "--gpus-per-node"),
+        ("gpus-0", ["--nodes", "1", "--model", "8B", "--gpus-per-node", "0"], "--gpus-per-node"),
+        ("dtype-fp16", ["--nodes", "1", "--model", "8B", "--master-dtype", "fp16"], "--master-dtype"),
+        ("partition-nosuch", ["--nodes", "1", "--model", "8B", "--partition", "cpu"], "partition"),
+        ("no-fit", ["--nodes", "1", "--model", "32B", "--seq-len", "131072", "--micro-batch", "8"], "does not fit"),
+        ("model-twice", ["--nodes", "1", "--model", "8B", "--model", "4B"], "--model"))]
+    c.append(Case("plan-site-no-gpumem", "hpc.plan", ["--site", "local", "--nodes", "1", "--model", "8B"], "gpu_memory_gb"))
+    c.append(Case("plan-site-nosuch", "hpc.plan", ["--site", "nosuch", "--nodes", "1", "--model", "8B"], "nosuch"))
+    c.append(Case("plan-site-empty", "hpc.plan", ["--site", "", "--nodes", "1", "--model", "8B"], "--site"))
+    c.append(Case("plan-ok-8B", "hpc.plan", base + ["--nodes", "2", "--model", "8B"], expect="ok"))
+    return c
+
+
+def preflight_cases() -> list[Case]:
+    base = ["--site", "local"]
+    c = [Case(f"preflight-{cid}", "hpc.preflight", base + args, names) for cid, args, names in (
+        ("minfrac-0", ["--nodes", "1", "--min-fraction", "0"], "--min-fraction"),
+        ("minfrac-1.5", ["--nodes", "1", "--min-fraction", "1.5"], "--min-fraction"),
+        ("bytes-order", ["--nodes", "1", "--min-bytes", "1000", "--max-bytes", "10"], "--min-bytes"),
+        ("out-empty", ["--nodes", "1", "--out", ""], "--out"),
+        ("out-space", ["--nodes", "1", "--out", "  "], "--out"),
+        ("out-twice", ["--nodes", "1", "--out", "a", "--out", "b"], "--out"),
+        ("nodes-5", ["--nodes", "5"], "--nodes"),
+        ("partition-nosuch", ["--nodes", "1", "--partition", "gpu"], "partition"))]
+    c.append(Case("preflight-out-unwritable", "hpc.preflight", base + ["--nodes", "1", "--out", "/proc/nope", "--time", "3"], "--out"))
+    c.append(Case("preflight-node-out-empty", "hpc.node.preflight_node", ["--out", ""], "--out"))
+    c.append(Case("smoke-out-empty", "hpc.node.smoke", ["--out", ""], "--out"))
+    return c
+
+
+JOB_IDS = {"abc": "abc", "neg": "-5", "empty": "", "zero": "0", "huge": "99999999999999999999", "wraps": "8589934613",
+           "2-32": str(2**32), "shell": "1;id", "step": "99999999.batch", "unicode": UNICODE_DIGIT, "space": " 12",
+           "newline": "12\n", "leading-zero": "012", "task-neg": "12_-1", "task-wraps": "12_4294967296", "task-empty": "12_",
+           "double-task": "12_3_4", "long": HUGE}
+
+
+def jobs_cases() -> list[Case]:
+    c: list[Case] = []
+    for sub in ("status", "logs", "report", "cancel"):
+        for cid, jid in JOB_IDS.items():
+            c.append(Case(f"jobs-{sub}-{cid}", "hpc.jobs", [sub, jid], "job"))
+    c.append(Case("jobs-no-sub", "hpc.jobs", [], "command"))
+    c.append(Case("jobs-bad-sub", "hpc.jobs", ["kill", "1"], "kill"))
+    c.append(Case("jobs-status-missing", "hpc.jobs", ["status"], "job"))
+    for cid, out in (("xyz", "r.xyz"), ("none", "report"), ("empty", ""), ("dir-missing", "{T}/no/such/r.png"),
+                     ("txt", "r.txt")):
+        c.append(Case(f"jobs-report-out-{cid}", "hpc.jobs", ["report", "12", "--out", out], "--out"))
+    c.append(Case("jobs-report-tensorboard-empty", "hpc.jobs", ["report", "12", "--tensorboard", ""], "--tensorboard"))
+    c.append(Case("jobs-report-out-twice", "hpc.jobs", ["report", "12", "--out", "a.png", "--out", "b.png"], "--out"))
+    c.append(Case("jobs-logs-rank-twice", "hpc.jobs", ["logs", "12", "--rank", "1", "--rank", "2"], "--rank"))
+    return c
+
+
+def launch_cases() -> list[Case]:
+    c: list[Case] = []
+
+    def add(cid, env, names=None, args=("--", "true"), **kw):
+        c.append(Case(f"launch-{cid}", "hpc.node.launch", list(args), names, env={**SRUN_ENV, **env}, **kw))
+
+    short = {"SLURM_NTASKS": "NUM_TASKS", "SLURM_JOB_NUM_NODES": "NUM_NODES", "SLURM_JOB_NODELIST": "NODELIST",
+             "SLURM_TASKS_PER_NODE": "TASKS_PER_NODE"}
+    for var in SRUN_ENV:
+        if var != "SLURM_GPUS_ON_NODE":
+            add(f"missing-{var}", {var: None}, short.get(var, var))
+    for var in ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_JOB_NUM_NODES"):
+        for cid, val in (("abc", "abc"), ("neg", "-1"), ("float", "1.0"), ("underscore", "1_0"), ("space", " 1"),
+                         ("unicode-digit", UNICODE_DIGIT), ("huge", HUGE)):
+            add(f"{var}-{cid}", {var: val}, var)
+    for cid, env, names in (
+            ("jobid-12_3", {"SLURM_JOB_ID": "12_3"}, "SLURM_JOB_ID"), ("jobid-empty", {"SLURM_JOB_ID": ""}, "SLURM_JOB_ID"),
+            ("procid-ge-ntasks", {"SLURM_PROCID": "4"}, "SLURM_PROCID"),
+            ("localid-ge-local", {"SLURM_LOCALID": "2"}, "SLURM_LOCALID"),
+            ("nodeid-ge-nnodes", {"SLURM_NODEID": "2"}, "SLURM_NODEID"), ("ntasks-0", {"SLURM_NTASKS": "0"}, "tasks"),
+            ("nnodes-0", {"SLURM_JOB_NUM_NODES": "0"}, "nodes"), ("ntasks-not-fill", {"SLURM_NTASKS": "3"}, "tasks"),
+            ("tpn-uneven", {"SLURM_TASKS_PER_NODE": "2,1", "SLURM_NTASKS": "3"}, "tasks per node"),
+            ("tpn-garbage", {"SLURM_TASKS_PER_NODE": "2(x2"}, "SLURM_TASKS_PER_NODE"),
+            ("tpn-letters", {"SLURM_TASKS_PER_NODE": "two"}, "SLURM_TASKS_PER_NODE"),
+            ("tpn-zero-repeat", {"SLURM_TASKS_PER_NODE": "2(x0)"}, "SLURM_TASKS_PER_NODE"),
+            ("tpn-node-count-mismatch", {"SLURM_TASKS_PER_NODE": "2(x3)"}, "SLURM_TASKS_PER_NODE"),
+            ("tpn-huge", {"SLURM_TASKS_PER_NODE": HUGE}, "SLURM_TASKS_PER_NODE"),
+            ("gpus-mismatch", {"SLURM_GPUS_ON_NODE": "4"}, "GPUs"), ("gpus-abc", {"SLURM_GPUS_ON_NODE": "all"}, "SLURM_GPUS_ON_NODE"),
+            ("restart-abc", {"SLURM_RESTART_COUNT": "x"}, "SLURM_RESTART_COUNT"),
+            ("restart-neg", {"SLURM_RESTART_COUNT": "-1"}, "SLURM_RESTART_COUNT"),
+            ("nodelist-bad", {"SLURM_JOB_NODELIST": "n[1-"}, "SLURM_JOB_NODELIST"),
+            ("nodelist-reversed", {"SLURM_JOB_NODELIST": "n[3-1]"}, "SLURM_JOB_NODELIST"),
+            ("nodelist-comma-only", {"SLURM_JOB_NODELIST": ","}, "SLURM_JOB_NODELIST"),
+            ("nodelist-too-few", {"SLURM_JOB_NODELIST": "n1"}, "SLURM_JOB_NODELIST"),
+            ("nodelist-huge-range", {"SLURM_JOB_NODELIST": "n[1-999999999999]"}, "SLURM_JOB_NODELIST"),
+            ("step-over-job", {"SLURM_STEP_NUM_TASKS": "x"}, "SLURM_STEP_NUM_TASKS"),
+            ("gloo-nosuch", {"GLOO_SOCKET_IFNAME": "nosuch0"}, "GLOO_SOCKET_IFNAME"),
+            ("gloo-list-one-bad", {"GLOO_SOCKET_IFNAME": "lo,nosuch0"}, "nosuch0"),
+            ("gloo-caret", {"GLOO_SOCKET_IFNAME": "^lo"}, "GLOO_SOCKET_IFNAME"),
+            ("nccl-nosuch", {"NCCL_SOCKET_IFNAME": "nosuch"}, "NCCL_SOCKET_IFNAME"),
+            ("nccl-exact-nosuch", {"NCCL_SOCKET_IFNAME": "=eth"}, "NCCL_SOCKET_IFNAME"),
+            ("nccl-exclude-all", {"NCCL_SOCKET_IFNAME": "^e,l,i,s,d,v,w,b,t"}, "NCCL_SOCKET_IFNAME"),
+            ("nccl-garbage", {"NCCL_SOCKET_IFNAME": "^^"}, "NCCL_SOCKET_IFNAME"),
+            ("nccl-newline", {"NCCL_SOCKET_IFNAME": "lo\n"}, "NCCL_SOCKET_IFNAME"),
+            ("ib-hca-nosuch", {"NCCL_IB_HCA": "mlx5_0"}, "NCCL_IB_HCA"),
+            ("ib-hca-port-bad", {"NCCL_IB_HCA": "mlx5_0:x"}, "NCCL_IB_HCA"),
+            ("ib-hca-port-unicode", {"NCCL_IB_HCA": "mlx5_0:" + UNICODE_DIGIT}, "NCCL_IB_HCA")):
+        add(cid, env, names)
+    add("no-command", {}, "command", args=["--"])
+    add("launcher-bad", {}, "--launcher", args=["--launcher", "mpirun", "--", "true"])
+    add("unknown-flag", {}, "--nodes", args=["--nodes", "2", "--", "true"])
+    add("gpus-twice", {}, "--gpus-per-node", args=["--gpus-per-node", "2", "--gpus-per-node", "2", "--", "true"])
+    add("torchrun-tasks", {}, "one task per node", args=["--launcher", "torchrun", "--", "true"])
+    add("accelerate-tasks", {}, "one task per node", args=["--launcher", "accelerate", "--", "true"])
+    add("torchrun-no-gpus", {"SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_GPUS_ON_NODE": None},
+        "--gpus-per-node", args=["--launcher", "torchrun", "--", "true"])
+    add("container-not-words", {}, "--container", args=["--container", "a 'b", "--", "true"])
+    add("rank-and-container", {}, "--container", args=["--rank", "--container", "x", "--", "true"])
+    return c
+
+
+def generate_cases() -> list[Case]:
+    c = [Case("generate-no-dir", "train.generate", ["{T}/nosuch"], "nosuch"),
+         Case("generate-dir-empty-arg", "train.generate", [""], "model_dir"),
+         Case("generate-not-model", "train.generate", ["{T}/m"], "config.json", files={"m/x": ""}),
+         Case("generate-config-broken", "train.generate", ["{T}/m"], "{T}/m", files={"m/config.json": "{not json"}),
+         Case("generate-config-no-type", "train.generate", ["{T}/m"], "{T}/m", files={"m/config.json": "{}"}),
+         Case("generate-no-weights", "train.generate", ["{T}/m"], "{T}/m",
+              files={"m/config.json": json.dumps({"model_type": "qwen3"}), **TOKENIZER_FILES}),
+         Case("generate-prompt-and-chat", "train.generate", ["{T}/m", "--prompt", "a", "--chat", "b"], "--chat"),
+         Case("generate-empty-prompt", "train.generate", ["{T}/m", "--prompt", ""], "--prompt", files={"m/config.json": "{}"}),
+         Case("generate-empty-chat", "train.generate", ["{T}/m", "--chat", " "], "--chat", files={"m/config.json": "{}"}),
+         Case("generate-tokens-twice", "train.generate", ["{T}/m", "--tokens", "2", "--tokens", "3"], "--tokens"),
+         Case("generate-unknown-flag", "train.generate", ["{T}/m", "--temperature", "2"], "--temperature")]
+    return c
+
+
+TOKENIZER_FILES = {f"m/{p.name}": p.read_text() for p in (ROOT / "train" / "assets" / "tokenizer").iterdir() if p.is_file()}
+
+
+def all_cases() -> list[Case]:
+    cases = (number_cases() + config_cases() + trainer_cases() + submit_cases() + site_cases() + plan_cases()
+             + preflight_cases() + jobs_cases() + launch_cases() + generate_cases())
+    ids = [c.id for c in cases]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    assert not dup, f"duplicate case ids: {dup}"
+    return cases
