@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from train.preempt import StopFlag
+from hpc.node.stop_flag import StopFlag
 
 PROG = "train"
 
