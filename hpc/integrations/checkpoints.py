@@ -18,11 +18,11 @@ def step_of(name: str) -> int | None:
     return int(m.group(1)) if m else checkpoint_step(name)
 
 
-def mark_complete(path: str | os.PathLike, step: int, world_size: int) -> None:
+def mark_complete(path: str | os.PathLike, step: int, world_size: int, **more: int) -> None:
     """Write the marker into a checkpoint that every rank has finished writing (atomically: a crash leaves none)."""
     marker = Path(path) / CHECKPOINT_META
     tmp = marker.with_name(f".{CHECKPOINT_META}.tmp")
-    tmp.write_text(json.dumps({"step": step, "world_size": world_size}) + "\n")
+    tmp.write_text(json.dumps({"step": step, "world_size": world_size, **more}) + "\n")
     os.replace(tmp, marker)
 
 

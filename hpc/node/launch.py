@@ -31,7 +31,7 @@ from typing import Mapping, Optional, Sequence
 
 from hpc.node.cli import HpcError, Parser, error_line, fail
 from hpc.node.contract import (
-    DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, STOP_NOTICE_VAR, record_stop, shield_from_stop,
+    DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR, record_stop, shield_from_stop,
     stop_signals,
 )
 from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
@@ -123,7 +123,8 @@ def ignored_notice_line(who: str, sig: signal.Signals) -> str:
 def run_noticed(argv: Sequence[str], env: Mapping[str, str], who: str) -> int:
     """Run the rank program itself, which starts with the pre-stop signal ignored (`shield_from_stop`); a stop signal
     that reaches this process is left in the notice file named by HPC_STOP_NOTICE, so the program learns of a notice
-    that came before it caught the signals, and the log says so once when the program does not catch it."""
+    that came before it caught the signals, and the log says so once when the program does not catch it (it neither
+    announced that it does, as `hpc.node.stop_flag.StopFlag` does, nor has a handler of its own)."""
     told: set[int] = set()
     with tempfile.TemporaryDirectory(prefix="hpc-notice-") as tmp:
         notice = Path(tmp) / "notice"
@@ -133,7 +134,8 @@ def run_noticed(argv: Sequence[str], env: Mapping[str, str], who: str) -> int:
             sig = signal.Signals(signum)
             if not notice.exists():
                 notice.write_text(sig.name)
-            if signum not in told and not catches(child.pid, sig):
+            caught = Path(str(notice) + STOP_CAUGHT_SUFFIX).exists() or catches(child.pid, sig)
+            if signum not in told and not caught:
                 told.add(signum)
                 print(ignored_notice_line(who, sig), flush=True)
 

@@ -16,7 +16,7 @@ import os
 import signal
 from pathlib import Path
 
-from hpc.node.contract import STOP_NOTICE_VAR, stop_signals
+from hpc.node.contract import STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR, stop_signals
 
 
 class StopFlag:
@@ -29,6 +29,8 @@ class StopFlag:
         self._signals = stop_signals(environ)
         for sig in self._signals:
             signal.signal(sig, self._on_signal)
+        if self._notice:  # tell hpc.node.launch that this program acts on the notice
+            Path(self._notice + STOP_CAUGHT_SUFFIX).touch()
 
     def _on_signal(self, signum: int, frame) -> None:
         self._record(signal.Signals(signum).name)
