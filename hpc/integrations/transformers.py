@@ -40,6 +40,8 @@ class RequeueCallback(TrainerCallback):
             self.stop.join(self._group)
 
     def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= state.max_steps:  # the last step: training ends here anyway, and is done
+            return
         if self.stopped_at is None and self.stop.agreed():
             self.stopped_at = state.global_step
             control.should_save = True

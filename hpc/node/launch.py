@@ -31,8 +31,8 @@ from typing import Mapping, Optional, Sequence
 
 from hpc.node.cli import HpcError, Parser, error_line, fail
 from hpc.node.contract import (
-    DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR, record_stop, shield_from_stop,
-    stop_signals,
+    DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR,
+    record_stop, shield_from_stop, stop_signals,
 )
 from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
 from hpc.node.netcheck import check_node, dist_timeout_s
