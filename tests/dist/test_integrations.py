@@ -69,7 +69,7 @@ def test_trl_script_stops_at_the_notice_saves_and_resumes_exactly(tmp_path, mode
     record = tmp_path / "stop-record"
     log = run(nproc, TRL, *model_and_data, "--out", str(cut), "--notice-at", "5", "--notice-to", notice_to, record=record)
     stop = int(log.split("[requeue] stopped at step ")[1].split()[0])
-    assert 5 <= stop < 14 and f"after SIGUSR2, checkpoint saved; exiting 75" in log
+    assert 5 <= stop < 14 and "after SIGUSR2, checkpoint saved; exiting 75" in log
     for rank in range(nproc):
         assert f"rank {rank if nproc > 1 else '?'} on" in log and log.count("stopped cleanly for a requeue") == nproc
     assert record.is_file() and "does not catch it" not in log
