@@ -53,3 +53,25 @@ def seed_checkpoint(src_run: Path, step: int, dst_run: Path) -> None:
     """Copy src_run's complete checkpoint of ``step`` into dst_run, so a run there resumes from it."""
     name = f"step-{step:08d}"
     shutil.copytree(src_run / "checkpoints" / name, dst_run / "checkpoints" / name)
+
+
+def tiny_hf_chat(out: Path, rows: int = 64) -> tuple[Path, Path]:
+    """A tiny float32 Qwen3 directory with the demo chat tokenizer, and ``rows`` chat records of the demo set beside it:
+    (model directory, data file) for scripts of a user's own (Trainer, TRL, accelerate)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from train.data.sources import DEMO_CHAT
+    from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+
+    model, data = out / "qwen3-tiny", out / "chat.jsonl"
+    tok = load_tokenizer(str(DEMO_CHAT_TOKENIZER_DIR))
+    config = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=8, max_position_embeddings=128, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(config).save_pretrained(model)
+    tok.save_pretrained(model)
+    with DEMO_CHAT.open() as f:
+        data.write_text("".join(next(f) for _ in range(rows)))
+    return model, data

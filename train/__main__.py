@@ -11,8 +11,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from hpc.node.stop_flag import StopFlag
 from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, MODULE as PROG
-from train.preempt import StopFlag
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,8 @@ JOB_DIR_VAR = "HPC_JOB_DIR"  # the job directory (logs, metrics.jsonl); for scri
 STOP_SIGNAL_VAR = "HPC_STOP_SIGNAL"  # the pre-stop signal Slurm sends
 MAX_REQUEUES_VAR = "HPC_MAX_REQUEUES"  # read by the batch script after the step
 STOP_RECORD_VAR = "HPC_STOP_RECORD"  # where hpc.node.launch leaves the stop record
+STOP_NOTICE_VAR = "HPC_STOP_NOTICE"  # hpc.node.launch -> rank program: a file created when the task gets a stop signal
+STOP_CAUGHT_SUFFIX = ".caught"  # the rank program creates HPC_STOP_NOTICE + this once it catches stop signals
 DIST_TIMEOUT_VAR = "HPC_DIST_TIMEOUT_S"  # seconds for rendezvous and every collective
 SITE_DIRS_VAR = "HPC_SITE_DIRS"  # login side: more directories of site profiles (colon-separated)
 

@@ -9,6 +9,8 @@ node) it runs ``torchrun`` / ``accelerate launch`` with this node's rank, read h
 the node itself, and each of their processes runs CMD through ``--rank``. Whoever runs
 CMD stays alive through stop signals and turns its clean stop (exit 75) into exit 0 and
 a stop record (`hpc.node.contract`), so a stop never reads as a failure on any launcher.
+It also passes each stop signal it gets on to CMD as the notice file (``HPC_STOP_NOTICE``),
+which `hpc.node.stop_flag` reads, and says in the log when CMD does not catch the signal.
 With ``--container`` (apptainer, singularity or a command prefix; `hpc.container`) this
 runs on the host and starts the container's command with CMD (or torchrun / accelerate)
 behind it, so the stop record and the requeue stay outside the container.
@@ -17,15 +19,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from hpc.node.cli import HpcError, Parser, error_line, fail, shown, whole
-from hpc.node.contract import DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, record_stop, shield_from_stop, stop_signals
+from hpc.node.contract import (
+    DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR,
+    record_stop, shield_from_stop, stop_signals,
+)
 from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
 from hpc.node.netcheck import check_node, dist_timeout_s
 from hpc.node.slurm_env import derive
@@ -76,12 +84,76 @@ def run_wrapped(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return child.wait()
 
 
-def supervise(argv: Sequence[str], env: Mapping[str, str], who: str, wrapped: bool = False) -> int:
+def catches(root: int, sig: signal.Signals) -> bool:
+    """Whether process ``root`` or one below it catches ``sig`` (from /proc; True where /proc cannot tell)."""
+    children: dict[int, list[int]] = {}
+    try:
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    ppid = int(Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):  # ended meanwhile
+                    continue
+                children.setdefault(ppid, []).append(int(entry.name))
+    except OSError:
+        return True
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            caught = re.search(r"^SigCgt:\s*([0-9a-fA-F]+)", Path(f"/proc/{pid}/status").read_text(), re.M)
+        except OSError:
+            continue
+        if caught and int(caught.group(1), 16) >> (sig - 1) & 1:
+            return True
+        todo += children.get(pid, [])
+    return False
+
+
+def ignored_notice_line(who: str, sig: signal.Signals) -> str:
+    """What the log says when the rank program does not catch a stop signal, and the one line that would have helped."""
+    fate = ("it ends now without a save" if sig == signal.SIGTERM else
+            "it runs on until Slurm ends it (at the time limit: TIMEOUT, the steps since its last save lost, no requeue)")
+    return (f"[launch] {who}: got {sig.name}, the notice to save and stop, but the script does not catch it: {fate}. "
+            "One line makes it save, stop and requeue: trainer.add_callback(RequeueCallback()) from "
+            "hpc.integrations.transformers (Trainer, SFTTrainer), or hpc.integrations.accelerate.Requeue in an "
+            "accelerate loop; see docs/integrations.md")
+
+
+def run_noticed(argv: Sequence[str], env: Mapping[str, str], who: str) -> int:
+    """Run the rank program itself, which starts with the pre-stop signal ignored (`shield_from_stop`); a stop signal
+    that reaches this process is left in the notice file named by HPC_STOP_NOTICE, so the program learns of a notice
+    that came before it caught the signals, and the log says so once when the program does not catch it (it neither
+    announced that it does, as `hpc.node.stop_flag.StopFlag` does, nor has a handler of its own)."""
+    told: set[int] = set()
+    with tempfile.TemporaryDirectory(prefix="hpc-notice-") as tmp:
+        notice = Path(tmp) / "notice"
+        child = subprocess.Popen(list(argv), env={**env, STOP_NOTICE_VAR: str(notice)})
+
+        def on_stop(signum: int, frame) -> None:
+            sig = signal.Signals(signum)
+            if not notice.exists():
+                notice.write_text(sig.name)
+            caught = Path(str(notice) + STOP_CAUGHT_SUFFIX).exists() or catches(child.pid, sig)
+            if signum not in told and not caught:
+                told.add(signum)
+                print(ignored_notice_line(who, sig), flush=True)
+
+        for sig in stop_signals(env):
+            signal.signal(sig, on_stop)
+        return child.wait()
+
+
+def supervise(argv: Sequence[str], env: Mapping[str, str], who: str, wrapped: bool = False, rank: bool = True) -> int:
     """Run ``argv`` as a child through stop signals; its exit code, with a clean stop turned into 0 + stop record.
-    ``wrapped``: argv starts with a container runtime's command (`run_wrapped`)."""
+    ``wrapped``: argv starts with a container runtime's command (`run_wrapped`); ``rank``: argv is the rank
+    program itself (`run_noticed`), not a per-node launcher that starts the ranks."""
     shield_from_stop(env)
     try:
-        rc = run_wrapped(argv, env) if wrapped else subprocess.call(list(argv), env=dict(env))
+        if wrapped:
+            rc = run_wrapped(argv, env)
+        else:
+            rc = run_noticed(argv, env, who) if rank else subprocess.call(list(argv), env=dict(env))
     except OSError as e:  # a missing or non-executable program
         print(error_line(PROG, f"{who}: cannot run {shown(argv[0])}: {e.strerror}"), file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
@@ -118,7 +190,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except HpcError as e:
         fail(PROG, f"{node}: {e}", e.code)
     who = f"{launcher.name} on {node}" if launcher.per_node else f"rank {env['RANK']} on {node}"
-    sys.exit(supervise([*container, *run_argv], env, who, wrapped=bool(container)))
+    sys.exit(supervise([*container, *run_argv], env, who, wrapped=bool(container), rank=not launcher.per_node))
 
 
 if __name__ == "__main__":

@@ -5,15 +5,18 @@ rank before the time limit or on preemption, and SIGTERM when it ends the job.
 Each rank only records the signal; after every step all ranks take the MAX of their
 flags over a gloo group of their own (a host-side collective: it never waits for the
 GPU), so they stop after the same step, save one checkpoint together and exit with
-`hpc.node.contract.EXIT_STOPPED`. The flag is installed first thing in ``python -m train``,
-before the heavy imports, because Slurm may send the pre-stop signal up to a minute early.
+`hpc.node.contract.EXIT_STOPPED`. A notice that reached the rank before it caught the
+signals is not lost: ``hpc.node.launch`` leaves it in the notice file (``HPC_STOP_NOTICE``).
+Used by ``python -m train`` (installed first thing, before the heavy imports, because
+Slurm may send the pre-stop signal up to a minute early) and by `hpc.integrations`.
 """
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
-from hpc.node.contract import stop_signals
+from hpc.node.contract import STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR, stop_signals
 
 
 class StopFlag:
@@ -22,14 +25,26 @@ class StopFlag:
     def __init__(self, environ=os.environ):
         self.received: str | None = None
         self._group = None
+        self._notice = environ.get(STOP_NOTICE_VAR)
         self._signals = stop_signals(environ)
         for sig in self._signals:
             signal.signal(sig, self._on_signal)
+        if self._notice:  # tell hpc.node.launch that this program acts on the notice
+            Path(self._notice + STOP_CAUGHT_SUFFIX).touch()
 
     def _on_signal(self, signum: int, frame) -> None:
+        self._record(signal.Signals(signum).name)
+
+    def _record(self, name: str) -> None:
         if self.received is None:
-            self.received = signal.Signals(signum).name
-            print(f"[preempt] rank {os.environ.get('RANK', '?')} got {self.received}: stopping at the next step boundary", flush=True)
+            self.received = name
+            print(f"[preempt] rank {os.environ.get('RANK', '?')} got {name}: stopping at the next step boundary", flush=True)
+
+    def noticed(self) -> bool:
+        """Whether this rank got a stop signal, caught here or left in the notice file by ``hpc.node.launch``."""
+        if self.received is None and self._notice and os.path.exists(self._notice):
+            self._record(Path(self._notice).read_text().strip() or "a stop notice")
+        return self.received is not None
 
     def join(self, group) -> None:
         """The (gloo) process group that `agreed` reduces over."""
@@ -42,10 +57,13 @@ class StopFlag:
             signal.signal(sig, signal.SIG_IGN)
 
     def agreed(self) -> bool:
-        """True on every rank when any rank got a stop signal (one tiny host-side all_reduce)."""
+        """True on every rank when any rank got a stop signal (one tiny host-side all_reduce; none on a single
+        process outside a process group)."""
         import torch
         import torch.distributed as dist
 
-        flag = torch.tensor([0 if self.received is None else 1])
+        if not dist.is_initialized():
+            return self.noticed()
+        flag = torch.tensor([int(self.noticed())])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)
         return bool(flag.item())

@@ -1,0 +1,107 @@
+"""Users' own scripts under the stop-and-requeue contract (hpc.integrations): a TRL SFTTrainer script with
+RequeueCallback and an accelerate loop with Requeue, on 1 process and on 2 (torchrun, gloo, DDP), each under
+hpc.node.launch --rank as the torchrun and accelerate launchers run them. At a notice after some step every rank
+stops after the same step, saves, and exits 75 (which hpc.node.launch turns into 0 and a stop record); restarted
+on newest_complete_checkpoint, the run ends at its last step with every step's loss (and grad norm) equal, bit for
+bit, to the same run uninterrupted, and the same final weights. A script that does not catch the notice is told so."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from conftest import PYTHON, ROOT
+from hpc.integrations.checkpoints import newest_complete_checkpoint
+from train_helpers import clean_env, tiny_hf_chat
+
+SCRIPTS = ROOT / "tests" / "scripts"
+TRL, ACCELERATE = SCRIPTS / "trl_sft.py", SCRIPTS / "accelerate_requeue.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(nproc: int, script: str | Path, *args: str, wrapped: bool = True, record: Path | None = None,
+        accelerate: bool = False) -> str:
+    """The script on ``nproc`` processes (torchrun --standalone, or accelerate launch on CPU as
+    hpc.node.launcher.Accelerate starts it), each behind hpc.node.launch --rank when ``wrapped``; its output (the
+    run must exit 0)."""
+    rank = [PYTHON, "-u", "-m", "hpc.node.launch", "--rank", "--"] if wrapped else []
+    if nproc == 1:
+        launcher = []
+    elif accelerate:
+        launcher = [PYTHON, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines=1",
+                    f"--num_processes={nproc}", "--machine_rank=0", "--main_process_ip=127.0.0.1",
+                    f"--main_process_port={free_port()}", "--no_python"]
+    else:
+        launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--no-python"]
+    env = clean_env(PYTHONPATH=str(ROOT), ACCELERATE_USE_CPU="true", **({"HPC_STOP_RECORD": str(record)} if record else {}))
+    r = subprocess.run([*launcher, *rank, PYTHON, str(script), *args], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    return out
+
+
+def losses(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "losses.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def model_and_data(tmp_path_factory):
+    model, data = tiny_hf_chat(tmp_path_factory.mktemp("hf"), rows=32)  # 8 optimizer steps an epoch on 1 process
+    return ["--model", str(model), "--data", str(data), "--max-steps", "14"]
+
+
+@pytest.mark.parametrize("nproc,notice_to", [(1, "parent"), (2, "self")], ids=["1-process", "2-processes-ddp"])
+def test_trl_script_stops_at_the_notice_saves_and_resumes_exactly(tmp_path, model_and_data, nproc, notice_to):
+    """1 process: the notice reaches hpc.node.launch only and the script learns of it through the notice file.
+    2 processes: only rank 0 gets it; rank 1 stops after the same step through the all_reduce."""
+    base, cut = tmp_path / "base", tmp_path / "cut"
+    run(nproc, TRL, *model_and_data, "--out", str(base), wrapped=False)
+    record = tmp_path / "stop-record"
+    log = run(nproc, TRL, *model_and_data, "--out", str(cut), "--notice-at", "5", "--notice-to", notice_to, record=record)
+    stop = int(log.split("[requeue] stopped at step ")[1].split()[0])
+    assert 5 <= stop < 14 and "after SIGUSR2, checkpoint saved; exiting 75" in log
+    for rank in range(nproc):
+        assert f"rank {rank if nproc > 1 else '?'} on" in log and log.count("stopped cleanly for a requeue") == nproc
+    assert record.is_file() and "does not catch it" not in log
+    assert newest_complete_checkpoint(cut) == str(cut / f"checkpoint-{stop}")
+    assert [r["step"] for r in losses(cut)] == list(range(1, stop + 1))
+
+    log = run(nproc, TRL, *model_and_data, "--out", str(cut), wrapped=False)
+    assert "[requeue]" not in log
+    assert losses(cut) == losses(base)  # every step once, the same loss and grad norm, bit for bit
+    a, b = load_file(cut / "final" / "model.safetensors"), load_file(base / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+
+
+def test_accelerate_loop_stops_at_the_notice_saves_and_resumes_exactly(tmp_path):
+    """accelerate launch, 2 processes (MULTI_CPU): dropout, AdamW, a schedule and a shuffled loader over 2.5 epochs;
+    the notice reaches rank 0."""
+    base, cut = tmp_path / "base", tmp_path / "cut"
+    run(2, ACCELERATE, "--out", str(base), wrapped=False, accelerate=True)
+    log = run(2, ACCELERATE, "--out", str(cut), "--notice-at", "5", accelerate=True)
+    stop = int(log.split("[requeue] stopped at step ")[1].split()[0])
+    assert 5 <= stop < 15 and log.count("stopped cleanly for a requeue") == 2
+    assert newest_complete_checkpoint(cut / "checkpoints") == str(cut / "checkpoints" / f"step-{stop:08d}")
+    log = run(2, ACCELERATE, "--out", str(cut), wrapped=False, accelerate=True)
+    assert f"[requeue] resumed from {cut / 'checkpoints' / f'step-{stop:08d}'} (step {stop}, batch {stop})" in log
+    assert [r["step"] for r in losses(cut)] == list(range(1, 16))
+    assert losses(cut) == losses(base)
+
+
+NO_CATCH = "import os, signal, time; os.kill(os.getppid(), signal.SIGUSR2); time.sleep(2); print('trained on')"
+
+
+def test_a_script_that_ignores_the_notice_is_told_once_with_the_line_that_helps(tmp_path):
+    log = run(1, "-c", NO_CATCH)
+    assert log.count("got SIGUSR2, the notice to save and stop, but the script does not catch it") == 1
+    assert "trainer.add_callback(RequeueCallback())" in log and "trained on" in log
