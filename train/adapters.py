@@ -21,6 +21,7 @@ for a full Hugging Face export.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -68,7 +69,6 @@ class LoraLinear(nn.Module):
 def apply_lora(model: nn.Module, cfg: LoraConfig, adapter_dtype: torch.dtype) -> list[str]:
     """Freeze ``model`` and wrap the target projections of every decoder layer in LoraLinear (in place; on any
     device, meta included). Returns the wrapped modules' names; a target missing from a layer is a ConfigError."""
-    model.requires_grad_(False)
     wrapped = []
     for i, layer in enumerate(model.model.layers):
         linears = {name.rsplit(".", 1)[-1]: name for name, m in layer.named_modules() if isinstance(m, nn.Linear)}
@@ -80,7 +80,14 @@ def apply_lora(model: nn.Module, cfg: LoraConfig, adapter_dtype: torch.dtype) ->
             parent = layer.get_submodule(parent_name)
             setattr(parent, leaf, LoraLinear(getattr(parent, leaf), cfg.r, cfg.alpha, cfg.dropout, cfg.use_rslora, adapter_dtype))
             wrapped.append(f"model.layers.{i}.{linears[target]}")
+    freeze_base(model)
     return wrapped
+
+
+def freeze_base(model: nn.Module) -> None:
+    """Only the adapters train (again after TP, whose SequenceParallel registers the norms' weights as trainable)."""
+    for name, param in model.named_parameters():
+        param.requires_grad_(is_adapter_key(name))
 
 
 class ReplicateParallel(ParallelStyle):
@@ -194,6 +201,7 @@ def _full_adapters(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def export_adapter(model: nn.Module, cfg: LoraConfig, base_name: str, out_dir: Path) -> None:
     """Write a PEFT adapter directory: adapter_model.safetensors (PEFT's key names) + adapter_config.json. Collective."""
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)  # gathering dp x tp shards warns
     state = _full_adapters(model)
     if dist.get_rank() != 0:
         return

@@ -164,6 +164,8 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing:
     if mesh["tp"].size() > 1:
         for layer in layers:
             parallelize_module(layer, mesh["tp"], adapters.tp_plan(LAYER_TP_PLAN, layer))
+        if lora is not None and lora.enabled:
+            adapters.freeze_base(model)
     checkpointed = checkpointed_layers(len(layers), float(activation_checkpointing))
     for i, layer in enumerate(layers):
         if i in checkpointed:

@@ -1,0 +1,33 @@
+"""Bad LoRA input: one line naming the key and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from train.config import ConfigError, load_config
+from train_helpers import TINY
+
+
+@pytest.mark.parametrize("override, says", [
+    ("lora.target_modules=[q_proj,x_proj]", "lora.target_modules: unknown module 'x_proj' (allowed: q_proj"),
+    ("lora.r=0", "lora.r=0: Input should be greater than or equal to 1"),
+    ("lora.quantize_base=nf4", "lora.quantize_base=nf4 needs lora.enabled=true"),
+])
+def test_bad_lora_settings_are_one_line(override, says):
+    with pytest.raises(ConfigError, match=None) as e:
+        load_config(TINY, [override])
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_lora_on_a_model_without_the_targets_is_one_line():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from train.adapters import apply_lora
+
+    cfg = load_config(TINY, ["lora.enabled=true"]).lora
+    with torch.device("meta"):
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=64))
+    model.model.layers[0].mlp.gate_proj = torch.nn.Identity()  # a layer without that projection
+    with pytest.raises(ConfigError, match=r"^lora.target_modules: gate_proj is not a linear layer of decoder layer 0 \(it has: "):
+        apply_lora(model, cfg, torch.float32)
