@@ -44,7 +44,9 @@ from hpc.node.contract import CHECKPOINT_PREFIX, EXIT_FAILED, checkpoint_name, c
 
 # Only trainable parameters are saved: all of them in a full fine-tune, the adapters of a LoRA run (whose frozen
 # base comes from model.path or the seed at every start).
+# DCP's load fails on any of them missing from the files; setting them leaves the frozen ones (not strict) alone.
 _TRAINABLE = StateDictOptions(ignore_frozen_params=True)
+_SET_TRAINABLE = StateDictOptions(ignore_frozen_params=True, strict=False)
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -245,7 +247,7 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict
         model_sd, optim_sd = get_state_dict(model, optimizer, options=_TRAINABLE)
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=path)
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_TRAINABLE)
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_SET_TRAINABLE)
         if meta["world_size"] == dist.get_world_size():
             _set_rng_state(torch.load(path / f"rng-rank{dist.get_rank()}.pt", weights_only=False))
     except (Exception, CheckpointException) as e:  # a corrupt file fails in many ways; each is reported, the checkpoint set aside

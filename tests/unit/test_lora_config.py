@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -31,3 +33,20 @@ def test_lora_on_a_model_without_the_targets_is_one_line():
     model.model.layers[0].mlp.gate_proj = torch.nn.Identity()  # a layer without that projection
     with pytest.raises(ConfigError, match=r"^lora.target_modules: gate_proj is not a linear layer of decoder layer 0 \(it has: "):
         apply_lora(model, cfg, torch.float32)
+
+
+@pytest.mark.parametrize("saved, current, says", [
+    ({"r": 4, "target_modules": ["q_proj"]}, {"r": 8, "target_modules": ["q_proj"]}, "holds adapters of lora r 4 (this run: 8)"),
+    ({"r": 4, "target_modules": ["q_proj"]}, {"r": 4, "target_modules": ["v_proj"]}, "target_modules ['q_proj'] (this run: ['v_proj'])"),
+    ({"r": 4, "base": {"path": "/a"}}, {"r": 4, "base": {"path": "/b"}}, "base {'path': '/a'} (this run: {'path': '/b'})"),
+    ({"r": 4}, None, "is of a LoRA run; this run is a full fine-tune"),
+    (None, {"r": 4}, "is of a full fine-tune; this run is a LoRA run"),
+])
+def test_checkpoint_of_other_lora_settings_is_refused_in_one_line(tmp_path, saved, current, says):
+    from train.adapters import check_resume
+
+    (tmp_path / "meta.json").write_text(json.dumps({"step": 3, "lora": saved}))
+    with pytest.raises(ConfigError) as e:
+        check_resume(tmp_path, current)
+    assert says in str(e.value) and "\n" not in str(e.value)
+    check_resume(tmp_path, saved)  # the same settings resume
