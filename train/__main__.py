@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     from hpc.node.cli import HpcError, Parser, error_line
     from hpc.node.contract import EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, JOB_NAME_VAR
     from hpc.node.ownership import claim
+    from train.adapters import check_layout
     from train.config import load_config
     from train.parallel import ParallelDims, WorldEnv
 
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         env = WorldEnv.from_env()
         dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads())
         dims.grad_accum(cfg.global_batch, cfg.micro_batch)
+        check_layout(cfg.lora, env.world_size)
         job_name = os.environ.get(JOB_NAME_VAR, "")
         claim(cfg.log.dir, job_name, "log.dir")
         claim(cfg.checkpoint_dir, job_name, "checkpoint.dir")

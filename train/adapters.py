@@ -152,6 +152,21 @@ def require_nf4() -> None:
         raise ConfigError("lora.quantize_base=nf4 needs torchao: pip install 'hpc-train[fp8]'") from None
 
 
+def check_layout(cfg: LoraConfig, world_size: int) -> None:
+    """QLoRA's NF4 base is not sharded: one rank only (one line, exit 2); torchao must be importable."""
+    if cfg.quantize_base != "nf4":
+        return
+    if world_size > 1:
+        raise ConfigError(f"lora.quantize_base=nf4 trains on one rank (one GPU); this job has WORLD_SIZE={world_size}: "
+                          "use lora.quantize_base=none (a bf16 base sharded by FSDP x TP) or one rank")
+    require_nf4()
+
+
+def nf4_scaler_block(numel: int) -> int:
+    """The scaler block (<= 256, as QLoRA's double quantization) that divides the weight's count of NF4 blocks."""
+    return math.gcd(256, numel // NF4_BLOCK)
+
+
 @torch.no_grad()
 def quantize_base(model: nn.Module) -> int:
     """Replace every LoraLinear's frozen base weight by its NF4 quantization (a single-rank model); returns the count."""
@@ -160,8 +175,10 @@ def quantize_base(model: nn.Module) -> int:
     count = 0
     for module in model.modules():
         if isinstance(module, LoraLinear):
-            base = module.base_layer
-            base.weight = nn.Parameter(to_nf4(base.weight.data, block_size=NF4_BLOCK), requires_grad=False)
+            w = module.base_layer.weight.data
+            if w.numel() % NF4_BLOCK:
+                raise ConfigError(f"lora.quantize_base=nf4: a {tuple(w.shape)} projection is not a multiple of {NF4_BLOCK} weights")
+            module.base_layer.weight = nn.Parameter(to_nf4(w, NF4_BLOCK, nf4_scaler_block(w.numel())), requires_grad=False)
             count += 1
     return count
 

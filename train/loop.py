@@ -160,6 +160,7 @@ class Trainer:
         self.lora_meta = adapters.lora_meta(cfg.lora, adapters.base_identity(cfg.model.path, cfg.model.shape, cfg.model.dims_dict(), cfg.seed))
         if lora:
             if cfg.lora.quantize_base == "nf4":
+                adapters.check_layout(cfg.lora, world_size)
                 adapters.quantize_base(self.model)
             trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
             _log0(f"[train] LoRA r={cfg.lora.r} alpha={cfg.lora.alpha} on {', '.join(cfg.lora.target_modules)}: {trained:,} trainable "

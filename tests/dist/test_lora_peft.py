@@ -5,7 +5,9 @@ export loads with AutoModelForCausalLM; the checkpoint holds only the adapters a
 
 from __future__ import annotations
 
+import contextlib
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,10 +19,11 @@ from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from train.adapters import PEFT_PREFIX, is_adapter_key
 from train.config import load_config
+from train.data.sources import DEMO_CORPUS
 from train.loop import Trainer, lr_at
 from train.parallel import ParallelDims, WorldEnv, init_distributed
 from train.tokenizer import DEMO_TOKENIZER_DIR, load_tokenizer
-from train_helpers import TINY, metrics
+from train_helpers import ROOT, TINY, metrics
 
 
 
@@ -36,22 +39,31 @@ def hf_base(tmp_path_factory):
     torch.manual_seed(5)
     Qwen3ForCausalLM(config).save_pretrained(out)
     tok.save_pretrained(out)
+    with DEMO_CORPUS.open() as f:  # each trainer tokenizes its data: a short text is enough here
+        (out.parent / "text.jsonl").write_text(json.dumps({"text": json.loads(next(f))["text"][:60_000]}) + "\n")
     return out
 
 
-@pytest.fixture
-def trainer(tmp_path, hf_base, monkeypatch):
-    for var in ("MASTER_ADDR", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
-        monkeypatch.delenv(var, raising=False)
-    cfg = load_config(TINY, ["model.shape=null", f"model.path={hf_base}", "dtype=fp32", f"steps={STEPS}", "log.log_every=1",
-                             f"log.dir={tmp_path}", "checkpoint.interval=0", "export=peft", "lora.enabled=true", f"lora.r={R}",
-                             f"lora.alpha={ALPHA}", "lora.merge=true", "optim.lr=1e-2"])
-    env = WorldEnv.from_env()
+@contextlib.contextmanager
+def lora_trainer(run_dir, base, *overrides):
+    """A one-process LoRA Trainer in this process (fp32, CPU) on the HF directory ``base``."""
+    text = Path(base).parent / "text.jsonl"
+    cfg = load_config(TINY, ["model.shape=null", f"model.path={base}", f"data.path={text}", "dtype=fp32", f"steps={STEPS}", "log.log_every=1",
+                             f"log.dir={run_dir}", "checkpoint.interval=0", "export=peft", "lora.enabled=true", f"lora.r={R}",
+                             f"lora.alpha={ALPHA}", "optim.lr=1e-2", *overrides])
+    env = WorldEnv(0, 0, 1, 1)
     device = init_distributed(env)
     try:
         yield Trainer(cfg, ParallelDims.build(cfg.parallel, env, cfg.model.kv_heads()), env, device)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.fixture
+def trainer(tmp_path, hf_base, monkeypatch):
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    with lora_trainer(tmp_path, hf_base, "lora.merge=true") as t:
+        yield t
 
 
 def _peft_model(hf_base, adapters: dict[str, torch.Tensor]):
@@ -123,3 +135,37 @@ def test_trainer_lora_equals_peft_lora_for_20_steps_and_exports_for_peft(trainer
     assert model_keys and all(is_adapter_key(k) for k in model_keys)
     meta = json.loads((ckpt / "meta.json").read_text())
     assert meta["lora"]["r"] == R and meta["lora"]["base"] == {"path": str(hf_base.resolve())}
+
+
+def test_qlora_nf4_base_trains_like_lora_on_the_dequantized_base(tmp_path, hf_base, monkeypatch):
+    """QLoRA on the base W equals LoRA on the fp32 base dequant(NF4(W)) (torchao's NF4, CPU): the NF4 base enters only
+    through its dequantized products; it holds ~1/7 of the fp32 bytes; the checkpoint holds no base."""
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.syspath_prepend(str(ROOT / ".extras" / "fp8"))
+    from torchao.dtypes.nf4tensor import NF4Tensor, to_nf4
+
+    from train.adapters import nf4_scaler_block
+
+    dequant = tmp_path / "dequant"
+    model = AutoModelForCausalLM.from_pretrained(hf_base, dtype=torch.float32)
+    with torch.no_grad():
+        for name, m in model.model.layers.named_modules():
+            if name.endswith("_proj"):
+                m.weight.copy_(to_nf4(m.weight, 64, nf4_scaler_block(m.weight.numel())).get_original_weight())
+    model.save_pretrained(dequant)
+    (tmp_path / "text.jsonl").write_text((hf_base.parent / "text.jsonl").read_text())
+    load_tokenizer(str(DEMO_TOKENIZER_DIR)).save_pretrained(dequant)
+
+    losses = {}
+    for name, base, extra in (("qlora", hf_base, ["lora.quantize_base=nf4"]), ("lora", dequant, [])):
+        with lora_trainer(tmp_path / name, base, "steps=6", *extra) as t:
+            if name == "qlora":
+                nf4 = [p for p in t.model.parameters() if isinstance(p, NF4Tensor)]
+                assert len(nf4) == 14
+                packed = sum(p.quantized_data.numel() + p.quantized_scalers.numel() + 4 * p.quantization_factor.numel() for p in nf4)
+                assert packed < sum(p.numel() for p in nf4) * 4 / 7
+            t.run()
+        losses[name] = [metrics(tmp_path / name)[s]["loss"] for s in range(1, 7)]
+    torch.testing.assert_close(torch.tensor(losses["qlora"]), torch.tensor(losses["lora"]), rtol=1e-6, atol=0)
+    saved = dcp.FileSystemReader(tmp_path / "qlora" / "checkpoints" / "step-00000006").read_metadata().state_dict_metadata
+    assert all(is_adapter_key(k) for k in saved if k.startswith("model."))

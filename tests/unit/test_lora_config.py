@@ -50,3 +50,13 @@ def test_checkpoint_of_other_lora_settings_is_refused_in_one_line(tmp_path, save
         check_resume(tmp_path, current)
     assert says in str(e.value) and "\n" not in str(e.value)
     check_resume(tmp_path, saved)  # the same settings resume
+
+
+def test_qlora_on_several_ranks_is_one_line():
+    from train.adapters import check_layout
+
+    cfg = load_config(TINY, ["lora.enabled=true", "lora.quantize_base=nf4"]).lora
+    with pytest.raises(ConfigError, match=r"^lora.quantize_base=nf4 trains on one rank \(one GPU\); this job has WORLD_SIZE=4: "):
+        check_layout(cfg, 4)
+    with pytest.raises(ConfigError, match="lora.quantize_base=nf4 and fp8.enabled=true exclude each other"):
+        load_config(TINY, ["lora.enabled=true", "lora.quantize_base=nf4", "fp8.enabled=true"])
