@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from train.adapters import PEFT_PREFIX, is_adapter_key
 from train.config import load_config
+from train.generate import generate
 from train.data.sources import DEMO_CORPUS
 from train.loop import Trainer, lr_at
 from train.parallel import ParallelDims, WorldEnv, init_distributed
@@ -127,6 +128,9 @@ def test_trainer_lora_equals_peft_lora_for_20_steps_and_exports_for_peft(trainer
         merged = AutoModelForCausalLM.from_pretrained(export / "merged", dtype=torch.float32)
         torch.testing.assert_close(merged(input_ids=ids).logits, ours, rtol=1e-4, atol=1e-4)
         assert not torch.allclose(AutoModelForCausalLM.from_pretrained(hf_base, dtype=torch.float32)(input_ids=ids).logits, ours, atol=1e-3)
+    # train.generate loads the adapter directory onto its base (adapter_config.json's base_model_name_or_path)
+    assert adapter_cfg["base_model_name_or_path"] == str(hf_base)
+    assert generate(export, "ROMEO:", tokens=8) == generate(export / "merged", "ROMEO:", tokens=8)
 
     # the checkpoint: adapters + their AdamW state, no base weight
     ckpt = tmp_path / "checkpoints" / f"step-{STEPS:08d}"
