@@ -163,6 +163,8 @@ class Trainer:
                 adapters.check_layout(cfg.lora, world_size)
                 adapters.quantize_base(self.model)
             trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+            # the frozen base gets no weight gradients: 4 FLOPs per weight and token instead of 6; the adapters 6
+            self.flops_per_token += 6 * trained - 2 * (params["non_embedding"] + params["lm_head"])
             _log0(f"[train] LoRA r={cfg.lora.r} alpha={cfg.lora.alpha} on {', '.join(cfg.lora.target_modules)}: {trained:,} trainable "
                   f"parameters (all ranks), base frozen" + (" in NF4" if cfg.lora.quantize_base == "nf4" else ""))
         self.master_weights = None
