@@ -22,6 +22,14 @@ each decoder layer, FSDP2 over dp with bf16 compute and fp32 gradient reduction,
 
 Rule: the smallest tp (dividing the GPUs per node and the KV heads, so a TP group stays
 on one node) that fits, activation checkpointing only when nothing fits without it.
+
+LoRA (``--lora-r R``, train/adapters.py): the frozen base holds no gradients and no AdamW
+state: 2 B/param in bf16 (``--quantize-base nf4``: 4 bits plus the double-quantized scales,
+~0.52 B/param, on one GPU), sharded like the weights above; FSDP gathers its layers in bf16
+without gradients (2 B/param of two layers / tp); the adapters (r x (in + out) per target
+projection, all seven) carry the full 16 B/param (8 with bf16 master weights); the head gets
+no gradient; activations as above; an NF4 base dequantizes one layer at a time (2 B/param of
+a layer). The report also names the fewest GPUs that fit.
 """
 from __future__ import annotations
 
@@ -39,6 +47,9 @@ from train.layout import tp_degrees
 HEADROOM = 0.10
 STATE_B = {"fp32": 16, "bf16": 8}  # by master_dtype
 LAYER_GATHER_B, ROOT_GATHER_B, LOGIT_B, HEAD_GRAD_B, ACT_B = 10, 8, 10, 6, 2
+# frozen base bytes per parameter; NF4: 4 bits + an 8-bit scale per 64 weights + an fp32 factor per 256 scales
+BASE_B = {"bf16": 2.0, "nf4": 0.5 + 1 / 64 + 4 / (64 * 256)}
+LORA_GATHER_B = 4  # bf16 weights of the current and the prefetched layer, no gradients
 
 
 class PlanError(HpcError):
@@ -78,6 +89,11 @@ class Shape:
     def params(self) -> int:
         return self.layers * self.layer_params + self.embed_params
 
+    def adapter_params_per_layer(self, r: int) -> int:
+        """LoRA on the seven projections: r x (in + out) each."""
+        h, q, kv, i = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.intermediate
+        return r * ((h + q) * 2 + (h + kv) * 2 + (h + i) * 3)
+
     def act_bytes_per_token_layer(self, tp: int) -> int:
         sharded = (3 * self.heads + 3 * self.kv_heads) * self.head_dim + 4 * self.intermediate
         return ACT_B * (4 * self.hidden + sharded // tp)
@@ -112,13 +128,30 @@ class Candidate:
         return self.total_gb <= self.budget_gb
 
 
-def memory(shape: Shape, tp: int, dp: int, ac: bool, tokens: int, gpu_gb: float, master_dtype: str = "fp32") -> Candidate:
+@dataclass(frozen=True)
+class Adapters:
+    """LoRA of rank ``r`` on the seven projections over a frozen base in ``base`` (bf16 or nf4)."""
+
+    r: int
+    base: str = "bf16"
+
+
+def memory(shape: Shape, tp: int, dp: int, ac: bool, tokens: int, gpu_gb: float, master_dtype: str = "fp32",
+           lora: Optional[Adapters] = None) -> Candidate:
     """Per-GPU memory (GB) of one layout, by the model in the module docstring."""
-    state = STATE_B[master_dtype] * (shape.layers * shape.layer_params / (tp * dp) + shape.embed_params / dp)
-    gathered = LAYER_GATHER_B * shape.layer_params / tp + ROOT_GATHER_B * shape.embed_params
+    if lora is None:
+        state = STATE_B[master_dtype] * (shape.layers * shape.layer_params / (tp * dp) + shape.embed_params / dp)
+        gathered = LAYER_GATHER_B * shape.layer_params / tp + ROOT_GATHER_B * shape.embed_params
+    else:
+        base = BASE_B[lora.base] * shape.layers * shape.layer_params / (tp * dp) + BASE_B["bf16"] * shape.embed_params / dp
+        state = base + STATE_B[master_dtype] * shape.layers * shape.adapter_params_per_layer(lora.r) / (tp * dp)
+        gathered = (LORA_GATHER_B * shape.layer_params / tp + BASE_B["bf16"] * shape.embed_params) if tp * dp > 1 else 0.0
+        if lora.base == "nf4":
+            gathered += BASE_B["bf16"] * shape.layer_params  # one layer dequantized
     per_layer = shape.act_bytes_per_token_layer(tp)
     act = tokens * (shape.layers * ACT_B * shape.hidden + per_layer if ac else shape.layers * per_layer)
-    loss = min(tokens, LOSS_CHUNK_TOKENS) * shape.vocab * LOGIT_B + HEAD_GRAD_B * shape.vocab * shape.hidden + ACT_B * tokens * shape.hidden
+    head_grad = 0 if lora else HEAD_GRAD_B * shape.vocab * shape.hidden
+    loss = min(tokens, LOSS_CHUNK_TOKENS) * shape.vocab * LOGIT_B + head_grad + ACT_B * tokens * shape.hidden
     return Candidate(tp, dp, ac, state / 1e9, gathered / 1e9, act / 1e9, loss / 1e9, gpu_gb * (1 - HEADROOM))
 
 
@@ -136,15 +169,38 @@ class Plan:
     master_dtype: str
     candidates: tuple[Candidate, ...]
     chosen: Candidate
+    lora: Optional[Adapters] = None
+    fewest_gpus: Optional[int] = None  # the smallest job that fits (LoRA), in GPUs
+
+
+def fewest_gpus(shape: Shape, gpus_per_node: int, gpu_gb: float, tokens: int, master_dtype: str, lora: Adapters,
+                max_nodes: int = 64) -> Optional[int]:
+    """The fewest GPUs (1, 2, 4, ... within a node, then whole nodes) on which some layout fits; None if none up to max_nodes."""
+    if lora.base == "nf4":
+        return 1 if any(memory(shape, 1, 1, ac, tokens, gpu_gb, master_dtype, lora).fits for ac in (False, True)) else None
+    sizes = [g for g in (1, 2, 4, 8, 16) if g < gpus_per_node] + [n * gpus_per_node for n in range(1, max_nodes + 1)]
+    for world in sizes:
+        per_node = min(world, gpus_per_node)
+        if any(memory(shape, t, world // t, ac, tokens, gpu_gb, master_dtype, lora).fits
+               for t in tp_choices(shape, per_node) for ac in (False, True)):
+            return world
+    return None
 
 
 def plan(shape: Shape, nodes: int, gpus_per_node: int, gpu_gb: float, seq_len: int, micro_batch: int,
-         master_dtype: str = "fp32") -> Plan:
+         master_dtype: str = "fp32", lora: Optional[Adapters] = None) -> Plan:
     """The smallest fitting tp, checkpointing only if needed; PlanError when nothing fits."""
     world, tokens = nodes * gpus_per_node, seq_len * micro_batch
-    cands = tuple(memory(shape, t, world // t, ac, tokens, gpu_gb, master_dtype)
+    if lora is not None and lora.base == "nf4" and world > 1:
+        raise PlanError(f"an NF4 base (lora.quantize_base=nf4) trains on one GPU: use --nodes 1 --gpus-per-node 1 (asked: {world} GPUs)")
+    cands = tuple(memory(shape, t, world // t, ac, tokens, gpu_gb, master_dtype, lora)
                   for t in tp_choices(shape, gpus_per_node) for ac in (False, True))
     chosen = next((c for c in cands if c.fits), None)
+    fewest = fewest_gpus(shape, gpus_per_node, gpu_gb, tokens, master_dtype, lora) if lora is not None else None
+    if chosen is None and lora is not None:
+        raise PlanError(f"Qwen3-{shape.name} LoRA r={lora.r} ({lora.base} base) does not fit {world} GPU(s) of {gpu_gb:g} GB at "
+                        f"seq_len {seq_len} x micro_batch {micro_batch}"
+                        + (f"; it fits from {fewest} GPU(s)" if fewest else "") + " (or use a shorter seq_len / smaller micro_batch)")
     if chosen is None:
         best = min(cands, key=lambda c: c.total_gb)
         enough = next((n for n in range(nodes + 1, 1025) if any(
@@ -155,7 +211,7 @@ def plan(shape: Shape, nodes: int, gpus_per_node: int, gpu_gb: float, seq_len: i
             f"{'on' if best.ac else 'off'}) needs {best.total_gb:.1f} GB of {best.budget_gb:.1f} GB usable; "
             f"use more nodes (FSDP shards the state over them{f'; it fits from {enough}' if enough else ''})"
             f"{', master_dtype bf16 (half the state)' if master_dtype == 'fp32' else ''} or a shorter seq_len / smaller micro_batch")
-    return Plan(shape, nodes, gpus_per_node, gpu_gb, tokens, master_dtype, cands, chosen)
+    return Plan(shape, nodes, gpus_per_node, gpu_gb, tokens, master_dtype, cands, chosen, lora, fewest)
 
 
 def tp_traffic_lines(p: Plan, intra_gbps: Optional[float], inter_gbps: Optional[float]) -> list[str]:
@@ -185,8 +241,11 @@ def report(p: Plan, site: SiteProfile, part: Partition) -> str:
         f"of {p.gpu_gb:g} GB, {p.tokens} tokens per micro-batch per GPU",
         f"model: {s.params / 1e9:.2f} B params ({s.layers} layers x {s.layer_params / 1e6:.0f} M, embeddings "
         f"{s.embed_params / 1e9:.2f} B{', tied' if s.tied else ''}), {s.heads} heads / {s.kv_heads} KV heads, hidden {s.hidden}",
-        f"memory per GPU (GB): {STATE_B[p.master_dtype]} B/param {p.master_dtype} master+grad+AdamW sharded by FSDP over dp (layers also by tp), "
-        f"bf16 compute, {HEADROOM:.0%} headroom",
+        (f"memory per GPU (GB): {STATE_B[p.master_dtype]} B/param {p.master_dtype} master+grad+AdamW sharded by FSDP over dp (layers also by tp), "
+         f"bf16 compute, {HEADROOM:.0%} headroom") if p.lora is None else
+        (f"memory per GPU (GB): LoRA r={p.lora.r} on 7 projections ({s.layers * s.adapter_params_per_layer(p.lora.r) / 1e6:.1f} M adapter params, "
+         f"{STATE_B[p.master_dtype]} B/param with grad+AdamW), frozen base {p.lora.base} at {BASE_B[p.lora.base]:.2f} B/param without "
+         f"gradients or AdamW state, bf16 compute, {HEADROOM:.0%} headroom"),
         f"{'tp':>3} {'dp':>4} {'act.ckpt':>8} {'state':>7} {'gathered':>8} {'activ.':>7} {'loss':>7} {'total':>7} {'usable':>7}  fits",
     ]
     for x in p.candidates:
@@ -197,6 +256,8 @@ def report(p: Plan, site: SiteProfile, part: Partition) -> str:
                f"{', '.join(map(str, tp_choices(s, p.gpus_per_node)))}; rule: smallest tp that fits, "
                "activation checkpointing (one extra forward, ~1/3 more compute) only when needed")
     out += tp_traffic_lines(p, exp.intra_node_gbps, exp.inter_node_gbps)
+    if p.lora is not None:
+        out.append(f"the fewest GPUs that fit this LoRA run: {p.fewest_gpus or 'none up to 64 nodes'}")
     out.append(f"proposal: dp={c.dp} x tp={c.tp}, activation checkpointing {'on' if c.ac else 'off'}  "
                f"->  {' '.join(overrides_for(c))}")
     return "\n".join(out)
@@ -238,7 +299,8 @@ def plan_trainer_args(site: SiteProfile, part: Partition, nodes: int, gpus_per_n
 
         vocab = len(load_tokenizer(cfg.data.tokenizer))
     shape = Shape.from_dims(cfg.model.shape or Path(cfg.model.path).name, dims, vocab)
-    p = plan(shape, nodes, gpus_per_node, part.gpu_memory_gb, cfg.seq_len, cfg.micro_batch, cfg.master_dtype)
+    lora = Adapters(cfg.lora.r, "nf4" if cfg.lora.quantize_base == "nf4" else "bf16") if cfg.lora.enabled else None
+    p = plan(shape, nodes, gpus_per_node, part.gpu_memory_gb, cfg.seq_len, cfg.micro_batch, cfg.master_dtype, lora)
     c = p.chosen
     added = [o for o in overrides_for(c) if not (o.startswith("activation_checkpointing") and cfg.activation_checkpointing)]
     note = (f"planner: dp={c.dp} x tp={c.tp}, activation checkpointing {'on' if c.ac or cfg.activation_checkpointing else 'off'} "
@@ -257,6 +319,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("--seq-len", type=whole(1, 2**24), default=4096)
     ap.add_argument("--micro-batch", type=whole(1, 2**16), default=1)
     ap.add_argument("--master-dtype", choices=list(STATE_B), default="fp32", help="the trainer's master_dtype (default fp32)")
+    ap.add_argument("--lora-r", type=whole(1, 2**16), help="plan LoRA adapters of this rank on a frozen base (lora.r)")
+    ap.add_argument("--quantize-base", choices=["none", "nf4"], default="none", help="with --lora-r: nf4 = QLoRA (lora.quantize_base)")
     a = ap.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `hpc.plan ... | head` ends quietly
     try:
@@ -269,7 +333,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             raise PlanError(f"--nodes {a.nodes}: partition {part.name} of site {site.name} has at most {part.max_nodes} nodes")
         if part.gpu_memory_gb is None:
             raise PlanError(f"site {site.name}: partition {part.name} has no gpu_memory_gb; add it to the profile to plan a layout")
-        p = plan(qwen3_shape(a.model), a.nodes, gpus, part.gpu_memory_gb, a.seq_len, a.micro_batch, a.master_dtype)
+        if a.lora_r is not None and a.lora_r < 1 or a.quantize_base == "nf4" and a.lora_r is None:
+            raise PlanError("--lora-r must be >= 1; --quantize-base nf4 needs --lora-r")
+        lora = Adapters(a.lora_r, "nf4" if a.quantize_base == "nf4" else "bf16") if a.lora_r else None
+        p = plan(qwen3_shape(a.model), a.nodes, gpus, part.gpu_memory_gb, a.seq_len, a.micro_batch, a.master_dtype, lora)
     except HpcError as e:
         fail("hpc.plan", e)
     print(report(p, site, part))

@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, JOB_NAME_VAR
     from hpc.node.lease import slurm_job_id
     from hpc.node.ownership import claim, unnamed_owner
+    from train.adapters import check_layout
     from train.config import load_config
     from train.parallel import ParallelDims, WorldEnv
 
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         env = WorldEnv.from_env()
         dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads())
         dims.grad_accum(cfg.global_batch, cfg.micro_batch)
+        check_layout(cfg.lora, env.world_size)
         job_name = os.environ.get(JOB_NAME_VAR) or unnamed_owner()
         made = [d for d in (Path(cfg.log.dir), cfg.checkpoint_dir, cfg.prepared_dir) if not d.exists()]
         claim(cfg.log.dir, job_name, LOG_DIR_KEY)

@@ -3,7 +3,7 @@
 Layout under the checkpoint root::
 
     step-00000100/            complete: renamed from .tmp only after every rank finished
-      .metadata, __*.distcp   model + optimizer (torch.distributed.checkpoint, sharded)
+      .metadata, __*.distcp   trainable weights + optimizer (torch.distributed.checkpoint, sharded)
       rng-rank*.pt            each rank's RNG states
       meta.json               the COMPLETE marker: step, layout, data stream state, the settings the state was
                               written with, and the manifest (every file's size and CRC-32); written last
@@ -37,11 +37,18 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 from torch.distributed.checkpoint.staging import AsyncStager, BlockingAsyncStager
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from hpc.node.cli import HpcError
 from hpc.node.contract import CHECKPOINT_META as META
 from hpc.node.contract import CHECKPOINT_PREFIX, EXIT_FAILED, SET_ASIDE, checkpoint_name, checkpoint_step
+
+
+# Only trainable parameters are saved: all of them in a full fine-tune, the adapters of a LoRA run (whose frozen
+# base comes from model.path or the seed at every start).
+# DCP's load fails on any of them missing from the files; setting them leaves the frozen ones (not strict) alone.
+_TRAINABLE = StateDictOptions(ignore_frozen_params=True)
+_SET_TRAINABLE = StateDictOptions(ignore_frozen_params=True, strict=False)
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -239,7 +246,7 @@ def start_save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.O
             error = f"cannot create {tmp} ({e.strerror})"
     _agree(error, f"checkpoint of step {step}", root)
     t0 = time.perf_counter()
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=_TRAINABLE)
     error = None
     try:
         rng = tmp / f"rng-rank{rank}.pt"
@@ -330,10 +337,10 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict
     meta = verify(path)
     error = None
     try:
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=_TRAINABLE)
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=path)
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_SET_TRAINABLE)
         if meta["world_size"] == dist.get_world_size():
             _set_rng_state(torch.load(path / f"rng-rank{dist.get_rank()}.pt", weights_only=False))
     except (Exception, CheckpointException) as e:  # its files match the manifest: out of memory, I/O, a timeout

@@ -131,6 +131,39 @@ class Fp8Config(_Strict):
     recipe: Literal["tensorwise", "rowwise"] = "tensorwise"
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraConfig(_Strict):
+    """LoRA adapters (train/adapters.py): the base frozen, r x (in + out) adapters on each target projection of every
+    decoder layer, output scaled by alpha / r (alpha / sqrt(r) with use_rslora); quantize_base nf4 (QLoRA) stores the
+    frozen base projections in 4-bit NormalFloat (torchao; one rank); merge: the export also writes the merged full
+    model into <export>/merged."""
+
+    enabled: bool = False
+    r: int = Field(16, ge=1)
+    alpha: float = Field(32.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = list(LORA_TARGETS)
+    use_rslora: bool = False
+    quantize_base: Literal["none", "nf4"] = "none"
+    merge: bool = False
+
+    @field_validator("target_modules", mode="before")
+    @classmethod
+    def _one_or_list(cls, value):
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("target_modules")
+    @classmethod
+    def _known(cls, names: list[str]) -> list[str]:
+        unknown = [n for n in names if n not in LORA_TARGETS]
+        if unknown or not names or len(set(names)) != len(names):
+            what = f"unknown module {unknown[0]!r}" if unknown else "needs each module once, at least one"
+            raise ValueError(f"lora.target_modules: {what} (allowed: {', '.join(LORA_TARGETS)})")
+        return names
+
+
 class EvalConfig(_Strict):
     """Held-out evaluation (packed data: data.format chat or data.pack documents): the rows of ``path`` (prepared like
     the training data, into <data.prepared>/eval) or a ``fraction`` of the training rows (held out by a fixed hash of
@@ -199,6 +232,7 @@ class TrainConfig(_Strict):
     checkpoint: CheckpointConfig = CheckpointConfig()
     log: LogConfig = LogConfig()
     eval: EvalConfig = EvalConfig()
+    lora: LoraConfig = LoraConfig()
     export: str | None = None
 
     @model_validator(mode="after")
@@ -215,6 +249,10 @@ class TrainConfig(_Strict):
             raise ValueError("set one of eval.path (another source) or eval.fraction (held out of the training data), not both")
         if self.eval.every and not (self.eval.path or self.eval.fraction):
             raise ValueError(f"eval.every={self.eval.every} needs eval.path or eval.fraction")
+        if self.lora.quantize_base != "none" and not self.lora.enabled:
+            raise ValueError(f"lora.quantize_base={self.lora.quantize_base} needs lora.enabled=true")
+        if self.lora.quantize_base == "nf4" and self.fp8.enabled:
+            raise ValueError("lora.quantize_base=nf4 and fp8.enabled=true exclude each other: the base is either NF4 or float8")
         if (self.eval.every or self.eval.fraction) and not self.data.packed:
             raise ValueError("eval needs data packed by document: data.format=chat or data.pack=documents")
         return self

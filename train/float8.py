@@ -42,10 +42,12 @@ def require_fp8(device_type: str) -> None:
         raise ConfigError("fp8.enabled=true needs torchao: pip install 'hpc-train[fp8]'") from None
 
 
-def convert_decoder_linears(layers: nn.Module, recipe: str, *, float8_all_gather: bool, emulate: bool = False) -> list[str]:
+def convert_decoder_linears(layers: nn.Module, recipe: str, *, float8_all_gather: bool, emulate: bool = False,
+                            only_frozen: bool = False) -> list[str]:
     """Swap the nn.Linear modules inside ``layers`` (the decoder layers) whose dimensions are multiples of 16 for torchao
     Float8Linear in place; returns their names relative to ``layers``. ``float8_all_gather`` (tensorwise only): FSDP
-    all-gathers these weights in float8. ``emulate``: float8 rounding with high-precision matrix products (runs on CPU)."""
+    all-gathers these weights in float8. ``emulate``: float8 rounding with high-precision matrix products (runs on CPU).
+    ``only_frozen``: only linears whose weight is frozen (LoRA's bases; their adapters stay in high precision)."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     config = dataclasses.replace(Float8LinearConfig.from_recipe_name(recipe), enable_fsdp_float8_all_gather=float8_all_gather, emulate=emulate)
@@ -53,6 +55,7 @@ def convert_decoder_linears(layers: nn.Module, recipe: str, *, float8_all_gather
 
     def eligible(module: nn.Module, name: str) -> bool:
         ok = isinstance(module, nn.Linear) and all(d % _ALIGN == 0 for d in module.weight.shape)
+        ok = ok and not (only_frozen and module.weight.requires_grad)
         if ok:
             converted.append(name)
         return ok

@@ -22,7 +22,7 @@ import yaml
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hpc.node.contract import RUN_CONFIG
-from train import checkpoint, resume
+from train import adapters, checkpoint, resume
 from train.config import ConfigError, TrainConfig
 from train.data import PackedStream, TokenStream, load_tokenizer
 from train.data.prepared import open_prepared, split_rows
@@ -89,13 +89,15 @@ class Trainer:
         self.tokenizer_name = tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat")
         self.tokenizer = load_tokenizer(self.tokenizer_name)
         self.hf_config = hf_config(cfg.model, self.tokenizer)
-        self.written_with = resume.written_with(cfg, self.hf_config)
+        self.lora_meta = adapters.lora_meta(cfg.lora, adapters.base_identity(cfg.model.path, cfg.model.shape, cfg.model.dims_dict(), cfg.seed))
+        self.written_with = resume.written_with(cfg, self.hf_config, self.lora_meta)
         self._check_checkpoints(job_id)
         self._setup_data()
         self._setup_model(env.world_size)
         o = cfg.optim
         impl = {"fused": True} if self.on_gpu else {"foreach": False}
-        self.optimizer = torch.optim.AdamW(self.master.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, **impl)
+        self.trainable = [p for p in self.master.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, **impl)
         self.sync_every = cfg.log.log_every if self.on_gpu else 1
         self.step = 0
         self.guard = StepGuard(device)
@@ -159,12 +161,22 @@ class Trainer:
         compute_dtype = torch.bfloat16 if cfg.dtype == "bf16" or (cfg.dtype == "auto" and self.on_gpu) else torch.float32
         master_dtype = torch.bfloat16 if cfg.master_dtype == "bf16" else torch.float32
         one_rank = self.mesh.size() == 1  # no FSDP: the model computes in compute_dtype, ``self.master`` holds the weights
-        twin = one_rank and master_dtype != compute_dtype
-        self.model = parallelize(build_meta_model(c).to(compute_dtype if one_rank else master_dtype), self.mesh,
+        lora = cfg.lora.enabled  # a frozen base in compute_dtype, adapters in master_dtype: no twin
+        twin = one_rank and master_dtype != compute_dtype and not lora
+        self.model = parallelize(build_meta_model(c).to(compute_dtype if one_rank or lora else master_dtype), self.mesh,
                                  activation_checkpointing=cfg.activation_checkpointing, compile=cfg.compile, param_dtype=compute_dtype,
-                                 fp8_recipe=cfg.fp8.recipe if cfg.fp8.enabled else None)
+                                 fp8_recipe=cfg.fp8.recipe if cfg.fp8.enabled else None, lora=cfg.lora, adapter_dtype=master_dtype)
         self.master = build_meta_model(c).to(master_dtype) if twin else self.model
         load_initial_weights(self.master, cfg.model, c, cfg.seed, device)
+        if lora:
+            if cfg.lora.quantize_base == "nf4":
+                adapters.check_layout(cfg.lora, world_size)
+                adapters.quantize_base(self.model)
+            trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+            # the frozen base gets no weight gradients: 4 FLOPs per weight and token instead of 6; the adapters 6
+            self.flops_per_token += 6 * trained - 2 * (params["non_embedding"] + params["lm_head"])
+            _log0(f"[train] LoRA r={cfg.lora.r} alpha={cfg.lora.alpha} on {', '.join(cfg.lora.target_modules)}: {trained:,} trainable "
+                  f"parameters (all ranks), base frozen" + (" in NF4" if cfg.lora.quantize_base == "nf4" else ""))
         self.master_weights = None
         if twin:
             materialize(self.model, c, device)
@@ -197,6 +209,17 @@ class Trainer:
             _log0(f"[train] {line}")
         if outcome[0]:
             raise ConfigError(outcome[0])
+
+    def _export_lora(self, target: Path) -> None:
+        """The PEFT adapter directory (and the tokenizer) in ``target``; with lora.merge the merged model in target/merged."""
+        base = self.cfg.model.path or "Qwen3 shape " + str(self.cfg.model.shape)
+        adapters.export_adapter(self.model, self.cfg.lora, base, target)
+        if self.rank == 0:
+            self.tokenizer.save_pretrained(target)
+        _log0(f"[train] exported the PEFT adapter to {target}")
+        if self.cfg.lora.merge:
+            export_hf(self.model, self.hf_config, self.tokenizer, str(target / "merged"), to_hf=lambda s: adapters.merged_state(s, self.cfg.lora))
+            _log0(f"[train] exported the merged Hugging Face model to {target / 'merged'}")
 
     def _resume(self) -> None:
         """Load the newest checkpoint that is whole; a damaged one (files not matching its manifest) is set aside and
@@ -238,7 +261,8 @@ class Trainer:
         """Checkpoint the current step; ``background`` (with checkpoint.async_save) returns once the state is in host
         memory and the write is committed at a later step boundary. A save still being written is committed first."""
         self.finish_save()
-        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "data": self.stream.state_dict(), "written_with": self.written_with,
+        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "data": self.stream.state_dict(), "lora": self.lora_meta,
+                "written_with": self.written_with,
                 "tracker": self.tracking.run_ids() if self.tracking is not None else self._tracker_ids}
         stager = self._stager if background else None
         self.pending = checkpoint.start_save(self.cfg.checkpoint_dir, self.step, self.master, self.optimizer, meta,
@@ -325,7 +349,7 @@ class Trainer:
                 loss = self._summed_loss(*mb)
                 (loss * scale).backward()
                 loss_sum += loss.detach()
-        grad_norm = clip_grad_norm_(list(self.master.parameters()), cfg.grad_clip)
+        grad_norm = clip_grad_norm_(self.trainable, cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if cfg.fp8.enabled:
@@ -379,7 +403,10 @@ class Trainer:
             self._stager.close()
         if cfg.export and self.step >= cfg.steps:
             target = self.run_dir / cfg.export  # a relative export path lives in the run directory
-            export_hf(self.master, self.hf_config, self.tokenizer, str(target))
-            _log0(f"[train] exported Hugging Face model to {target}")
+            if cfg.lora.enabled:
+                self._export_lora(target)
+            else:
+                export_hf(self.master, self.hf_config, self.tokenizer, str(target))
+                _log0(f"[train] exported Hugging Face model to {target}")
         dist.barrier()  # rank 0 may still be writing; no rank tears the process group down before it
         return self.step

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -25,6 +26,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
+from train.adapters import hf_key, init_adapters, is_adapter_key
 from train.config import ConfigError, ModelConfig
 from train.loss import linear_cross_entropy
 
@@ -108,7 +110,9 @@ def _load_hf_shards(model: nn.Module, path: str, config: Qwen3Config) -> None:
     """Fill the (parallelized, materialized) model from the directory's safetensors; each rank reads only its slices. Collective."""
     if not any(Path(path).glob("*.safetensors")):
         raise ConfigError(f"model.path: {path} has no *.safetensors files")
-    state = get_model_state_dict(model)
+    names = _hf_names(model)
+    full = get_model_state_dict(model)
+    state = {hf: full[key] for hf, key in names.items()}
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # not in the files: the head is the embedding
     _check_hf_tensors(path, {k: tuple(v.shape) for k, v in state.items()})
@@ -118,7 +122,12 @@ def _load_hf_shards(model: nn.Module, path: str, config: Qwen3Config) -> None:
         raise ConfigError(f"model.path: {path}: its safetensors do not load ({' '.join(str(e).split())[:200]})") from None
     if config.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    set_model_state_dict(model, state)
+    set_model_state_dict(model, {names[hf]: v for hf, v in state.items()}, options=StateDictOptions(strict=len(names) == len(full)))
+
+
+def _hf_names(model: nn.Module) -> dict[str, str]:
+    """Hugging Face name -> model key of every weight but LoRA adapters (a wrapped projection's base_layer is the projection)."""
+    return {hf_key(k): k for k in get_model_state_dict(model) if not is_adapter_key(k)}
 
 
 def materialize(model: nn.Module, config: Qwen3Config, device: torch.device) -> None:
@@ -129,17 +138,24 @@ def materialize(model: nn.Module, config: Qwen3Config, device: torch.device) -> 
 
 def load_initial_weights(model: nn.Module, cfg: ModelConfig, config: Qwen3Config, seed: int, device: torch.device) -> None:
     """Allocate the (parallelized, meta) model on ``device`` and fill it: from model.path's safetensors, each rank its
-    slices, or from rank 0's seeded random init."""
+    slices, or from rank 0's seeded random init; LoRA adapters (if any) from ``train.adapters.init_adapters``."""
     materialize(model, config, device)
+    names = _hf_names(model)
+    adapters = len(names) < len(get_model_state_dict(model))
     if cfg.path is not None:
         _load_hf_shards(model, cfg.path, config)
-        return
-    state = _full_initial_state(cfg, config, seed) if dist.get_rank() == 0 else {}
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    else:
+        state = _full_initial_state(cfg, config, seed) if dist.get_rank() == 0 else {}
+        state = {names[hf]: v for hf, v in state.items()}
+        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=not adapters))
+    if adapters:
+        init_adapters(model, seed)
 
 
-def export_hf(model: nn.Module, config: Qwen3Config, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> None:
-    """Gather the full weights to rank 0 and write a directory AutoModelForCausalLM.from_pretrained loads. Collective."""
+def export_hf(model: nn.Module, config: Qwen3Config, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path,
+              to_hf: Callable[[dict], dict] | None = None) -> None:
+    """Gather the full weights to rank 0 and write a directory AutoModelForCausalLM.from_pretrained loads. Collective.
+    ``to_hf`` turns the gathered state into Hugging Face weights (LoRA: ``train.adapters.merged_state``)."""
     from huggingface_hub import split_torch_state_dict_into_shards
 
     # Gathering dp x tp sharded weights warns once per tensor that it takes two all-gathers; expected here.
@@ -147,6 +163,8 @@ def export_hf(model: nn.Module, config: Qwen3Config, tokenizer: PreTrainedTokeni
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() != 0:
         return
+    if to_hf is not None:
+        state = to_hf(state)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if config.tie_word_embeddings:

@@ -7,7 +7,8 @@
    activations in every layer, forward and backward, so it must ride on the fast intra-node
    links (NVLink); DP/FSDP traffic (all-gather of parameters, reduce-scatter of gradients)
    is per layer but overlaps compute and tolerates the slower inter-node network.
-3. ``parallelize``: float8 decoder linears (optional, ``train.float8``), then tensor parallel
+3. ``parallelize``: LoRA adapters (optional, ``train.adapters``), then float8 decoder linears (optional,
+   ``train.float8``; with LoRA only the frozen bases), then tensor parallel
    per decoder layer, then activation checkpointing, then torch.compile (optional), then FSDP2
    over the "dp" mesh dimension. A job of one rank gets
    no FSDP: with nothing to shard, its per-layer parameter and gradient copies only cost time
@@ -32,7 +33,8 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from hpc.node.cli import shown
 from hpc.node.contract import LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, RANK_VAR, WORLD_SIZE_VAR
 from hpc.node.netcheck import bound_every_group, dist_timeout_s
-from train.config import ConfigError, ParallelConfig
+from train import adapters
+from train.config import ConfigError, LoraConfig, ParallelConfig
 from train.float8 import convert_decoder_linears, require_fp8
 from train.layout import tp_problem
 
@@ -137,8 +139,11 @@ LAYER_TP_PLAN = {
 
 
 def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing: bool | float, compile: bool, param_dtype: torch.dtype,
-                fp8_recipe: str | None = None) -> nn.Module:
-    """float8 -> TP -> activation checkpointing -> compile -> FSDP2, on a Qwen3ForCausalLM (typically on the meta device).
+                fp8_recipe: str | None = None, lora: LoraConfig | None = None, adapter_dtype: torch.dtype = torch.float32) -> nn.Module:
+    """LoRA -> float8 -> TP -> activation checkpointing -> compile -> FSDP2, on a Qwen3ForCausalLM (typically on the meta device).
+
+    ``lora`` (enabled): the model is frozen and the target projections get adapters in ``adapter_dtype``
+    (``train.adapters.apply_lora``), which TP shards with their base layers.
 
     ``fp8_recipe`` (tensorwise or rowwise): the decoder layers' linears train in float8, with
     float8 all-gathers of their weights where FSDP shards over dp > 1 (tensorwise); a ConfigError
@@ -151,12 +156,17 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing:
     mixed-precision policy): the model computes in the dtype it is given.
     """
     layers = model.model.layers
+    if lora is not None and lora.enabled:
+        adapters.apply_lora(model, lora, adapter_dtype)
     if fp8_recipe is not None:
         require_fp8(mesh.device_type)
-        convert_decoder_linears(layers, fp8_recipe, float8_all_gather=fp8_recipe == "tensorwise" and mesh["dp"].size() > 1)
+        convert_decoder_linears(layers, fp8_recipe, float8_all_gather=fp8_recipe == "tensorwise" and mesh["dp"].size() > 1,
+                                only_frozen=lora is not None and lora.enabled)
     if mesh["tp"].size() > 1:
         for layer in layers:
-            parallelize_module(layer, mesh["tp"], LAYER_TP_PLAN)
+            parallelize_module(layer, mesh["tp"], adapters.tp_plan(LAYER_TP_PLAN, layer))
+        if lora is not None and lora.enabled:
+            adapters.freeze_base(model)
     checkpointed = checkpointed_layers(len(layers), float(activation_checkpointing))
     for i, layer in enumerate(layers):
         if i in checkpointed:

@@ -17,11 +17,13 @@ STATE_DIMS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
 _SHOWN = 60  # characters of a value in a message
 
 
-def written_with(cfg: TrainConfig, config) -> dict:
-    """The settings a checkpoint of this run is written with, by config key; a key that is off is None, so a key
-    added later reads the same in older checkpoints."""
+def written_with(cfg: TrainConfig, config, lora: dict | None) -> dict:
+    """The settings a checkpoint of this run is written with, by config key (``lora``: the adapters' settings and
+    base, None for a full fine-tune); a key that is off is None, so a key added later reads the same in older
+    checkpoints."""
     settings = {f"model.dims.{k}": getattr(config, k, None) for k in STATE_DIMS}
     settings |= {"master_dtype": cfg.master_dtype, "fp8.enabled": cfg.fp8.enabled, "data.packed": cfg.data.packed}
+    settings |= {f"lora.{k}": v for k, v in (lora or {}).items()}
     return json.loads(json.dumps(settings))  # as meta.json holds them
 
 

@@ -9,7 +9,6 @@ tests' stand-in for Slurm: after that step rank 0 sends the pre-stop signal to i
 import argparse
 import json
 import os
-import signal
 from pathlib import Path
 
 from datasets import load_dataset

@@ -88,3 +88,17 @@ def test_emulated_float8_step_tracks_full_precision(torchao_float8):
     assert abs(losses[0] - losses[1]) < 0.01 * losses[0]
     assert losses[0] != losses[1]
     assert torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0) > 0.99
+
+
+def test_with_lora_only_the_frozen_bases_become_float8(torchao_float8):
+    from torchao.float8.float8_linear import Float8Linear
+
+    from train.adapters import apply_lora
+    from train.float8 import convert_decoder_linears
+
+    with torch.device("meta"):
+        model = _tiny_model()
+    apply_lora(model, load_config(TINY, ["lora.enabled=true", "lora.r=16"]).lora, torch.float32)
+    names = convert_decoder_linears(model.model.layers, "tensorwise", float8_all_gather=False, only_frozen=True)
+    assert sorted(names) == sorted(f"{i}.{p}.base_layer" for i in range(2) for p in PROJECTIONS)
+    assert not any(isinstance(m, Float8Linear) for n, m in model.named_modules() if ".lora_" in n)

@@ -1,12 +1,15 @@
 """Layout planner: Qwen3 sizes, the memory model's choices, the CLI and hpc.submit's use of it."""
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from conftest import ROOT
 from hpc.plan import LOSS_CHUNK_TOKENS, PlanError, Shape, memory, plan, plan_trainer_args, qwen3_shape, report, tp_choices
 from hpc.site import load_site
+from train_helpers import TINY
 
 # the model cards' totals and non-embedding counts, in billions
 PUBLISHED = {"0.6B": (0.6, 0.44), "1.7B": (1.7, 1.4), "4B": (4.0, 3.6), "8B": (8.2, 6.95), "14B": (14.8, 13.2), "32B": (32.8, 31.2)}
@@ -114,3 +117,40 @@ def test_trainer_args_get_the_plan_only_without_a_layout(tmp_path):
     assert args[2:] == ["parallel.tp=1", "activation_checkpointing=true"]
     with pytest.raises(PlanError, match="Qwen3-32B does not fit 1 node"):
         plan_trainer_args(site, part, 1, 8, ["--config", str(cfg)])
+
+
+def test_lora_adapter_count_and_nf4_bytes_match_the_trainer():
+    """The planner's adapter parameters are those apply_lora creates on the 8B; its NF4 bytes per weight torchao's."""
+    sys.path.insert(0, str(ROOT / ".extras" / "fp8"))
+    from torchao.dtypes.nf4tensor import to_nf4
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from hpc.plan import BASE_B
+    from train.adapters import apply_lora, nf4_scaler_block
+    from train.config import SHAPES, load_config
+
+    s = qwen3_shape("8B")
+    dims = SHAPES["8B"].model_dump(exclude_none=True)
+    dims.pop("rope_theta")
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(Qwen3Config(**dims))
+    apply_lora(model, load_config(TINY, ["lora.enabled=true", "lora.r=16"]).lora, torch.float32)
+    assert sum(p.numel() for p in model.parameters() if p.requires_grad) == s.layers * s.adapter_params_per_layer(16)
+    w = torch.randn(1024, 1024, dtype=torch.bfloat16)
+    q = to_nf4(w, 64, nf4_scaler_block(w.numel()))
+    stored = sum(t.numel() * t.element_size() for t in (q.quantized_data, q.quantized_scalers, q.quantization_factor))
+    assert stored / w.numel() == pytest.approx(BASE_B["nf4"], rel=0.01)
+
+
+def test_lora_plans_smallest_layouts():
+    from hpc.plan import Adapters
+
+    full = memory(qwen3_shape("8B"), 1, 1, True, 4096, 80)
+    lora = memory(qwen3_shape("8B"), 1, 1, True, 4096, 80, lora=Adapters(16))
+    assert not full.fits and lora.fits and lora.total_gb < 0.45 * full.total_gb
+    assert plan(qwen3_shape("8B"), 1, 1, 80, 4096, 1, lora=Adapters(16)).chosen.dp == 1          # 8B LoRA: one GPU
+    assert plan(qwen3_shape("32B"), 1, 1, 80, 4096, 1, lora=Adapters(16, "nf4")).fewest_gpus == 1  # 32B QLoRA: one GPU
+    p = plan(qwen3_shape("32B"), 1, 8, 80, 4096, 1, lora=Adapters(16))
+    assert p.chosen.fits and p.fewest_gpus == 2                                                    # 32B LoRA bf16: 2 x 80 GB
+    with pytest.raises(PlanError, match="an NF4 base .* trains on one GPU"):
+        plan(qwen3_shape("32B"), 1, 8, 80, 4096, 1, lora=Adapters(16, "nf4"))
