@@ -78,7 +78,8 @@ class Trainer:
         self.run_dir = Path(cfg.log.dir)
         self.mesh = build_mesh(dims, device)
         self.grad_accum = dims.grad_accum(cfg.global_batch, cfg.micro_batch)
-        _log0(f"[train] layout dp={dims.dp} x tp={dims.tp} on {env.world_size} ranks, mesh (rows: dp, columns: tp) {self.mesh.mesh.tolist()}; "
+        experts = f" (experts split over ep={dims.ep} of the dp ranks)" if dims.ep > 1 else ""
+        _log0(f"[train] layout dp={dims.dp} x tp={dims.tp}{experts} on {env.world_size} ranks, mesh ({', '.join(self.mesh.mesh_dim_names)}) {self.mesh.mesh.tolist()}; "
               f"grad accumulation {self.grad_accum} x micro_batch {cfg.micro_batch}; device {device.type}")
         self.eval_batches: list[tuple[torch.Tensor, ...]] = []
         self.on_gpu = device.type == "cuda"
@@ -203,7 +204,7 @@ class Trainer:
         """Checkpoint the current step; ``background`` (with checkpoint.async_save) returns once the state is in host
         memory and the write is committed at a later step boundary. A save still being written is committed first."""
         self.finish_save()
-        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "data": self.stream.state_dict(),
+        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "ep": self.dims.ep, "data": self.stream.state_dict(),
                 "tracker": self.tracking.run_ids() if self.tracking is not None else self._tracker_ids}
         stager = self._stager if background else None
         self.pending = checkpoint.start_save(self.cfg.checkpoint_dir, self.step, self.master, self.optimizer, meta,
