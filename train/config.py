@@ -101,8 +101,9 @@ class ModelConfig(_Strict):
     def num_experts(self) -> int:
         """Routed experts per MoE layer; 0 for a dense model."""
         dims = self.dims_dict()
-        moe = self.path is None or dims.get("model_type") == "qwen3_moe"
-        return (dims.get("num_experts") or 0) if moe else 0
+        if self.path is not None and dims.get("model_type") != "qwen3_moe":
+            return 0
+        return dims.get("num_experts") or dims.get("num_local_experts") or 0  # transformers 5 writes the latter name
 
 
 class ParallelConfig(_Strict):
