@@ -207,7 +207,8 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing:
         # tokens (the all-to-all's backward brings them home), so they are averaged over all of dp, not efsdp.
         fully_shard(block.experts, mesh=mesh["efsdp"], mp_policy=mp, reshard_after_forward=reshard)
         block.experts.set_gradient_divide_factor(mesh["dp"].size())
-        block.experts.set_force_sum_reduction_for_comms(mesh.device_type == "cpu")  # gloo has no pre-multiplied sum: sum, then divide
+        # gloo has no pre-multiplied sum: sum, then divide (not on one efsdp rank, where FSDP divides in its copy already)
+        block.experts.set_force_sum_reduction_for_comms(mesh.device_type == "cpu" and mesh["efsdp"].size() > 1)
     for layer in layers:
         fully_shard(layer, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)

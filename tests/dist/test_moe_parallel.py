@@ -1,40 +1,53 @@
-"""Expert parallelism end to end through `python -m train` on the tiny MoE: ep1 (one process), ep2 x dp2, ep4 x dp4 and
-ep2 x dp2 x tp2 (with activation checkpointing, resumed from the ep2 run's checkpoint) give the same losses for 20 steps;
-an ep2 x dp4 run starting from an exported HF Qwen3-MoE directory (each rank reading its experts) starts at the loss that
-transformers' model gives on the same batch.
+"""Expert parallelism end to end through `python -m train`, every run starting from one HF Qwen3-MoE directory
+(transformers' per-expert files; each rank reads the experts it holds): ep1 (one process), ep2 x dp4 (experts also
+FSDP-sharded over 2 ranks), ep4 x dp4, and ep2 x dp2 x tp2 with activation checkpointing resumed from the ep1 run's
+checkpoint give the same losses for 20 steps; the first step's loss is transformers' on the same batch.
 
-Five launches in one module fixture, pairs running concurrently.
+Four launches in one module fixture, pairs running concurrently.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
+from train.data import DataConfig, TokenStream, load_tokenizer, load_tokens
 from train_helpers import finish, launch, metrics, seed_checkpoint
 
 STEPS, SAVE_AT = 20, 10
 TOL = 1e-5
-MOE = ("model.shape=tiny-moe", f"steps={STEPS}", "checkpoint.keep_last=5")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict:
+def hf_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hf") / "qwen3-moe"
+    tok = load_tokenizer(None)
+    config = Qwen3MoeConfig(vocab_size=2048, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, head_dim=16, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                            norm_topk_prob=True, sliding_window=None, max_position_embeddings=256, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(7)
+    Qwen3MoeForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, hf_dir) -> dict:
     base = tmp_path_factory.mktemp("moe")
-    dirs = {name: base / name for name in ("ep1", "ep2", "ep4", "ep2_tp2", "from_hf")}
-    one = launch(1, dirs["ep1"], *MOE, "checkpoint.interval=0", "export=hf")
-    ep2 = launch(2, dirs["ep2"], *MOE, f"checkpoint.interval={SAVE_AT}", "parallel.ep=2")
-    out = {"ep1": finish(one, dirs["ep1"]), "ep2": finish(ep2, dirs["ep2"])}
-    seed_checkpoint(dirs["ep2"], SAVE_AT, dirs["ep2_tp2"])
-    ep4 = launch(4, dirs["ep4"], *MOE, "checkpoint.interval=0", "parallel.ep=4")
-    out["ep4"] = finish(ep4, dirs["ep4"])
-    tp2 = launch(4, dirs["ep2_tp2"], *MOE, "checkpoint.interval=0", "parallel.ep=2", "parallel.tp=2", "activation_checkpointing=true")
-    hf = launch(4, dirs["from_hf"], "model.shape=null", f"model.path={dirs['ep1'] / 'hf'}", "steps=1", "schedule.warmup_steps=0", "parallel.ep=2")
-    out["ep2_tp2"], out["from_hf"] = finish(tp2, dirs["ep2_tp2"]), finish(hf, dirs["from_hf"])
+    dirs = {name: base / name for name in ("ep1", "ep2_dp4", "ep4", "ep2_tp2")}
+    common = ("model.shape=null", f"model.path={hf_dir}", f"steps={STEPS}", "checkpoint.keep_last=5")
+    one = launch(1, dirs["ep1"], *common, f"checkpoint.interval={SAVE_AT}")
+    ep2 = launch(4, dirs["ep2_dp4"], *common, "checkpoint.interval=0", "parallel.ep=2")
+    out = {"ep1": finish(one, dirs["ep1"]), "ep2_dp4": finish(ep2, dirs["ep2_dp4"])}
+    seed_checkpoint(dirs["ep1"], SAVE_AT, dirs["ep2_tp2"])
+    ep4 = launch(4, dirs["ep4"], *common, "checkpoint.interval=0", "parallel.ep=4")
+    tp2 = launch(4, dirs["ep2_tp2"], *common, "checkpoint.interval=0", "parallel.ep=2", "parallel.tp=2", "activation_checkpointing=true")
+    out["ep4"], out["ep2_tp2"] = finish(ep4, dirs["ep4"]), finish(tp2, dirs["ep2_tp2"])
     return {"dirs": dirs, "out": out}
 
 
-@pytest.mark.parametrize("run", ["ep2", "ep4", "ep2_tp2"])
+@pytest.mark.parametrize("run", ["ep2_dp4", "ep4", "ep2_tp2"])
 def test_expert_parallel_losses_equal_one_process(runs, run):
     one, other = metrics(runs["dirs"]["ep1"]), metrics(runs["dirs"][run])
     steps = list(range(SAVE_AT + 1 if run == "ep2_tp2" else 1, STEPS + 1))
@@ -50,18 +63,12 @@ def test_expert_split_is_logged_and_resume_loads_under_another_layout(runs):
     assert f"resumed from {runs['dirs']['ep2_tp2'] / 'checkpoints' / f'step-{SAVE_AT:08d}'}" in runs["out"]["ep2_tp2"]
 
 
-def test_training_starts_from_an_hf_moe_directory_under_ep(runs):
-    from transformers import AutoModelForCausalLM, Qwen3MoeForCausalLM
-
-    from train.data import DataConfig, TokenStream, load_tokenizer, load_tokens
-
-    hf, run = runs["dirs"]["ep1"] / "hf", runs["dirs"]["from_hf"]
-    model = AutoModelForCausalLM.from_pretrained(hf)
-    assert isinstance(model, Qwen3MoeForCausalLM)
-    tokens = load_tokens(DataConfig(), load_tokenizer(str(hf)), cache_dir=str(run / "cache"))
+def test_first_step_is_transformers_loss_on_the_batch(runs, hf_dir):
+    model = Qwen3MoeForCausalLM.from_pretrained(hf_dir)
+    tokens = load_tokens(DataConfig(), load_tokenizer(str(hf_dir)), cache_dir=str(runs["dirs"]["ep1"] / "cache"))
     batches = TokenStream(tokens, seq_len=32, global_batch=8, micro_batch=2, dp_rank=0, dp_size=1, seed=0).next_microbatches()
     with torch.no_grad():
         expected = sum(torch.nn.functional.cross_entropy(model(input_ids=x).logits.flatten(0, 1), y.flatten()).item() for x, y in batches) / len(batches)
-    got = metrics(run)[1]["loss"]
-    print(f"first step from the exported HF MoE directory under ep2 x dp4: {got:.6f}, transformers on the batch: {expected:.6f}")
+    got = metrics(runs["dirs"]["ep2_dp4"])[1]["loss"]
+    print(f"first step from the HF MoE directory under ep2 x dp4: {got:.6f}, transformers on the batch: {expected:.6f}")
     assert abs(got - expected) < TOL
