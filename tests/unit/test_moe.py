@@ -106,3 +106,18 @@ def test_hf_directory_in_and_export_out(tmp_path, one_rank):
     assert isinstance(loaded, Qwen3MoeForCausalLM)
     with torch.no_grad():
         assert torch.allclose(loaded(input_ids=ids).logits, expected, rtol=0, atol=1e-5)
+
+
+def test_ep_errors_are_one_line_before_any_process_group():
+    from train.config import ConfigError, ParallelConfig
+    from train.parallel import ParallelDims, WorldEnv
+
+    env = WorldEnv(rank=0, local_rank=0, world_size=4, local_world_size=4)
+    with pytest.raises(ConfigError, match=r"^parallel.ep=2 needs a mixture-of-experts model .* this one is dense: use parallel.ep=1$"):
+        ParallelDims.build(ParallelConfig(ep=2), env, kv_heads=2, num_experts=0)
+    with pytest.raises(ConfigError, match=r"parallel.ep=3 must divide parallel.dp=4 and the model's num_experts=8 \(allowed: \[1, 2, 4\]\)"):
+        ParallelDims.build(ParallelConfig(ep=3), env, kv_heads=2, num_experts=8)
+    with pytest.raises(ConfigError, match=r"parallel.ep=4 must divide parallel.dp=2 and the model's num_experts=6 \(allowed: \[1, 2\]\)"):
+        ParallelDims.build(ParallelConfig(ep=4, tp=2), env, kv_heads=2, num_experts=6)
+    assert ParallelDims.build(ParallelConfig(ep=2, tp=2), env, kv_heads=2, num_experts=8) == ParallelDims(dp=2, tp=2, ep=2)
+    assert ModelConfig(shape="tiny").num_experts() == 0 and ModelConfig(shape="tiny-moe").num_experts() == 8
