@@ -131,24 +131,24 @@ def _expert_range(value: torch.Tensor) -> tuple[int, int]:
     return offset[0], shape[0]
 
 
+def _expert_file_names(key: str) -> tuple[str, ...]:
+    """The per-expert weights of the files that make one row of a fused expert weight (gate rows first, then up)."""
+    return ("gate_proj", "up_proj") if key.endswith("gate_up_proj") else ("down_proj",)
+
+
 def _expert_pieces(key: str, value: torch.Tensor) -> dict[str, torch.Tensor]:
     """The files' per-expert tensors (empty, to be read) for the experts this rank's shard of ``key`` holds."""
-    prefix, first, count = key.rsplit(".", 1)[0], *_expert_range(value)
-    h = value.shape[-1] if key.endswith("gate_up_proj") else value.shape[1]
-    i = value.shape[1] // 2 if key.endswith("gate_up_proj") else value.shape[-1]
-    names = ("gate_proj", "up_proj") if key.endswith("gate_up_proj") else ("down_proj",)
-    shape = (i, h) if key.endswith("gate_up_proj") else (h, i)
+    prefix, (first, count), names = key.rsplit(".", 1)[0], _expert_range(value), _expert_file_names(key)
+    shape = (value.shape[1] // len(names), value.shape[2])
     return {f"{prefix}.{e}.{n}.weight": torch.empty(shape, dtype=value.dtype) for e in range(first, first + count) for n in names}
 
 
 def _fill_experts(key: str, value: torch.Tensor, pieces: dict[str, torch.Tensor]) -> None:
-    """Copy the per-expert tensors read into this rank's shard of the fused weight (gate rows, then up rows)."""
+    """Copy the per-expert tensors read into this rank's shard of the fused weight."""
     local = value.to_local() if isinstance(value, DTensor) else value
-    first, count = _expert_range(value)
-    prefix = key.rsplit(".", 1)[0]
+    prefix, (first, count), names = key.rsplit(".", 1)[0], _expert_range(value), _expert_file_names(key)
     with torch.no_grad():
         for row, e in enumerate(range(first, first + count)):
-            names = ("gate_proj", "up_proj") if key.endswith("gate_up_proj") else ("down_proj",)
             local[row].copy_(torch.cat([pieces[f"{prefix}.{e}.{n}.weight"] for n in names]))
 
 
