@@ -104,6 +104,37 @@ def _hf(cfg) -> dict:
     return {"seconds": seconds, "warmup_s": warm, "flops_per_token": fpt, "loss": float(last["loss"]), "experts_implementation": config._experts_implementation}
 
 
+def _parity() -> dict:
+    """On the GPU, 2 layers of 30B-A3B's dims, one batch of 2 x 512 tokens: how far the bf16 logits of ours (grouped
+    products, fp32 combine) and of transformers (grouped_mm experts) are from transformers' fp32 eager logits."""
+    import torch
+    from transformers import Qwen3MoeForCausalLM
+
+    from train.config import ModelConfig
+    from train.model import hf_config
+    from train.moe import Qwen3MoeForTraining
+    from train.tokenizer import load_tokenizer
+
+    config = hf_config(ModelConfig(shape="30B-A3B", dims={"num_hidden_layers": 2}), load_tokenizer(None))
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        ref = Qwen3MoeForCausalLM(config).float()
+    ids = torch.randint(0, 2000, (2, 512), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    out = {}
+    with torch.no_grad():
+        expected = ref(input_ids=ids).logits
+        state = ref.state_dict()
+        config._experts_implementation = "grouped_mm"
+        with torch.device("cuda"):
+            hf = Qwen3MoeForCausalLM(config)
+            ours = Qwen3MoeForTraining(config)
+        for name, model in (("hf-grouped", hf), ("ours", ours)):
+            model.load_state_dict(state)
+            got = model.to(torch.bfloat16)(input_ids=ids).logits.float()
+            out[name] = {"max_abs_diff": (got - expected).abs().max().item(), "mean_abs_diff": (got - expected).abs().mean().item()}
+    return out
+
+
 def _one(variant: str, layers: int, batch: int) -> dict:
     import torch
 
@@ -121,6 +152,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--variants", nargs="+", default=["ours", "ours-compile", "hf-grouped"])
+    ap.add_argument("--parity", action="store_true", help="first, the bf16 logits' distance from fp32 (ours and transformers')")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -128,6 +160,10 @@ def main() -> None:
         print("RESULT " + json.dumps(_one(a.one, a.layers, a.batch)), flush=True)
         return
     rows = []
+    parity = None
+    if a.parity:
+        parity = _parity()
+        print(f"bf16 logits vs transformers' fp32 eager (2 layers, 2 x 512 tokens): {json.dumps(parity)}", flush=True)
     for variant in a.variants:
         proc = subprocess.run([sys.executable, __file__, "--one", variant, "--layers", str(a.layers), "--batch", str(a.batch)],
                               capture_output=True, text=True, cwd=ROOT)
@@ -147,7 +183,7 @@ def main() -> None:
         speed = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "-"
         print(f"{r['variant']:<14} {r['tokens_per_s']:>9,.0f} {r['model_tflops']:>8.1f} {speed:>6} {r['peak_mem_gib']:>9.1f} {r['loss']:>7.3f}")
     out = Path(a.out or ROOT / "bench" / "results" / f"{datetime.date.today()}-moe-30B-A3B-{a.layers}l.json")
-    out.write_text(json.dumps({"layers": a.layers, "batch": a.batch, "seq": SEQ, "rows": rows}, indent=1))
+    out.write_text(json.dumps({"layers": a.layers, "batch": a.batch, "seq": SEQ, "rows": rows, "parity": parity}, indent=1))
     print(f"wrote {out}")
 
 

@@ -111,7 +111,7 @@ class MoEBlock(nn.Module):
         x = hidden.reshape(-1, shape[-1])
         probs, weights, experts = self.gate(x)
         flat = experts.flatten()  # (T k,), token-major
-        counts = torch.bincount(flat, minlength=self.num_experts)
+        counts = flat.new_zeros(self.num_experts).scatter_add_(0, flat, torch.ones_like(flat))  # bincount would wait for the device
         self.routing = (counts.detach().float(), probs.sum(0), x.shape[0])
         order = torch.argsort(flat, stable=True)  # assignment slots grouped by expert, token order within each
         routed = x[order // self.top_k]
