@@ -172,6 +172,12 @@ class Qwen3MoeForTraining(Qwen3MoeForCausalLM):
             if isinstance(layer.mlp, Qwen3MoeSparseMoeBlock):
                 layer.mlp = MoEBlock(config)
 
+    @classmethod
+    def _can_set_experts_implementation(cls) -> bool:
+        # transformers' experts_implementation (e.g. "grouped_mm", which it may have set on a shared config) selects
+        # nothing here: MoEBlock runs its own grouped products. Accept it rather than refuse the config.
+        return True
+
     def forward(self, input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, reduction: str = "mean", **kwargs):
         if labels is None:  # transformers' router-logit capture sees no Router of its own: off
             return super().forward(input_ids=input_ids, output_router_logits=False, **kwargs)
