@@ -1,9 +1,10 @@
 """Expert parallelism end to end through `python -m train`, every run starting from one HF Qwen3-MoE directory
 (transformers' per-expert files; each rank reads the experts it holds): ep1 (one process), ep2 x dp4 (experts also
 FSDP-sharded over 2 ranks), ep4 x dp4, and ep2 x dp2 x tp2 with activation checkpointing resumed from the ep1 run's
-checkpoint give the same losses for 20 steps; the first step's loss is transformers' on the same batch.
+checkpoint give the same losses for 20 steps; resuming that checkpoint in the same layout is bitwise; the first step's
+loss is transformers' on the same batch.
 
-Four launches in one module fixture, pairs running concurrently.
+Five launches in one module fixture, two or three running concurrently.
 """
 
 from __future__ import annotations
@@ -35,15 +36,17 @@ def hf_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, hf_dir) -> dict:
     base = tmp_path_factory.mktemp("moe")
-    dirs = {name: base / name for name in ("ep1", "ep2_dp4", "ep4", "ep2_tp2")}
+    dirs = {name: base / name for name in ("ep1", "ep2_dp4", "ep4", "ep2_tp2", "resume_same")}
     common = ("model.shape=null", f"model.path={hf_dir}", f"steps={STEPS}", "checkpoint.keep_last=5")
     one = launch(1, dirs["ep1"], *common, f"checkpoint.interval={SAVE_AT}")
     ep2 = launch(4, dirs["ep2_dp4"], *common, "checkpoint.interval=0", "parallel.ep=2")
     out = {"ep1": finish(one, dirs["ep1"]), "ep2_dp4": finish(ep2, dirs["ep2_dp4"])}
     seed_checkpoint(dirs["ep1"], SAVE_AT, dirs["ep2_tp2"])
+    seed_checkpoint(dirs["ep1"], SAVE_AT, dirs["resume_same"])
     ep4 = launch(4, dirs["ep4"], *common, "checkpoint.interval=0", "parallel.ep=4")
     tp2 = launch(4, dirs["ep2_tp2"], *common, "checkpoint.interval=0", "parallel.ep=2", "parallel.tp=2", "activation_checkpointing=true")
-    out["ep4"], out["ep2_tp2"] = finish(ep4, dirs["ep4"]), finish(tp2, dirs["ep2_tp2"])
+    same = launch(1, dirs["resume_same"], *common, "checkpoint.interval=0")
+    out["ep4"], out["ep2_tp2"], out["resume_same"] = finish(ep4, dirs["ep4"]), finish(tp2, dirs["ep2_tp2"]), finish(same, dirs["resume_same"])
     return {"dirs": dirs, "out": out}
 
 
@@ -56,6 +59,13 @@ def test_expert_parallel_losses_equal_one_process(runs, run):
     print(f"{run} vs one process over steps {steps[0]}-{STEPS}: max |diff| {diff}")
     assert diff["loss"] < TOL and diff["moe_aux_loss"] < TOL and diff["grad_norm"] < 1e-4 and diff["moe_load_imbalance"] < 1e-6
     assert one[STEPS]["loss"] < one[1]["loss"] - 0.3 and one[1]["moe_load_imbalance"] >= 1.0
+
+
+def test_resume_in_the_same_layout_is_bitwise(runs):
+    one, resumed = metrics(runs["dirs"]["ep1"]), metrics(runs["dirs"]["resume_same"])
+    assert sorted(resumed) == list(range(SAVE_AT + 1, STEPS + 1))
+    keys = ("loss", "grad_norm", "moe_aux_loss", "moe_load_imbalance")
+    assert all(resumed[s][k] == one[s][k] for s in resumed for k in keys)
 
 
 def test_expert_split_is_logged_and_resume_loads_under_another_layout(runs):
