@@ -238,7 +238,7 @@ def check_rank_command(spec: JobSpec) -> None:
                 cfg = load_config(config, overrides)
                 cfg.check_paths()
                 env = WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node)
-                ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()).grad_accum(cfg.global_batch, cfg.micro_batch)
+                ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads(), num_experts=cfg.model.num_experts()).grad_accum(cfg.global_batch, cfg.micro_batch)
                 check_owner(cfg.log.dir, owner, LOG_DIR_KEY)
                 check_owner(cfg.checkpoint_dir, owner, CHECKPOINT_DIR_KEY)
             except HpcError as e:

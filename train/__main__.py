@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.overrides)
         cfg.check_paths()
         env = WorldEnv.from_env()
-        dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads())
+        dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads(), num_experts=cfg.model.num_experts())
         dims.grad_accum(cfg.global_batch, cfg.micro_batch)
         check_layout(cfg.lora, env.world_size)
         job_name = os.environ.get(JOB_NAME_VAR) or unnamed_owner()

@@ -42,11 +42,21 @@ class Dims(_Strict):
     max_position_embeddings: int | None = Field(None, ge=1)
     rope_theta: float | None = Field(None, gt=0)
     tie_word_embeddings: bool | None = None
+    # Qwen3MoeConfig's fields (a shape with num_experts is a mixture of experts)
+    num_experts: int | None = Field(None, ge=1)
+    num_experts_per_tok: int | None = Field(None, ge=1)
+    moe_intermediate_size: int | None = Field(None, ge=1)
+    norm_topk_prob: bool | None = None
+    router_aux_loss_coef: float | None = Field(None, ge=0)
 
 
 _QWEN3_COMMON = dict(head_dim=128, num_key_value_heads=8, vocab_size=151936, max_position_embeddings=40960, rope_theta=1e6)
 
-# The released Qwen3 dense models' dimensions; "tiny" is for tests and demos (vocab from the tokenizer).
+_QWEN3_MOE = dict(head_dim=128, num_key_value_heads=4, vocab_size=151936, max_position_embeddings=40960, rope_theta=1e6, tie_word_embeddings=False,
+                  num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, router_aux_loss_coef=0.001)
+
+# The released Qwen3 models' dimensions (dense, and the mixtures of experts 30B-A3B and 235B-A22B); "tiny" and
+# "tiny-moe" are for tests and demos (vocab from the tokenizer).
 SHAPES: dict[str, Dims] = {
     "tiny": Dims(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, rope_theta=1e6, tie_word_embeddings=False),
     "0.6B": Dims(**_QWEN3_COMMON, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16, tie_word_embeddings=True),
@@ -55,13 +65,18 @@ SHAPES: dict[str, Dims] = {
     "8B": Dims(**_QWEN3_COMMON, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32, tie_word_embeddings=False),
     "14B": Dims(**_QWEN3_COMMON, hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40, tie_word_embeddings=False),
     "32B": Dims(**_QWEN3_COMMON, hidden_size=5120, intermediate_size=25600, num_hidden_layers=64, num_attention_heads=64, tie_word_embeddings=False),
+    "tiny-moe": Dims(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                     max_position_embeddings=4096, rope_theta=1e6, tie_word_embeddings=False, num_experts=8, num_experts_per_tok=2,
+                     moe_intermediate_size=32, norm_topk_prob=True, router_aux_loss_coef=0.001),
+    "30B-A3B": Dims(**_QWEN3_MOE, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=48, num_attention_heads=32),
+    "235B-A22B": Dims(**_QWEN3_MOE, hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536, num_hidden_layers=94, num_attention_heads=64),
 }
 
 
 class ModelConfig(_Strict):
     """Either ``shape`` (random init with that shape's dims, ``dims`` overriding single ones) or ``path`` (a local HF directory)."""
 
-    shape: Literal["tiny", "0.6B", "1.7B", "4B", "8B", "14B", "32B"] | None = None
+    shape: Literal["tiny", "0.6B", "1.7B", "4B", "8B", "14B", "32B", "tiny-moe", "30B-A3B", "235B-A22B"] | None = None
     path: str | None = None
     dims: Dims = Dims()
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
@@ -86,12 +101,21 @@ class ModelConfig(_Strict):
         dims = self.dims_dict()
         return dims.get("num_key_value_heads") or dims["num_attention_heads"]
 
+    def num_experts(self) -> int:
+        """Routed experts per MoE layer; 0 for a dense model."""
+        dims = self.dims_dict()
+        if self.path is not None and dims.get("model_type") != "qwen3_moe":
+            return 0
+        return dims.get("num_experts") or dims.get("num_local_experts") or 0  # transformers 5 writes the latter name
+
 
 class ParallelConfig(_Strict):
-    """dp x tp degrees; dp None means world_size // tp."""
+    """dp x tp degrees; dp None means world_size // tp. ep (mixture of experts only): expert parallelism inside dp, each
+    group of ep data-parallel ranks splitting the experts and exchanging tokens by all-to-all; it divides dp and the experts."""
 
     dp: int | None = Field(None, ge=1)
     tp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
 
 
 class OptimConfig(_Strict):

@@ -31,7 +31,8 @@ from train.data.text import load_tokens_on_rank0
 from train.float8 import precompute_weight_scales
 from train.loss import IGNORE
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
-from train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights, materialize
+from train.model import build_meta_model, count_params, export_hf, hf_config, is_moe, load_initial_weights, materialize
+from train.moe import load_imbalance, routing_summary
 from train.packed_attention import check_packed_attention
 from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, parallelize
 from train.precision import MasterWeights
@@ -82,7 +83,8 @@ class Trainer:
         self.run_dir = Path(cfg.log.dir)
         self.mesh = build_mesh(dims, device)
         self.grad_accum = dims.grad_accum(cfg.global_batch, cfg.micro_batch)
-        _log0(f"[train] layout dp={dims.dp} x tp={dims.tp} on {env.world_size} ranks, mesh (rows: dp, columns: tp) {self.mesh.mesh.tolist()}; "
+        experts = f" (experts split over ep={dims.ep} of the dp ranks)" if dims.ep > 1 else ""
+        _log0(f"[train] layout dp={dims.dp} x tp={dims.tp}{experts} on {env.world_size} ranks, mesh ({', '.join(self.mesh.mesh_dim_names)}) {self.mesh.mesh.tolist()}; "
               f"grad accumulation {self.grad_accum} x micro_batch {cfg.micro_batch}; device {device.type}")
         self.eval_batches: list[tuple[torch.Tensor, ...]] = []
         self.on_gpu = device.type == "cuda"
@@ -151,13 +153,16 @@ class Trainer:
         weights (no FSDP to cast), where it is an fp32 twin kept by ``MasterWeights``."""
         cfg, device = self.cfg, self.device
         c = self.hf_config
+        self.moe = is_moe(c)
         params = count_params(c)
         self.flops_per_token = flops_per_token(params, c.num_hidden_layers, c.num_attention_heads, c.head_dim, cfg.seq_len)
         peak = peak_flops(device)
         self.peak_flops_total = None if peak is None else peak * world_size
         source = f"shape {cfg.model.shape}" if cfg.model.shape else f"from {cfg.model.path}"
+        experts = (f", {c.num_experts} experts top-{c.num_experts_per_tok} ({params['active_non_embedding']:,} non-embedding active per token)"
+                   if self.moe else "")
         _log0(f"[train] model Qwen3 {source}: {params['total']:,} params ({params['non_embedding']:,} non-embedding), "
-              f"hidden {c.hidden_size}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads / {c.num_key_value_heads} kv, vocab {c.vocab_size}")
+              f"hidden {c.hidden_size}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads / {c.num_key_value_heads} kv, vocab {c.vocab_size}{experts}")
         compute_dtype = torch.bfloat16 if cfg.dtype == "bf16" or (cfg.dtype == "auto" and self.on_gpu) else torch.float32
         master_dtype = torch.bfloat16 if cfg.master_dtype == "bf16" else torch.float32
         one_rank = self.mesh.size() == 1  # no FSDP: the model computes in compute_dtype, ``self.master`` holds the weights
@@ -261,7 +266,7 @@ class Trainer:
         """Checkpoint the current step; ``background`` (with checkpoint.async_save) returns once the state is in host
         memory and the write is committed at a later step boundary. A save still being written is committed first."""
         self.finish_save()
-        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "data": self.stream.state_dict(), "lora": self.lora_meta,
+        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "ep": self.dims.ep, "data": self.stream.state_dict(), "lora": self.lora_meta,
                 "written_with": self.written_with,
                 "tracker": self.tracking.run_ids() if self.tracking is not None else self._tracker_ids}
         stager = self._stager if background else None
@@ -344,10 +349,16 @@ class Trainer:
         dist.all_reduce(loss_tokens, group=self.mesh["dp"].get_group())
         scale = self.dims.dp / loss_tokens.clamp(min=1).float()
         loss_sum = torch.zeros((), device=self.device)
+        moe = {}
         with self._attention():
             for mb in micro:
                 loss = self._summed_loss(*mb)
-                (loss * scale).backward()
+                objective = loss * scale
+                if self.moe:  # + coef x the mean load-balancing loss over the global batch's micro-batches
+                    aux, counts = routing_summary(self.model)
+                    objective = objective + self.hf_config.router_aux_loss_coef / self.grad_accum * aux
+                    moe["aux"], moe["counts"] = moe.get("aux", 0) + aux.detach(), moe.get("counts", 0) + counts
+                objective.backward()
                 loss_sum += loss.detach()
         grad_norm = clip_grad_norm_(self.trainable, cfg.grad_clip)
         self.optimizer.step()
@@ -360,8 +371,16 @@ class Trainer:
         self.step += 1
         if self.step % GC_EVERY_STEPS == 0:
             gc.collect(1)
-        return {"step": self.step, "loss": loss_sum.double() / loss_tokens.clamp(min=1), "loss_tokens": loss_tokens, "grad_norm": grad_norm, "lr": lr,
-                "epoch": self.stream.epoch, "samples_consumed": self.stream.consumed, "peak_mem_gib": peak_memory_gib(self.device)}
+        record = {"step": self.step, "loss": loss_sum.double() / loss_tokens.clamp(min=1), "loss_tokens": loss_tokens, "grad_norm": grad_norm, "lr": lr,
+                  "epoch": self.stream.epoch, "samples_consumed": self.stream.consumed, "peak_mem_gib": peak_memory_gib(self.device)}
+        return record | (self._moe_metrics(moe) if self.moe else {})
+
+    def _moe_metrics(self, moe: dict) -> dict:
+        """The step's mean load-balancing loss (not in ``loss``) and the worst MoE layer's max/mean tokens per expert,
+        over the global batch (collective over dp)."""
+        stats = torch.cat([moe["aux"].reshape(1), moe["counts"].flatten()])
+        dist.all_reduce(stats, group=self.mesh["dp"].get_group())
+        return {"moe_aux_loss": stats[0] / (self.grad_accum * self.dims.dp), "moe_load_imbalance": load_imbalance(stats[1:].view_as(moe["counts"]))}
 
     def run(self, stop_requested: Callable[[], bool] = lambda: False) -> int:
         """Train to ``cfg.steps``, checkpointing every ``checkpoint.interval`` steps and at the end; returns the last step."""

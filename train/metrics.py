@@ -24,8 +24,11 @@ PEAK_FLOPS_BF16 = {
 
 
 def flops_per_token(params: dict[str, int], num_layers: int, num_heads: int, head_dim: int, seq_len: int) -> float:
-    """Training FLOPs per token: 6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq_len."""
-    return 6 * (params["non_embedding"] + params["lm_head"]) + 12 * num_layers * num_heads * head_dim * seq_len
+    """Training FLOPs per token: 6 x (active non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq_len.
+
+    Active parameters are those one token passes through: all of a dense model's; of a mixture of experts, the
+    attention, norms, routers and top-k of the E experts per MoE layer (k/E of the expert weights)."""
+    return 6 * (params["active_non_embedding"] + params["lm_head"]) + 12 * num_layers * num_heads * head_dim * seq_len
 
 
 def peak_flops(device: torch.device) -> float | None:

@@ -8,8 +8,8 @@
    links (NVLink); DP/FSDP traffic (all-gather of parameters, reduce-scatter of gradients)
    is per layer but overlaps compute and tolerates the slower inter-node network.
 3. ``parallelize``: LoRA adapters (optional, ``train.adapters``), then float8 decoder linears (optional,
-   ``train.float8``; with LoRA only the frozen bases), then tensor parallel
-   per decoder layer, then activation checkpointing, then torch.compile (optional), then FSDP2
+   ``train.float8``; with LoRA only the frozen bases), then tensor parallel per decoder layer, then expert
+   parallel (``apply_ep``: a MoE model with ep > 1), then activation checkpointing, then torch.compile (optional), then FSDP2
    over the "dp" mesh dimension. A job of one rank gets
    no FSDP: with nothing to shard, its per-layer parameter and gradient copies only cost time
    (most of the 0.05 s of copy kernels in a 0.74 s Qwen3-1.7B step on one H200);
@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +28,7 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
 
 from hpc.node.cli import shown
@@ -37,6 +38,7 @@ from train import adapters
 from train.config import ConfigError, LoraConfig, ParallelConfig
 from train.float8 import convert_decoder_linears, require_fp8
 from train.layout import tp_problem
+from train.moe import MoEBlock
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,15 @@ class WorldEnv:
 
 @dataclass(frozen=True)
 class ParallelDims:
-    """Validated parallel degrees: dp * tp == world_size, tp divides the KV heads and the ranks per node."""
+    """Validated parallel degrees: dp * tp == world_size, tp divides the KV heads and the ranks per node; ep (a mixture
+    of experts only) divides dp and the experts: each group of ep data-parallel ranks splits the experts."""
 
     dp: int
     tp: int
+    ep: int = 1
 
     @classmethod
-    def build(cls, cfg: ParallelConfig, env: WorldEnv, kv_heads: int) -> ParallelDims:
+    def build(cls, cfg: ParallelConfig, env: WorldEnv, kv_heads: int, num_experts: int = 0) -> ParallelDims:
         tp = cfg.tp
         problem = tp_problem(tp, kv_heads, env.local_world_size)
         if problem:
@@ -90,7 +94,14 @@ class ParallelDims:
         dp = cfg.dp if cfg.dp is not None else env.world_size // tp
         if dp * tp != env.world_size:
             raise ConfigError(f"parallel.dp={dp} x parallel.tp={tp} = {dp * tp} must equal WORLD_SIZE={env.world_size} (omit parallel.dp to use WORLD_SIZE // tp)")
-        return cls(dp, tp)
+        ep = cfg.ep
+        if ep > 1 and not num_experts:
+            raise ConfigError(f"parallel.ep={ep} needs a mixture-of-experts model (model.shape tiny-moe, 30B-A3B, 235B-A22B or a qwen3_moe model.path); "
+                              "this one is dense: use parallel.ep=1")
+        if dp % ep or num_experts % ep:
+            raise ConfigError(f"parallel.ep={ep} must divide parallel.dp={dp} and the model's num_experts={num_experts} "
+                              f"(allowed: {[e for e in range(1, dp + 1) if dp % e == 0 and num_experts % e == 0]})")
+        return cls(dp, tp, ep)
 
     def grad_accum(self, global_batch: int, micro_batch: int) -> int:
         """Micro-batches per rank per step; global_batch must split evenly over micro_batch x dp."""
@@ -118,8 +129,17 @@ def init_distributed(env: WorldEnv) -> torch.device:
 
 
 def build_mesh(dims: ParallelDims, device: torch.device) -> DeviceMesh:
-    """2-D mesh ("dp", "tp"); rank = dp_index * tp + tp_index, so TP groups are consecutive ranks on one node."""
-    return init_device_mesh(device.type, (dims.dp, dims.tp), mesh_dim_names=("dp", "tp"))
+    """2-D mesh ("dp", "tp"); rank = dp_index * tp + tp_index, so TP groups are consecutive ranks on one node.
+
+    With ep > 1 the dp dimension is split into ("efsdp", "ep"), ep the inner (an EP group is ep consecutive dp ranks,
+    on one node where ep x tp fits one), and "dp" is their flattened product: dp_index = efsdp_index x ep + ep_index."""
+    if dims.ep == 1:
+        return init_device_mesh(device.type, (dims.dp, dims.tp), mesh_dim_names=("dp", "tp"))
+    mesh = init_device_mesh(device.type, (dims.dp // dims.ep, dims.ep, dims.tp), mesh_dim_names=("efsdp", "ep", "tp"))
+    mesh["efsdp", "ep"]._flatten("dp")
+    # mesh["dp"] (the flattened dim, sliced from the root like "tp") warns on every use that this will change
+    warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh", category=UserWarning)
+    return mesh
 
 
 # Per decoder layer. The attention reshapes with -1 heads, so local head counts need no patching.
@@ -136,6 +156,20 @@ LAYER_TP_PLAN = {
     "mlp.up_proj": ColwiseParallel(),
     "mlp.down_proj": RowwiseParallel(),
 }
+# A MoE layer: tensor parallel attention; the MoE block sees the whole (TP-replicated) hidden states and its experts are
+# replicated over TP (split over "ep" instead).
+MOE_LAYER_TP_PLAN = {k: v for k, v in LAYER_TP_PLAN.items() if not k.startswith("mlp.")}
+
+
+def apply_ep(layers: nn.ModuleList, mesh: DeviceMesh) -> list[MoEBlock]:
+    """Split every MoE block's experts over the "ep" mesh dimension (weights sharded on the expert dimension) and give
+    the block its EP group for the token all-to-all; returns the blocks."""
+    blocks = [m for m in layers.modules() if isinstance(m, MoEBlock)]
+    for block in blocks:
+        block.ep_group = mesh["ep"].get_group()
+        for name, param in list(block.experts.named_parameters(recurse=False)):
+            block.experts.register_parameter(name, nn.Parameter(distribute_tensor(param.data, mesh["ep"], [Shard(0)])))
+    return blocks
 
 
 def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing: bool | float, compile: bool, param_dtype: torch.dtype,
@@ -164,9 +198,11 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing:
                                 only_frozen=lora is not None and lora.enabled)
     if mesh["tp"].size() > 1:
         for layer in layers:
-            parallelize_module(layer, mesh["tp"], adapters.tp_plan(LAYER_TP_PLAN, layer))
+            plan = MOE_LAYER_TP_PLAN if isinstance(layer.mlp, MoEBlock) else adapters.tp_plan(LAYER_TP_PLAN, layer)
+            parallelize_module(layer, mesh["tp"], plan)
         if lora is not None and lora.enabled:
             adapters.freeze_base(model)
+    ep_blocks = apply_ep(layers, mesh) if "ep" in (mesh.mesh_dim_names or ()) else []
     checkpointed = checkpointed_layers(len(layers), float(activation_checkpointing))
     for i, layer in enumerate(layers):
         if i in checkpointed:
@@ -178,6 +214,13 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing:
         return model
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     reshard = mesh["dp"].size() > 1  # one dp rank: keep the gathered (cast) parameters for backward
+    for block in ep_blocks:
+        # Expert weights: FSDP over the ranks outside their EP group. Their gradients hold the sum over the EP group's
+        # tokens (the all-to-all's backward brings them home), so they are averaged over all of dp, not efsdp.
+        fully_shard(block.experts, mesh=mesh["efsdp"], mp_policy=mp, reshard_after_forward=reshard)
+        block.experts.set_gradient_divide_factor(mesh["dp"].size())
+        # gloo has no pre-multiplied sum: sum, then divide (not on one efsdp rank, where FSDP divides in its copy already)
+        block.experts.set_force_sum_reduction_for_comms(mesh.device_type == "cpu" and mesh["efsdp"].size() > 1)
     for layer in layers:
         fully_shard(layer, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)

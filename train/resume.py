@@ -13,7 +13,7 @@ from train.config import TrainConfig
 
 # The model config fields that decide the shapes of the saved state.
 STATE_DIMS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-              "num_key_value_heads", "head_dim", "tie_word_embeddings")
+              "num_key_value_heads", "head_dim", "tie_word_embeddings", "num_experts", "moe_intermediate_size")
 _SHOWN = 60  # characters of a value in a message
 
 

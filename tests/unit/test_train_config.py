@@ -60,5 +60,6 @@ def test_parallel_dims():
         ParallelDims(dp=4, tp=2).grad_accum(global_batch=12, micro_batch=2)
 
 
-def test_every_qwen3_shape_allows_tp8():
-    assert all(SHAPES[s].num_key_value_heads == 8 for s in SHAPES if s != "tiny")
+def test_every_dense_qwen3_shape_allows_tp8():
+    assert all(SHAPES[s].num_key_value_heads == 8 for s in SHAPES if not s.startswith("tiny") and not SHAPES[s].num_experts)
+    assert all(SHAPES[s].num_key_value_heads == 4 for s in ("30B-A3B", "235B-A22B"))  # the MoE models: tp up to 4

@@ -29,7 +29,7 @@ def test_lr_schedule_warmup_then_cosine():
 
 def test_flops_per_token_formula():
     # Qwen3-0.6B at seq 4096: 6 x (non-embedding + lm_head) + 12 x layers x heads x head_dim x seq.
-    params = {"non_embedding": 440_000_000, "lm_head": 151936 * 1024}
+    params = {"active_non_embedding": 440_000_000, "lm_head": 151936 * 1024}
     expected = 6 * (440_000_000 + 151936 * 1024) + 12 * 28 * 16 * 128 * 4096
     assert flops_per_token(params, 28, 16, 128, 4096) == expected
     assert math.isclose(expected / 1e9, 6.3, rel_tol=0.05)
