@@ -181,7 +181,7 @@ def run(argv: Optional[Sequence[str]]) -> int:
     for flag, v in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes), ("--iters", a.iters)):
         node_args += [flag, str(v)] if v else []
     spec = build_spec(site, nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
-                      time=a.time, job_name="preflight", args=node_args)
+                      time=a.time, job_name="preflight", args=node_args, nodelist=a.nodelist, exclude=a.exclude)
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)  # before submitting: an unusable --out is bad input, not a failed job

@@ -48,7 +48,7 @@ ONE_LINE_RE = r"^[^\n\r]*$"
 # sbatch options that hpc.submit sets from the command line and the profile's own keys
 PROJECT_SBATCH_OPTIONS = ("job-name", "partition", "nodes", "ntasks-per-node", "gpus-per-node", "cpus-per-task", "time",
                           "chdir", "open-mode", "signal", "requeue", "no-requeue", "mem", "account", "qos", "output",
-                          "error", "array", "dependency", "ntasks", "gpus", "gres")
+                          "error", "array", "dependency", "ntasks", "gpus", "gres", "nodelist", "exclude")
 
 
 def _shell_names(names, what: str) -> None:
@@ -89,6 +89,8 @@ class Partition(Strict):
     cpus_per_node: int = Field(ge=1)
     mem_per_node_gb: Optional[float] = Field(None, gt=0)
     max_time: str = "UNLIMITED"
+    matmul_tflops: Optional[float] = Field(None, gt=0, description="expected bf16 matmul TFLOP/s of one GPU (hpc.node.health)")
+    copy_gbps: Optional[float] = Field(None, gt=0, description="expected device copy GB/s (read + written) of one GPU (hpc.node.health)")
     container: Optional[Container] = Field(None, description="this partition's container; replaces the site's")
 
     @field_validator("max_time")
