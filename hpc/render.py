@@ -156,4 +156,7 @@ def render_sbatch(spec: JobSpec) -> str:
         cases=sweep_cases(spec),
         job_name_var=JOB_NAME_VAR,
         health=health_argv(spec) if spec.preflight else [],
+        marks=shlex.quote(str(spec.job_dir)) + "/" + contract.UNHEALTHY_MARKS.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),
+        all_marks=contract.UNHEALTHY_MARKS.format(job_id="$SLURM_JOB_ID", restart="*"),
+        max_excluded=spec.site.preemption.max_excluded_nodes,
     )

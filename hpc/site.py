@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hpc.container import Container
 from hpc.node.cli import HpcError
-from hpc.node.contract import DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, SITE_DIRS_VAR, STOP_SIGNALS
+from hpc.node.contract import DEFAULT_MAX_EXCLUDED_NODES, DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, SITE_DIRS_VAR, STOP_SIGNALS
 from hpc.node.netcheck import NcclList, NodeCheckError
 from hpc.slurm_time import parse_minutes
 
@@ -180,6 +180,8 @@ class Preemption(Strict):
     signal: str = Field(DEFAULT_STOP_SIGNAL, description="pre-stop signal Slurm sends every rank before the time limit or on preemption")
     lead_s: int = Field(DEFAULT_SIGNAL_LEAD_S, ge=10, description="seconds before the time limit the signal comes (Slurm may send it up to 60 s earlier)")
     max_requeues: int = Field(DEFAULT_MAX_REQUEUES, ge=0, description="requeues after which a stopped job ends instead")
+    max_excluded_nodes: int = Field(DEFAULT_MAX_EXCLUDED_NODES, ge=0, description="nodes a job with --preflight may exclude "
+                                    "itself (a node failing its health check: requeued without it); 0: it ends instead")
 
     @field_validator("signal")
     @classmethod

@@ -1,6 +1,6 @@
 """A node's GPU health, checked before training: one task per node runs
 
-    python -m hpc.node.health --gpus G [--matmul-tflops T] [--copy-gbps B] [--min-fraction F] [--nvidia-smi-q FILE]
+    python -m hpc.node.health --gpus G [--matmul-tflops T] [--copy-gbps B] [--min-fraction F] [--nvidia-smi-q FILE] [--mark DIR]
 
 Checks: the GPU count against the partition's; from ``nvidia-smi -q``: uncorrectable ECC
 errors, pages pending retirement, rows pending remapping or a remapping failure, hardware or
@@ -236,6 +236,7 @@ def main(argv=None) -> int:
     p.add_argument("--copy-gbps", type=float, help="expected device copy GB/s per GPU (the profile's)")
     p.add_argument("--min-fraction", type=float, default=DEFAULT_MIN_FRACTION, help="fail below this fraction of an expectation")
     p.add_argument("--nvidia-smi-q", metavar="FILE", help="a recorded `nvidia-smi -q` output instead of this node's")
+    p.add_argument("--mark", metavar="DIR", help="on failure, create DIR/NODE (the batch script requeues without NODE)")
     a = p.parse_args(argv)
     if a.gpus < 1 or not 0 < a.min_fraction <= 1:
         p.error("--gpus must be at least 1 and --min-fraction in (0, 1]")
@@ -246,6 +247,9 @@ def main(argv=None) -> int:
     failed = [f for f in found if not f.ok]
     if failed:
         print(f"[health] {node}: FAILED {len(failed)} check(s); exclude it with --exclude {node}", flush=True)
+        if a.mark:
+            Path(a.mark).mkdir(parents=True, exist_ok=True)
+            (Path(a.mark) / node).touch()
         return EXIT_FAILED
     print(f"[health] {node}: healthy", flush=True)
     return 0
