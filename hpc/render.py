@@ -114,7 +114,8 @@ def health_argv(spec: JobSpec) -> list[str]:
     """The preflight step (``--preflight``): hpc.node.health once per node, in the ranks' python (and image), judged
     against the partition's matmul and copy rates."""
     part = spec.partition
-    argv = ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1"]
+    argv = ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
+            f"--gpus-per-node={directives(spec)['gpus-per-node']}"]  # all of the node's GPUs in this one task
     if spec.container and not spec.container.wrapped:
         argv += spec.container.srun_options(spec.places)
     elif spec.container:
