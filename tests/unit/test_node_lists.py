@@ -5,6 +5,7 @@ import pytest
 from hpc.render import directives
 from hpc.site import load_site
 from hpc.spec import SpecError, build_spec
+from hpc.preflight import main as preflight_main
 from hpc.submit import main
 
 
@@ -33,9 +34,12 @@ def test_bad_hostlists_name_the_flag(kw, message):
     assert str(e.value) == message
 
 
-def test_submit_refuses_a_bad_list_in_one_line(capsys):
+@pytest.mark.parametrize("prog, command", [("hpc.submit", main), ("hpc.preflight", preflight_main)])
+def test_both_commands_refuse_a_bad_list_in_one_line(prog, command, capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
-        main(["--site", "local", "--nodes", "1", "--exclude", "n[1-", "--dry-run"])
+        command(["--site", "local", "--nodes", "1", "--exclude", "n[1-", "--out" if prog == "hpc.preflight" else "--dry-run",
+                 *([str(tmp_path / "out")] if prog == "hpc.preflight" else [])])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert err == "hpc.submit: error: --exclude 'n[1-': not a Slurm hostlist (unbalanced brackets); e.g. n[1-3],gpu07\n"
+    assert err == f"{prog}: error: --exclude 'n[1-': not a Slurm hostlist (unbalanced brackets); e.g. n[1-3],gpu07\n"
+    assert not (tmp_path / "out").exists()
