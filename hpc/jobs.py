@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hpc.metrics_report import last_line, plot, read_metrics, summary_table, to_tensorboard
+from hpc.metrics_report import last_line, plot, read_metrics, straggler_lines, summary_table, to_tensorboard
 from hpc.node.cli import HpcError, Parser, fail, path_text, shown, whole
 from hpc.node.contract import (LEASE_FILE, METRICS_FILE, RUN_CONFIG, checkpoint_step, set_aside_step,
                                task_log)
@@ -223,6 +223,7 @@ def cmd_report(a: argparse.Namespace) -> int:
     print(f"job {job.job_id} ({job.name}): {job.state}, restarts {job.restarts}, "
           f"steps {records[0]['step']}-{records[-1]['step']} ({len(records)} records) from {path}")
     print(summary_table(records))
+    print("\n".join(straggler_lines(records)) or "stragglers: none named")
     print(f"plot: {out}")
     if a.tensorboard:
         try:

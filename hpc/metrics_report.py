@@ -1,7 +1,8 @@
 """A run's metrics.jsonl (one JSON object per step): read, summarise, plot, export to TensorBoard.
 
 Keys the trainer writes: step, loss, loss_tokens, tokens_per_s, mfu (null without a known GPU
-peak), lr, grad_norm (and step_time_s, peak_mem_gib; eval_loss at evaluated steps). A requeued run resumes
+peak), lr, grad_norm (and step_time_s, peak_mem_gib; eval_loss at evaluated steps; stragglers at the
+steps where train/straggler.py named a slow rank). A requeued run resumes
 from its last checkpoint and logs some steps again: the last record of a step wins.
 """
 from __future__ import annotations
@@ -67,6 +68,24 @@ def summary_table(records: list[dict]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
                      for row in rows)
+
+
+def straggler_lines(records: list[dict]) -> list[str]:
+    """One line per rank the trainer named a straggler (``stragglers`` records): its node, the steps it was named at,
+    and how much slower it was than the others' median at most and when last named."""
+    named: dict[tuple, list] = {}
+    for r in records:
+        for f in r.get("stragglers") or []:
+            named.setdefault((f["rank"], f["node"]), []).append((r["step"], f))
+    lines = []
+    for (rank, node), hits in sorted(named.items()):
+        steps = [s for s, _ in hits]
+        worst = max(f["slower"] for _, f in hits)
+        last = hits[-1][1]
+        lines.append(f"straggler: rank {rank} on {node}, named at {len(steps)} window(s), steps {steps[0]}-{steps[-1]}; "
+                     f"{100 * last['slower']:.0f}% slower than the median over {last['windows']} windows when last named "
+                     f"(at most {100 * worst:.0f}%)")
+    return lines
 
 
 def plot(records: list[dict], out: Path, title: str) -> None:

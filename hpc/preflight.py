@@ -1,18 +1,20 @@
 """python -m hpc.preflight: is the network of these nodes what the site profile says?
 
     python -m hpc.preflight --site ib-h200 --nodes 4 [--partition P] [--gpus-per-node G]
-        [--min-fraction 0.5] [--out DIR] [--min-bytes B] [--max-bytes B] [--iters N]
+        [--nodelist NODES] [--exclude NODES] [--min-fraction 0.5] [--out DIR] [--min-bytes B] [--max-bytes B] [--iters N]
 
 Submits a short job (the site's sbatch script, ranks started by hpc.node.launch, which first
 checks each node's interfaces and HCAs) running hpc.node.preflight_node on every rank; follows
-it; prints per-node facts and all_reduce bus bandwidth per message size over all ranks,
-each node and each node pair; flags slow nodes and links; writes DIR/preflight-<job>.json
-and .png. Exit 0: passed; 1: the job failed or bandwidth is below --min-fraction of the
-profile's network.expected; 2: bad input.
+it; prints each node's facts and GPU health (hpc.node.health), all_reduce bus bandwidth per
+message size over all ranks, each node and each node pair; flags slow nodes and links; writes
+DIR/preflight-<job>.json and .png. Exit 0: passed; 1: the job failed, bandwidth is below
+--min-fraction of the profile's network.expected, or a node or link is below --min-fraction
+of its peers or unhealthy (the --exclude to submit with is printed); 2: bad input.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -21,8 +23,11 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+import hostlist
+
 from hpc.node.bandwidth import MAX_BYTES, MAX_ITERS, human_bytes
 from hpc.node.cli import HpcError, Parser, error_line, fail, number, path_text, whole
+from hpc.node.health import Finding
 from hpc.node.contract import ENDED_STATES, EXIT_FAILED, PREFLIGHT_RESULT, task_log
 from hpc.node.launch import PROG as LAUNCH_PROG
 from hpc.site import load_site
@@ -41,6 +46,17 @@ def outliers(values: dict[str, float], fraction: float) -> list[str]:
     """Keys whose value is below fraction x the median of the others (needs at least two others)."""
     return [k for k, v in values.items() if len(values) > 2
             and v < fraction * statistics.median(x for j, x in values.items() if j != k)]
+
+
+def exclusions(names: list[str], bad_nodes: list[str], slow_links: list[list[str]], link_score: dict[str, float]) -> list[str]:
+    """The nodes to exclude: slow or unhealthy nodes, and for each slow link between good nodes its end whose links are
+    slower (both ends when they are equal)."""
+    out = set(bad_nodes)
+    for x, y in slow_links:
+        if x in out or y in out:
+            continue
+        out |= {x, y} if link_score[x] == link_score[y] else {min((x, y), key=link_score.get)}
+    return [n for n in names if n in out]
 
 
 def analyze(raw: dict, intra_expected: Optional[float], inter_expected: Optional[float], min_fraction: float) -> dict:
@@ -82,9 +98,16 @@ def analyze(raw: dict, intra_expected: Optional[float], inter_expected: Optional
         warnings.append(f"slow link {k}: {pairs[k]:.3g} GB/s, below {min_fraction:g} x the other pairs' median")
     for n in slow_nodes:
         warnings.append(f"slow node {n}: its intra-node bandwidth or its links are below {min_fraction:g} x the other nodes' median")
+    unhealthy = [n["name"] for n in raw["nodes"] if any(not f["ok"] for f in (n.get("facts") or {}).get("health", []))]
+    for n in unhealthy:
+        warnings.append(f"unhealthy node {n}: it failed a GPU health check (its [health] lines above)")
+    exclude = exclusions(names, slow_nodes + unhealthy, [members[k] for k in slow_links], link_score)
+    if exclude:
+        failed = True
     if len(pairs) == 1:
         lines.append("one node pair: no peers to compare links with")
     return {"pairs_peak_gbps": pairs, "intra_peak_gbps": intra, "slow_links": slow_links, "slow_nodes": slow_nodes,
+            "unhealthy_nodes": unhealthy, "exclude": hostlist.collect_hostlist(exclude) if exclude else None,
             "verdict": lines, "warnings": warnings, "failed": failed, "min_fraction": min_fraction}
 
 
@@ -158,7 +181,7 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_allocation_args(p, "job time limit, Slurm form (default: 10 minutes)", time_default="10")
     p.add_argument("--min-fraction", type=number(0, 1, lo_open=True), default=0.5,
-                   help="fail when measured busbw is below this fraction of network.expected (default 0.5)")
+                   help="fail when busbw is below this fraction of network.expected, or a node or link below this fraction of its peers (default 0.5)")
     p.add_argument("--out", type=path_text, help="directory for the JSON and PNG (default: <job_dir>/preflight)")
     p.add_argument("--min-bytes", type=whole(1, MAX_BYTES), help="smallest message (default: 8 KB on GPU, 4 KB on CPU)")
     p.add_argument("--max-bytes", type=whole(1, MAX_BYTES), help="largest message (default: 1 GB on GPU, 16 MB on CPU)")
@@ -176,7 +199,11 @@ def run(argv: Optional[Sequence[str]]) -> int:
     for flag, v in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes), ("--iters", a.iters)):
         node_args += [flag, str(v)] if v else []
     spec = build_spec(site, nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
-                      time=a.time, job_name="preflight", args=node_args)
+                      time=a.time, job_name="preflight", args=node_args, nodelist=a.nodelist, exclude=a.exclude)
+    health = ["--gpus", str(spec.gpus_per_node)]  # the node program's GPU checks, against the partition's rates
+    for flag, v in (("--matmul-tflops", spec.partition.matmul_tflops), ("--copy-gbps", spec.partition.copy_gbps)):
+        health += [flag, f"{v:g}"] if v else []
+    spec = dataclasses.replace(spec, command=(*spec.command, *health))
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)  # before submitting: an unusable --out is bad input, not a failed job
@@ -203,6 +230,10 @@ def run(argv: Optional[Sequence[str]]) -> int:
     print()
     print(tables(raw))
     print()
+    for n in raw["nodes"]:
+        for f in (n.get("facts") or {}).get("health", []):
+            print(Finding(**f).line(n["name"]))
+    print()
     for line in result["verdict"] + [f"WARNING: {w}" for w in result["warnings"]]:
         print(line)
     report, png = out / f"preflight-{job_id}.json", out / f"preflight-{job_id}.png"
@@ -210,7 +241,11 @@ def run(argv: Optional[Sequence[str]]) -> int:
     plot(raw, exp.intra_node_gbps, exp.inter_node_gbps, png)
     print(f"wrote {report} and {png}")
     if result["failed"]:
-        print(f"{PROG}: FAILED: bandwidth below {a.min_fraction:g} x the profile's expected", file=sys.stderr)
+        if result["exclude"]:
+            print(f"{PROG}: FAILED: node(s) {result['exclude']} below {a.min_fraction:g} x their peers or unhealthy; "
+                  f"submit with --exclude {result['exclude']}", file=sys.stderr)
+        else:
+            print(f"{PROG}: FAILED: bandwidth below {a.min_fraction:g} x the profile's expected", file=sys.stderr)
         return EXIT_FAILED
     print("preflight passed")
     return 0

@@ -15,6 +15,8 @@ from hpc.dependency import dependency_directive
 from hpc.node import contract
 from hpc.node.contract import ARRAY_TASK_ID, BATCH_LOG, JOB_DIR_VAR, JOB_NAME_VAR, MAX_REQUEUES_VAR, STOP_SIGNAL_VAR, TASK_LOG
 from hpc.node.launcher import LAUNCH_MODULE
+
+HEALTH_MODULE = "hpc.node.health"
 from hpc.spec import JobSpec
 from hpc.slurm_time import format_minutes
 from hpc.sweep import task_args
@@ -51,6 +53,10 @@ def directives(spec: JobSpec) -> dict[str, str | bool]:
     }
     if spec.sweep is not None:
         d["array"] = spec.sweep.array
+    if spec.nodelist:
+        d["nodelist"] = spec.nodelist
+    if spec.exclude:
+        d["exclude"] = spec.exclude
     if spec.after:
         d["dependency"] = dependency_directive(spec.after)
     if part.mem_per_node_gb:
@@ -104,6 +110,22 @@ def launch_argv(spec: JobSpec) -> list[str]:
     return spec.launcher.task_argv(spec.launch_python, spec.gpus_per_node, spec.command, container)
 
 
+def health_argv(spec: JobSpec) -> list[str]:
+    """The preflight step (``--preflight``): hpc.node.health once per node, in the ranks' python (and image), judged
+    against the partition's matmul and copy rates."""
+    part = spec.partition
+    argv = ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
+            f"--gpus-per-node={directives(spec)['gpus-per-node']}"]  # all of the node's GPUs in this one task
+    if spec.container and not spec.container.wrapped:
+        argv += spec.container.srun_options(spec.places)
+    elif spec.container:
+        argv += spec.container.prefix(spec.places)
+    argv += [spec.command[0], "-u", "-m", HEALTH_MODULE, "--gpus", str(spec.gpus_per_node)]
+    for flag, value in (("--matmul-tflops", part.matmul_tflops), ("--copy-gbps", part.copy_gbps)):
+        argv += [flag, f"{value:g}"] if value else []
+    return argv
+
+
 def log_pattern(spec: JobSpec, pattern: str) -> str:
     """A log file pattern for Slurm: %j, or in an array job %A_%a (the ARRAY_TASK id)."""
     return pattern.replace("%j", ARRAY_TASK_ID) if spec.sweep is not None else pattern
@@ -134,4 +156,8 @@ def render_sbatch(spec: JobSpec) -> str:
         requeue_grace_s=contract.REQUEUE_GRACE_S,
         cases=sweep_cases(spec),
         job_name_var=JOB_NAME_VAR,
+        health=health_argv(spec) if spec.preflight else [],
+        marks=shlex.quote(str(spec.job_dir)) + "/" + contract.UNHEALTHY_MARKS.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),
+        all_marks=contract.UNHEALTHY_MARKS.format(job_id="$SLURM_JOB_ID", restart="*"),
+        max_excluded=spec.site.preemption.max_excluded_nodes,
     )

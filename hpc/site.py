@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hpc.container import Container
 from hpc.node.cli import HpcError, shown
-from hpc.node.contract import (DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, NCCL_IB_HCA_VAR, NCCL_SOCKET_IFNAME_VAR,
-                               SITE_DIRS_VAR, STOP_SIGNALS)
+from hpc.node.contract import (DEFAULT_MAX_EXCLUDED_NODES, DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL,
+                               NCCL_IB_HCA_VAR, NCCL_SOCKET_IFNAME_VAR, SITE_DIRS_VAR, STOP_SIGNALS)
 from hpc.node.netcheck import NcclList, NodeCheckError
 from hpc.node.strict_yaml import YamlError, load_yaml
 from hpc.slurm_time import parse_minutes
@@ -50,7 +50,7 @@ ONE_LINE_RE = r"^[^\n\r]*$"
 # sbatch options that hpc.submit sets from the command line and the profile's own keys
 PROJECT_SBATCH_OPTIONS = ("job-name", "partition", "nodes", "ntasks-per-node", "gpus-per-node", "cpus-per-task", "time",
                           "chdir", "open-mode", "signal", "requeue", "no-requeue", "mem", "account", "qos", "output",
-                          "error", "array", "dependency", "ntasks", "gpus", "gres")
+                          "error", "array", "dependency", "ntasks", "gpus", "gres", "nodelist", "exclude")
 
 
 def _shell_names(names, what: str) -> None:
@@ -91,6 +91,8 @@ class Partition(Strict):
     cpus_per_node: int = Field(ge=1)
     mem_per_node_gb: Optional[int] = Field(None, ge=1, description="whole GB (sbatch --mem=NG; 0 would mean the whole node)")
     max_time: str = "UNLIMITED"
+    matmul_tflops: Optional[float] = Field(None, gt=0, description="expected bf16 matmul TFLOP/s of one GPU (hpc.node.health)")
+    copy_gbps: Optional[float] = Field(None, gt=0, description="expected device copy GB/s (read + written) of one GPU (hpc.node.health)")
     container: Optional[Container] = Field(None, description="this partition's container; replaces the site's")
 
     @field_validator("max_time")
@@ -180,6 +182,8 @@ class Preemption(Strict):
     signal: str = Field(DEFAULT_STOP_SIGNAL, description="pre-stop signal Slurm sends every rank before the time limit or on preemption")
     lead_s: int = Field(DEFAULT_SIGNAL_LEAD_S, ge=10, description="seconds before the time limit the signal comes (Slurm may send it up to 60 s earlier)")
     max_requeues: int = Field(DEFAULT_MAX_REQUEUES, ge=0, description="requeues after which a stopped job ends instead")
+    max_excluded_nodes: int = Field(DEFAULT_MAX_EXCLUDED_NODES, ge=0, description="nodes a job with --preflight may exclude "
+                                    "itself (a node failing its health check: requeued without it); 0: it ends instead")
 
     @field_validator("signal")
     @classmethod

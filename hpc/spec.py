@@ -57,6 +57,9 @@ class JobSpec:
     container: Optional[Container] = None
     sweep: Optional[Sweep] = None  # an array job: one task per combination of the sweep values
     after: tuple[str, ...] = ()    # sbatch dependencies, e.g. "afterok:123"
+    nodelist: Optional[str] = None  # a Slurm hostlist the job must run on (--nodelist)
+    exclude: Optional[str] = None   # a Slurm hostlist the job must not run on (--exclude)
+    preflight: bool = False        # run hpc.node.health on every node before the ranks start
 
     @property
     def places(self) -> Places:
@@ -104,6 +107,42 @@ def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default
     p.add_argument("--partition", help="partition name (default: the profile's default)")
     p.add_argument("--gpus-per-node", type=whole(1, MAX_COUNT), help="GPUs (ranks) per node (default: all of the partition's)")
     p.add_argument("--time", default=time_default, help=time_help)
+    p.add_argument("--nodelist", metavar="NODES", help="run on these nodes, Slurm hostlist syntax (e.g. n[1-2] or gpu07,gpu09)")
+    p.add_argument("--exclude", metavar="NODES", help="never run on these nodes, Slurm hostlist syntax (e.g. n3 or gpu[07-08])")
+
+
+NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def parse_nodes(flag: str, text: Optional[str]) -> list[str]:
+    """The node names of a Slurm hostlist given to ``flag`` (e.g. 'n[1-3],gpu07'), each checked; [] for None."""
+    import hostlist
+
+    if text is None:
+        return []
+    try:
+        names = hostlist.expand_hostlist(text)
+    except hostlist.BadHostlist as e:
+        raise SpecError(f"{flag} {text!r}: not a Slurm hostlist ({e}); e.g. n[1-3],gpu07") from None
+    if not names:
+        raise SpecError(f"{flag} {text!r}: names no node; e.g. n[1-3],gpu07")
+    bad = next((n for n in names if not NODE_NAME_RE.match(n)), None)
+    if bad is not None:
+        raise SpecError(f"{flag} {text!r}: {bad!r} is not a node name (letters, digits, '.', '_' and '-')")
+    return names
+
+
+def node_lists(nodes: int, nodelist: Optional[str], exclude: Optional[str]) -> tuple[Optional[str], Optional[str]]:
+    """--nodelist and --exclude checked against each other and --nodes, as compressed hostlists (None when not given)."""
+    import hostlist
+
+    wanted, avoided = parse_nodes("--nodelist", nodelist), parse_nodes("--exclude", exclude)
+    if len(set(wanted)) > nodes:
+        raise SpecError(f"--nodelist {nodelist!r} names {len(set(wanted))} nodes; --nodes {nodes}: list at most --nodes nodes")
+    both = sorted(set(wanted) & set(avoided))
+    if both:
+        raise SpecError(f"--nodelist and --exclude both name {hostlist.collect_hostlist(both)}: a node is either wanted or excluded")
+    return (hostlist.collect_hostlist(wanted) if wanted else None, hostlist.collect_hostlist(avoided) if avoided else None)
 
 
 def use_site_slurm(spec: JobSpec) -> None:
@@ -271,6 +310,9 @@ def build_spec(
     sweep: Sequence[str] = (),
     max_parallel: Optional[int] = None,
     after: Sequence[str] = (),
+    nodelist: Optional[str] = None,
+    exclude: Optional[str] = None,
+    preflight: bool = False,
 ) -> JobSpec:
     """Check the request against the site profile; every problem is one `SpecError` line."""
     try:
@@ -318,6 +360,7 @@ def build_spec(
         raise SpecError(f"{flag}: {err['msg'].removeprefix('Value error, ')}") from None
     if pre.lead_s >= minutes * 60:
         raise SpecError(f"--signal-lead {pre.lead_s}: must be shorter than the time limit ({minutes * 60} s)")
+    wanted, avoided = node_lists(nodes, nodelist, exclude)
     array = build_sweep(sweep, max_parallel)
     dependencies = parse_after(after)
     workdir = (workdir or Path.cwd()).resolve()
@@ -330,7 +373,7 @@ def build_spec(
         launcher=launch, command=rank_command(args, site, container.python if container else python, job_dir, checkpoint_dir),
         job_dir=job_dir, checkpoint_dir=checkpoint_dir, workdir=workdir, python=python,
         signal=pre.signal, signal_lead_s=pre.lead_s, max_requeues=pre.max_requeues, container=container,
-        sweep=array, after=dependencies,
+        sweep=array, after=dependencies, nodelist=wanted, exclude=avoided, preflight=preflight,
     )
     if array is not None and not spec.runs_trainer:
         raise SpecError(f"--sweep: sweeps trainer overrides; {' '.join(spec.command[2:4])} is not the trainer")

@@ -1,7 +1,7 @@
 """python -m hpc.submit: render a job for a site profile and submit it through submitit.
 
     python -m hpc.submit --site local --nodes 2 [--partition P] [--gpus-per-node G]
-        [--time T] [--job-name N] [--launcher srun|torchrun|accelerate] [--container IMAGE]
+        [--time T] [--nodelist NODES] [--exclude NODES] [--preflight] [--job-name N] [--launcher srun|torchrun|accelerate] [--container IMAGE]
         [--sweep KEY=V1,V2 ...] [--max-parallel K] [--after JOB[:ok|any|notok] ...]
         [--dry-run | --emit FILE | --test-only] [--wait]
         [-- TRAINER ARGS | -- -m MODULE ARGS | -- SCRIPT.py ARGS]
@@ -50,6 +50,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-parallel", type=whole(1, MAX_COUNT), metavar="K", help="at most K tasks of the sweep at a time (--array=0-N%%K)")
     p.add_argument("--after", action="append", default=[], metavar="JOB[:ok|any|notok]",
                    help="start after JOB ended COMPLETED (ok, the default), in any state (any), or not COMPLETED (notok); repeatable")
+    p.add_argument("--preflight", action="store_true",
+                   help="first check every node's GPUs inside the job (hpc.node.health); a failing node stops the job before training")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
     out.add_argument("--emit", metavar="FILE", type=path_text, help="write the sbatch script to FILE, submit nothing")
@@ -72,7 +74,8 @@ def plan_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
     kw = dict(nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
               time=a.time, job_name=a.job_name, launcher=a.launcher,
               signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues, container_image=a.container,
-              sweep=a.sweep, max_parallel=a.max_parallel, after=a.after)
+              sweep=a.sweep, max_parallel=a.max_parallel, after=a.after,
+              nodelist=a.nodelist, exclude=a.exclude, preflight=a.preflight)
     spec = build_spec(site, args=rank_args, **kw)
     args, note = plan_trainer_args(site, spec.partition, spec.nodes, spec.gpus_per_node, rank_args)
     if note:

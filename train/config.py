@@ -226,6 +226,19 @@ class LogConfig(_Strict):
         return names
 
 
+class StragglerConfig(_Strict):
+    """Straggler naming (train/straggler.py): every ``every`` steps (0: off; on GPU rounded up to whole log.log_every
+    periods) the ranks exchange their compute-only time per step; a rank slower than the median of the others by more
+    than ``threshold`` (0.1: 10%) for ``windows`` windows in a row is named with its node. test_slow_rank and
+    test_slow_s are for tests: that rank computes test_slow_s seconds more in every step."""
+
+    every: int = Field(20, ge=0)
+    threshold: float = Field(0.1, gt=0)
+    windows: int = Field(3, ge=1)
+    test_slow_rank: int | None = Field(None, ge=0)
+    test_slow_s: float = Field(0.0, ge=0)
+
+
 class TrainConfig(_Strict):
     """Everything one training run needs. global_batch counts samples of seq_len tokens per
     optimizer step (gradient accumulation = global_batch / (micro_batch x dp)); dtype auto means
@@ -257,6 +270,7 @@ class TrainConfig(_Strict):
     log: LogConfig = LogConfig()
     eval: EvalConfig = EvalConfig()
     lora: LoraConfig = LoraConfig()
+    straggler: StragglerConfig = StragglerConfig()
     export: str | None = None
 
     @model_validator(mode="after")

@@ -38,6 +38,7 @@ from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, 
 from train.precision import MasterWeights
 from train.step_guard import StepFailed, StepGuard
 from train.steptime import timed_step
+from train.straggler import StragglerMonitor
 from train.tokenizer import tokenizer_source
 from train.tracking import Tracking
 
@@ -108,6 +109,7 @@ class Trainer:
         self._stager = checkpoint.host_stager(pinned=self.on_gpu) if background else None
         self._write_group = dist.new_group(backend="gloo") if background else None  # the writer thread's own collectives
         self._resume()
+        self.straggler = StragglerMonitor(cfg.straggler, self.rank, device, cfg.log.log_every)
         gc.collect()
         gc.disable()
         if self.rank == 0:
@@ -390,12 +392,14 @@ class Trainer:
         if self.step >= cfg.steps:
             _log0(f"[train] the run is already at step {self.step} of steps={cfg.steps}: nothing to train")
         self.metrics.restart_clock()
+        step_fn = self.straggler.measured(self.train_step)
         while self.step < cfg.steps:
             if (self.step + 1) % cfg.log.log_every == 0:  # compute or network? time one step per log line
-                record, split = timed_step(self.train_step, self.device)
+                record, split = timed_step(step_fn, self.device)
                 record.update(split)
             else:
-                record = self.train_step()
+                record = step_fn()
+            self.straggler.after_step(self.step, record)
             if cfg.eval.every and self.step % cfg.eval.every == 0:
                 record["eval_loss"] = self.metrics.untimed(self.evaluate)
             self.metrics.log(record)

@@ -45,6 +45,7 @@ DEFAULT_DIST_TIMEOUT_S = 300
 DEFAULT_STOP_SIGNAL = "USR2"  # NCCL may use USR1
 DEFAULT_SIGNAL_LEAD_S = 120  # the signal comes this long before the time limit (Slurm may send it up to 60 s earlier)
 DEFAULT_MAX_REQUEUES = 5
+DEFAULT_MAX_EXCLUDED_NODES = 2  # nodes a job may exclude itself after they failed hpc.node.health
 STOP_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")  # allowed pre-stop signals
 REQUEUE_GRACE_S = 120  # how long the batch script waits for Slurm to end a run it requeued
 
@@ -67,6 +68,7 @@ LEASE_FILE = ".lease.json"  # in a checkpoint directory: the one live run that m
 SET_ASIDE = ".bad-"  # step-N.bad-<time>: a damaged checkpoint, never loaded or pruned again
 FRESH_MARKER = ".fresh.json"  # in a checkpoint directory: which job started over with checkpoint.restart=fresh
 PREPARED_MANIFEST = "manifest.json"  # prepared data's manifest, written when every chunk is done
+UNHEALTHY_MARKS = ".unhealthy-{job_id}-{restart}"  # in the job directory: one empty file per node that failed hpc.node.health
 PREFLIGHT_RESULT = "node-{job_id}.json"  # hpc.node.preflight_node's measurements, read by hpc.preflight
 
 

@@ -1,8 +1,9 @@
 """Node side of the preflight, run on every rank under hpc.node.launch:
 
-    python -m hpc.node.preflight_node --out DIR [--min-bytes B] [--max-bytes B] [--iters N]
+    python -m hpc.node.preflight_node --out DIR --gpus G [--matmul-tflops T] [--copy-gbps B]
+        [--min-bytes B] [--max-bytes B] [--iters N]
 
-Gathers each node's facts (interfaces, HCA ports, GPUs, NCCL/gloo settings), then
+Gathers each node's facts (interfaces, HCA ports, GPUs, NCCL/gloo settings, hpc.node.health's findings), then
 sweeps all_reduce bus bandwidth (nccl on GPUs, gloo on CPU) over all ranks, over
 each node's ranks, and over every pair of nodes, one pair at a time. Rank 0 writes
 DIR/node-<job id>.json; `python -m hpc.preflight` submits this and reads it.
@@ -22,16 +23,17 @@ import torch
 import torch.distributed as dist
 
 from hpc.node.bandwidth import MAX_BYTES, MAX_ITERS, human_bytes, size_ladder, sweep
-from hpc.node.cli import Parser, path_text, whole
+from hpc.node.cli import Parser, number, path_text, whole
 from hpc.node.contract import LOCAL_RANK_VAR, NETWORK_VAR_PREFIXES, PREFLIGHT_RESULT
+from hpc.node.health import DEFAULT_MIN_FRACTION, node_findings, read_smi
 from hpc.node.netcheck import bound_every_group, check_node, dist_timeout_s, hca_ports, interfaces
 
 DEFAULT_SIZES = {"cuda": (8 << 10, 1 << 30), "cpu": (4 << 10, 16 << 20)}
 DEFAULT_ITERS = {"cuda": (20, 5), "cpu": (5, 2)}
 
 
-def node_facts() -> dict:
-    """What this node has: interfaces, HCA ports, GPUs, and the network settings in force."""
+def node_facts(a) -> dict:
+    """What this node has: interfaces, HCA ports, GPUs, the network settings in force, and its GPU health findings."""
     gpus = [{"name": torch.cuda.get_device_name(i),
              "memory_gb": round(torch.cuda.get_device_properties(i).total_memory / 1e9, 1)}
             for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
@@ -43,6 +45,7 @@ def node_facts() -> dict:
         "slurm_gpus": os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES"),
         "network_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(NETWORK_VAR_PREFIXES)},
         "selected": check_node(os.environ),
+        "health": [asdict(f) for f in node_findings(a.gpus, read_smi(None), a.matmul_tflops, a.copy_gbps, a.health_fraction)],
     }
 
 
@@ -62,6 +65,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--max-bytes", type=whole(1, MAX_BYTES), help="largest message (default: 1 GB on GPU, 16 MB on CPU)")
     p.add_argument("--iters", type=whole(1, MAX_ITERS), help="timed all_reduces per size (default: 20 on GPU, 5 on CPU)")
     p.add_argument("--pair-sizes", type=whole(1, 64), default=3, help="node pairs run the largest N sizes")
+    p.add_argument("--gpus", type=whole(0, 1024), required=True, help="GPUs per node the job asked for (hpc.node.health)")
+    p.add_argument("--matmul-tflops", type=number(0, 1e6, lo_open=True), help="expected bf16 matmul TFLOP/s per GPU")
+    p.add_argument("--copy-gbps", type=number(0, 1e6, lo_open=True), help="expected device copy GB/s per GPU")
+    p.add_argument("--health-fraction", type=number(0, 1, lo_open=True), default=DEFAULT_MIN_FRACTION,
+                   help="a GPU below this fraction of an expected rate fails")
     a = p.parse_args(argv)
 
     kind = "cuda" if torch.cuda.is_available() else "cpu"
@@ -79,7 +87,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     me = {"rank": rank, "node_rank": int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "0"))),
           "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
-          "facts": node_facts() if local_rank == 0 else None}
+          "facts": node_facts(a) if local_rank == 0 else None}
     everyone: list = [None] * world
     dist.all_gather_object(everyone, me)
     nodes: dict[int, dict] = {}

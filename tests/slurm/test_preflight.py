@@ -31,6 +31,8 @@ def test_preflight_on_two_namespaced_nodes(slurm, tmp_path):
     assert len(set(nodes)) == 2 and report["world_size"] == 4
     for name in nodes:  # each node reports its own namespace's hostname and interface (nX has 10.250.0.1X)
         i = name.removeprefix("n")
+        assert f"[health] {name} node: ok: 2 GPU(s) granted by Slurm; the partition has 2" in r.stdout  # its health stage
+        assert re.search(rf"^\[health\] {name} cpu: ok: fp32 matmul [\d.e-]+ TFLOP/s, memory copy [\d.e-]+ GB/s", r.stdout, re.M)
         assert re.search(rf"^{name} +{name} +lo 127\.0\.0\.1,::1; eth0 10\.250\.0\.1{i} .* gloo eth0 \(10\.250\.0\.1{i}\)", r.stdout, re.M)
     assert "all_reduce bus bandwidth, GB/s (gloo on cpu" in r.stdout and re.search(r"^ +16 MB( +\d+\.\d+){3}$", r.stdout, re.M)
     assert re.search(rf"^{nodes[0]}-{nodes[1]}( +\d+\.\d+){{3}}$", r.stdout, re.M)

@@ -24,6 +24,9 @@ CASES = {
     "apptainer-h100": ["--site", "{PROJECT}/tests/sites/apptainer-h100.yaml", "--nodes", "2"],  # an Apptainer image
     "local-sweep": ["--site", "local", "--nodes", "1", "--job-name", "lr-sweep", "--sweep", "optim.lr=1e-4,3e-4",  # an array,
                     "--sweep", "micro_batch=2,4", "--max-parallel", "2", "--after", "123:any"],         # chained after job 123
+    "local-nodes-preflight": ["--site", "local", "--nodes", "2", "--nodelist", "n[1-2]", "--exclude", "n4",  # where it runs,
+                              "--preflight"],                                                        # health checked first
+    "ib-h200-preflight": ["--site", "ib-h200", "--nodes", "2", "--exclude", "gpu[07-08],gpu11", "--preflight"],  # rates judged
     "submitit": ["--site", "local", "--nodes", "2", "--job-name", "smoke", "--", "-m", "hpc.node.smoke", "--out", "{WORK}/ranks"],
 }
 

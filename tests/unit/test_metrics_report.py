@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from hpc.metrics_report import read_metrics, summary_table
+from hpc.metrics_report import read_metrics, straggler_lines, summary_table
 from hpc.node.cli import HpcError
 
 
@@ -35,3 +35,15 @@ def test_summary_table():
     assert rows[1] == ["loss", "3", "1", "1", "3", "2"]
     assert rows[2] == ["tokens_per_s", "1,000", "3,000", "1,000", "3,000", "2,000"]
     assert rows[3] == ["mfu", "0.25", "n/a", "0.25", "0.25", "0.25"]
+
+
+def test_straggler_lines_name_each_slow_rank_once():
+    def named(rank, node, slower, windows):
+        return {"rank": rank, "node": node, "slower": slower, "windows": windows}
+    records = [rec(20, 3.0), rec(40, 2.9), {**rec(60, 2.8), "stragglers": [named(3, "n2", 0.14, 3)]},
+               {**rec(80, 2.7), "stragglers": [named(3, "n2", 0.21, 4), named(0, "n1", 0.12, 3)]}, rec(100, 2.6)]
+    assert straggler_lines(records) == [
+        "straggler: rank 0 on n1, named at 1 window(s), steps 80-80; 12% slower than the median over 3 windows when last named (at most 12%)",
+        "straggler: rank 3 on n2, named at 2 window(s), steps 60-80; 21% slower than the median over 4 windows when last named (at most 21%)",
+    ]
+    assert straggler_lines(records[:2]) == []
