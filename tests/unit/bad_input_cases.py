@@ -289,6 +289,11 @@ def trainer_cases() -> list[Case]:
             ("chat-content-list", {"messages": [turns[0], {"role": "assistant", "content": ["x"]}]}, "content"),
             ("chat-messages-string", {"messages": "hi"}, "messages")):
         add(cid, cfg=chat, files={"d.jsonl": json.dumps(record) + "\n"}, names=names)
+        c.append(Case(f"prepare-{cid}", "train.prepare", ["--config", "{T}/c.yaml"], names,
+                      files={"c.yaml": cfg_yaml(chat), "d.jsonl": json.dumps(record) + "\n"}))
+    c.append(Case("prepare-5000-digits", "train.prepare", ["--config", "{T}/c.yaml"], "data.path",
+                  files={"c.yaml": cfg_yaml(chat), "d.jsonl": '{"messages": [], "n": ' + HUGE + "}\n"}))
+    c.append(Case("prepare-not-packed", "train.prepare", ["--config", "{T}/c.yaml"], "data.pack", files={"c.yaml": cfg_yaml({})}))
     return c
 
 
