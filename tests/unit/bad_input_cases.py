@@ -264,6 +264,11 @@ def trainer_cases() -> list[Case]:
         files={"tok/tokenizer_config.json": '{"tokenizer_class": "NoSuchTokenizer"}'}, names="tokenizer")
     add("tokenizer-empty-json", cfg={"data.tokenizer": "{T}/tok"}, files={"tok/tokenizer.json": ""}, names="tokenizer")
     add("model-path-no-config", cfg={"model": {"path": "{T}/m"}}, files={"m/x": ""}, names="model.path")
+    add("model-path-config-broken", cfg={"model": {"path": "{T}/m"}}, files={"m/config.json": "{not json"}, names="model.path")
+    add("model-path-config-list", cfg={"model": {"path": "{T}/m"}}, files={"m/config.json": "[1, 2]"}, names="model.path")
+    add("model-path-config-no-heads", cfg={"model": {"path": "{T}/m"}}, files={"m/config.json": "{}"}, names="model.path")
+    add("model-path-config-huge", cfg={"model": {"path": "{T}/m"}}, files={"m/config.json": '{"num_attention_heads": ' + HUGE + "}"},
+        names="model.path")
     add("owner-log", files={"owned/.owner.json": json.dumps({"job_name": "other-job"})}, cfg={"log.dir": "{T}/owned"},
         env={"HPC_JOB_NAME": "mine"}, names="log.dir")
     add("export-under-file", files={"afile": "x"}, cfg={"export": "{T}/afile/hf"}, names="export")
