@@ -190,7 +190,7 @@ def config_cases() -> list[Case]:
         "alias-bomb": ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
                        "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n", "alias"),
         "nul-escape": (cfg_yaml({}) + 'export: "a\\0b"\n', "NUL"),
-        "deep": ("a: " + "[" * 5000 + "]" * 5000 + "\n", "c.yaml"),
+        "deep": ("a: " + "[" * 300 + "]" * 300 + "\n", "c.yaml"),
         "huge-int": (cfg_yaml({}).replace("steps: 1", f"steps: {HUGE}"), "digits"),
         "octal": (cfg_yaml({}).replace("steps: 1", "steps: 010"), "leading zero"),
         "python-tag": ("model: !!python/object/apply:os.system ['true']\n", "c.yaml"),
@@ -449,7 +449,7 @@ def site_cases() -> list[Case]:
     bad("alias", site_yaml() + "description: &d x\nx: *d\n", "alias")
     bad("alias-bomb", "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
                       "c: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n", "alias")
-    bad("deep", "name: " + "[" * 5000 + "]" * 5000 + "\n", "p.yaml")
+    bad("deep", "name: " + "[" * 300 + "]" * 300 + "\n", "p.yaml")
     bad("unknown-top", site_yaml(nmae="x"), "nmae")
     bad("missing-name", site_yaml(name=DELETE), "name")
     bad("name-slash", site_yaml(name="a/b"), "name")
