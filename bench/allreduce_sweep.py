@@ -22,6 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hpc.node.cli import Parser, whole  # noqa: E402
 from hpc.node.bandwidth import copy_bandwidth, human_bytes, size_ladder, sweep  # noqa: E402
 
 
@@ -54,12 +55,12 @@ def worker(rank: int, world: int, port: int, a: argparse.Namespace, result: dict
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--min-bytes", type=int, default=8 << 10)
-    p.add_argument("--max-bytes", type=int, default=1 << 30)
-    p.add_argument("--factor", type=int, default=2, help="size step")
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5)
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--min-bytes", type=whole(1), default=8 << 10)
+    p.add_argument("--max-bytes", type=whole(1), default=1 << 30)
+    p.add_argument("--factor", type=whole(2), default=2, help="size step")
+    p.add_argument("--iters", type=whole(1), default=20)
+    p.add_argument("--warmup", type=whole(0), default=5)
     p.add_argument("--out", help="also write the JSON here")
     a = p.parse_args()
     if not torch.cuda.is_available():

@@ -19,7 +19,6 @@ writes it to bench/results/<date>-packed.json (or --out).
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import statistics
@@ -29,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from hpc.node.cli import Parser, whole  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -64,12 +64,12 @@ def timed(step, warmup: int, steps: int, device: torch.device) -> list[float]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--shape", default="1.7B")
-    p.add_argument("--seq", type=int, default=4096)
-    p.add_argument("--rows", type=int, default=8)
-    p.add_argument("--warmup-steps", type=int, default=3)
-    p.add_argument("--timed-steps", type=int, default=8)
+    p.add_argument("--seq", type=whole(1), default=4096)
+    p.add_argument("--rows", type=whole(1), default=8)
+    p.add_argument("--warmup-steps", type=whole(0), default=3)
+    p.add_argument("--timed-steps", type=whole(1), default=8)
     p.add_argument("--out", type=Path)
     p.add_argument("--device", default="cuda", help="cuda; cpu only checks the script (e.g. --shape tiny --seq 256)")
     a = p.parse_args()

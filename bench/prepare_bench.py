@@ -19,7 +19,6 @@ the process's max RSS.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import hashlib
 import json
@@ -33,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from hpc.node.cli import Parser, number, whole  # noqa: E402
 
 from hpc.node.contract import PREPARED_MANIFEST, task_log  # noqa: E402
 
@@ -125,13 +125,13 @@ def startup(src: Path, out: Path, chunk: int, fmt: str, run_dir: Path, env: dict
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mb", type=float, default=64)
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--mb", type=number(0, 1e9, lo_open=True), default=64)
     p.add_argument("--format", choices=("text", "chat"), default="text")
-    p.add_argument("--chunk-mb", type=float, default=4)
-    p.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--chunk-mb", type=number(0, 1e9, lo_open=True), default=4)
+    p.add_argument("--nodes", type=whole(1), nargs="+", default=[1, 2, 4])
     p.add_argument("--no-here", action="store_true", help="skip the single task outside Slurm")
-    p.add_argument("--small-mb", type=float, default=1, help="the corpus the start-up is compared with")
+    p.add_argument("--small-mb", type=number(0, 1e9, lo_open=True), default=1, help="the corpus the start-up is compared with")
     p.add_argument("--site", default="local")
     p.add_argument("--workdir", type=Path)
     p.add_argument("--out", type=Path)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from hpc.node.cli import Parser, whole  # noqa: E402
 
 KINDS = [  # first match wins
     ("communication", re.compile(r"nccl", re.I)),
@@ -37,14 +38,14 @@ def kind_of(name: str) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", default="1.7B")
-    p.add_argument("--seq-len", type=int, default=4096)
-    p.add_argument("--micro-batch", type=int, default=4)
-    p.add_argument("--global-batch", type=int, default=None, help="default: the micro-batch (no accumulation)")
-    p.add_argument("--warmup", type=int, default=4)
-    p.add_argument("--steps", type=int, default=2, help="profiled steps")
-    p.add_argument("--top", type=int, default=15)
+    p.add_argument("--seq-len", type=whole(1), default=4096)
+    p.add_argument("--micro-batch", type=whole(1), default=4)
+    p.add_argument("--global-batch", type=whole(1), default=None, help="default: the micro-batch (no accumulation)")
+    p.add_argument("--warmup", type=whole(0), default=4)
+    p.add_argument("--steps", type=whole(1), default=2, help="profiled steps")
+    p.add_argument("--top", type=whole(1), default=15)
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="trainer config overrides, e.g. master_dtype=bf16")
     args = p.parse_args()
 

@@ -9,7 +9,6 @@ close seconds, milliseconds per record, and the extra milliseconds per record ov
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from hpc.node.cli import Parser, whole  # noqa: E402
 from train.config import load_config  # noqa: E402
 from train.metrics import MetricsLog  # noqa: E402
 from train.tracking import Tracking, missing  # noqa: E402
@@ -45,8 +45,8 @@ def case(tracker: str | None, records: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=500)
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=whole(1), default=500)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / f"{time.strftime('%Y-%m-%d')}-cpu-tracking.json")
     a = parser.parse_args()
     os.environ.setdefault("WANDB_MODE", "offline")

@@ -44,6 +44,7 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from hpc.node.cli import Parser, number, whole  # noqa: E402
 
 from train.metrics import PEAK_FLOPS_BF16  # noqa: E402
 
@@ -427,21 +428,21 @@ def plot(results: list[dict], shape: str, path: Path) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", nargs="+", default=["1.7B", "4B", "0.6B", "8B"], choices=list(CASES))
     p.add_argument("--variants", nargs="+", default=["ours", "liger", "baseline"],
                    choices=VARIANTS)
     p.add_argument("--cases", nargs="+", default=None, metavar="SHAPE:VARIANT",
                    help="run exactly these (shape, variant) pairs, in this order, instead of every shape x variant")
     p.add_argument("--parity-shape", default="1.7B", help="shape whose runs keep every step's loss for the loss comparison ('none': no comparison)")
-    p.add_argument("--parity-steps", type=int, default=50)
+    p.add_argument("--parity-steps", type=whole(1), default=50)
     p.add_argument("--checkpoint-shape", default="1.7B", help="also time the trainer's checkpoint save and load for this shape ('none': no timing)")
-    p.add_argument("--timed-steps", type=int, default=10, help="steps timed after the warm-up ones (a longer window evens out run-to-run spread)")
+    p.add_argument("--timed-steps", type=whole(1), default=10, help="steps timed after the warm-up ones (a longer window evens out run-to-run spread)")
     p.add_argument("--batch", nargs="*", default=[], metavar="SHAPE=N", help="another batch (samples of 4096 tokens) for a shape, e.g. 1.7B=8")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="trainer config overrides for the ours variants, e.g. compile_mode=max-autotune-no-cudagraphs")
-    p.add_argument("--lr-warmup", type=int, default=0, help="learning-rate warm-up steps of every run (changes no step's cost)")
-    p.add_argument("--case-timeout", type=float, default=420)
+    p.add_argument("--lr-warmup", type=whole(0), default=0, help="learning-rate warm-up steps of every run (changes no step's cost)")
+    p.add_argument("--case-timeout", type=number(0, 1e9, lo_open=True), default=420)
     p.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/<date>-h200.json)")
     p.add_argument("--commit", default=None, help="the commit measured (default: git rev-parse HEAD)")
     p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)

@@ -31,7 +31,7 @@ def read_metrics(path: Path) -> list[dict]:
             continue
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # also a number of over 4300 digits, or nesting past Python's stack
             raise HpcError(f"{path} line {n} is not JSON: {line[:80]!r}") from None
         try:
             by_step[int(rec["step"])] = rec

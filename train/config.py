@@ -89,6 +89,13 @@ class ModelConfig(_Strict):
             raise ValueError("model.dims applies only with model.shape; a model.path directory brings its own config.json")
         if self.path is not None and not (Path(self.path) / "config.json").is_file():
             raise ValueError(f"model.path: {self.path} has no config.json; give a local Hugging Face model directory")
+        if self.path is not None:
+            try:
+                dims = self.dims_dict()
+            except (OSError, ValueError, RecursionError) as e:
+                raise ValueError(f"model.path: {self.path}/config.json cannot be read as JSON ({' '.join(str(e).split())[:100]})") from None
+            if not isinstance(dims, dict) or not isinstance(dims.get("num_attention_heads"), int):
+                raise ValueError(f"model.path: {self.path}/config.json has no whole-number num_attention_heads")
         return self
 
     def dims_dict(self) -> dict:

@@ -11,6 +11,7 @@ sources is prepared again. Bad input: one line on stderr, exit 2.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 
@@ -60,7 +61,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[prepare] already prepared: {summary(manifest, out)}", flush=True)
             return 0
         t0 = time.perf_counter()
-        manifest = prepare(cfg.data, cfg.seq_len, tokenizer, name, out, rank, world, log=lambda m: print(m, flush=True))
+        made = [d for d in (out, *out.parents) if not d.exists()]
+        try:
+            manifest = prepare(cfg.data, cfg.seq_len, tokenizer, name, out, rank, world, log=lambda m: print(m, flush=True))
+        except HpcError:
+            if world == 1 and made:  # alone: nobody waits for the error file; leave nothing this run made behind
+                shutil.rmtree(made[-1], ignore_errors=True)
+            raise
     except HpcError as e:
         fail(PROG, e)
     if manifest is not None:

@@ -56,7 +56,8 @@ def whole(lo: int = 1, hi: Optional[int] = None) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number")
         value = int(text)
         if value < lo or hi is not None and value > hi:
-            raise argparse.ArgumentTypeError(f"{value} is out of range: allowed {lo}..{hi if hi is not None else ''}")
+            allowed = f"{lo}..{hi}" if hi is not None else f"at least {lo}"
+            raise argparse.ArgumentTypeError(f"{value} is out of range: allowed {allowed}")
         return value
     parse.__name__ = "whole number"
     return parse

@@ -190,7 +190,7 @@ def config_cases() -> list[Case]:
         "alias-bomb": ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
                        "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n", "alias"),
         "nul-escape": (cfg_yaml({}) + 'export: "a\\0b"\n', "NUL"),
-        "deep": ("a: " + "[" * 5000 + "]" * 5000 + "\n", "c.yaml"),
+        "deep": ("a: " + "[" * 300 + "]" * 300 + "\n", "c.yaml"),
         "huge-int": (cfg_yaml({}).replace("steps: 1", f"steps: {HUGE}"), "digits"),
         "octal": (cfg_yaml({}).replace("steps: 1", "steps: 010"), "leading zero"),
         "python-tag": ("model: !!python/object/apply:os.system ['true']\n", "c.yaml"),
@@ -264,6 +264,11 @@ def trainer_cases() -> list[Case]:
         files={"tok/tokenizer_config.json": '{"tokenizer_class": "NoSuchTokenizer"}'}, names="tokenizer")
     add("tokenizer-empty-json", cfg={"data.tokenizer": "{T}/tok"}, files={"tok/tokenizer.json": ""}, names="tokenizer")
     add("model-path-no-config", cfg={"model": {"path": "{T}/m"}}, files={"m/x": ""}, names="model.path")
+    add("model-path-config-broken", cfg={"model": {"path": "{T}/m"}}, files={"m/config.json": "{not json"}, names="model.path")
+    add("model-path-config-list", cfg={"model": {"path": "{T}/m"}}, files={"m/config.json": "[1, 2]"}, names="model.path")
+    add("model-path-config-no-heads", cfg={"model": {"path": "{T}/m"}}, files={"m/config.json": "{}"}, names="model.path")
+    add("model-path-config-huge", cfg={"model": {"path": "{T}/m"}}, files={"m/config.json": '{"num_attention_heads": ' + HUGE + "}"},
+        names="model.path")
     add("owner-log", files={"owned/.owner.json": json.dumps({"job_name": "other-job"})}, cfg={"log.dir": "{T}/owned"},
         env={"HPC_JOB_NAME": "mine"}, names="log.dir")
     add("export-under-file", files={"afile": "x"}, cfg={"export": "{T}/afile/hf"}, names="export")
@@ -289,6 +294,11 @@ def trainer_cases() -> list[Case]:
             ("chat-content-list", {"messages": [turns[0], {"role": "assistant", "content": ["x"]}]}, "content"),
             ("chat-messages-string", {"messages": "hi"}, "messages")):
         add(cid, cfg=chat, files={"d.jsonl": json.dumps(record) + "\n"}, names=names)
+        c.append(Case(f"prepare-{cid}", "train.prepare", ["--config", "{T}/c.yaml"], names,
+                      files={"c.yaml": cfg_yaml(chat), "d.jsonl": json.dumps(record) + "\n"}))
+    c.append(Case("prepare-5000-digits", "train.prepare", ["--config", "{T}/c.yaml"], "data.path",
+                  files={"c.yaml": cfg_yaml(chat), "d.jsonl": '{"messages": [], "n": ' + HUGE + "}\n"}))
+    c.append(Case("prepare-not-packed", "train.prepare", ["--config", "{T}/c.yaml"], "data.pack", files={"c.yaml": cfg_yaml({})}))
     return c
 
 
@@ -439,7 +449,7 @@ def site_cases() -> list[Case]:
     bad("alias", site_yaml() + "description: &d x\nx: *d\n", "alias")
     bad("alias-bomb", "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
                       "c: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n", "alias")
-    bad("deep", "name: " + "[" * 5000 + "]" * 5000 + "\n", "p.yaml")
+    bad("deep", "name: " + "[" * 300 + "]" * 300 + "\n", "p.yaml")
     bad("unknown-top", site_yaml(nmae="x"), "nmae")
     bad("missing-name", site_yaml(name=DELETE), "name")
     bad("name-slash", site_yaml(name="a/b"), "name")
