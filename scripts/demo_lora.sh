@@ -22,7 +22,7 @@ job=$(sed -n 's/^submitted job \([0-9]*\).*/\1/p' "jobs/$JOB-submit.log")
 "$PYTHON" -m hpc.jobs report "$job"
 echo "--- the adapter export (jobs/$JOB/adapter) and the last checkpoint, next to the base ---"
 ls -l "jobs/$JOB/adapter"
-du -sh "$(ls -d "jobs/$JOB"/checkpoints/step-* | tail -1)" "$BASE"
+du -sh "$(sed -n 's/.*\(saved checkpoint\|resumed from\) \([^ ]*\) .*/\2/p' "jobs/$JOB-submit.log" | tail -1)" "$BASE"
 for question in 'In Macbeth, who speaks the line "Is this a dagger which I see before me,"?' \
                 'Which work of Shakespeare has the line "O Romeo, Romeo! wherefore art thou Romeo?"?'; do
   echo "user: $question"
