@@ -25,7 +25,9 @@ def load(model_dir: str | Path, base: str | Path | None = None):
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    adapter_config = Path(model_dir) / "adapter_config.json"
+    from train.adapters import ADAPTER_CONFIG
+
+    adapter_config = Path(model_dir) / ADAPTER_CONFIG
     try:
         if not adapter_config.is_file():
             if not (Path(model_dir) / "config.json").is_file():
