@@ -75,3 +75,24 @@ def tiny_hf_chat(out: Path, rows: int = 64) -> tuple[Path, Path]:
     with DEMO_CHAT.open() as f:
         data.write_text("".join(next(f) for _ in range(rows)))
     return model, data
+
+
+def save_tiny_hf(out: Path, seed: int = 0) -> Path:
+    """A tiny random Qwen3 (fp32) with the demo tokenizer as a local Hugging Face directory."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from train.tokenizer import DEMO_TOKENIZER_DIR, load_tokenizer
+
+    config = Qwen3Config(vocab_size=2048, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    Qwen3ForCausalLM(config).save_pretrained(out)
+    load_tokenizer(str(DEMO_TOKENIZER_DIR)).save_pretrained(out)
+    return out
+
+
+def start_endless(run_dir: Path, out, **env: str) -> subprocess.Popen:
+    """A one-process run that would train for ever and logs rarely (stop it with the pre-stop signal)."""
+    return subprocess.Popen(train_cmd(1, f"log.dir={run_dir}", "steps=100000", "log.log_every=100000"), cwd=ROOT,
+                            env=clean_env(**env), stdout=out, stderr=subprocess.STDOUT, text=True)

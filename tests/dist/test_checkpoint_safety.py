@@ -16,12 +16,10 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, LEASE_FILE
 from train.checkpoint import step_dir
-from train.tokenizer import DEMO_TOKENIZER_DIR, load_tokenizer
-from train_helpers import ROOT, clean_env, metrics, train_cmd
+from train_helpers import ROOT, clean_env, metrics, save_tiny_hf, start_endless, train_cmd
 
 SAVED = ("steps=6", "checkpoint.interval=3", "checkpoint.keep_last=5", "schedule.warmup_steps=2")
 
@@ -135,8 +133,7 @@ def test_a_second_run_in_a_live_run_s_checkpoint_directory_is_refused(tmp_path):
     run_dir = tmp_path / "r"
     run_dir.mkdir()
     with (run_dir / "out.log").open("w") as out:
-        first = subprocess.Popen(train_cmd(1, f"log.dir={run_dir}", "steps=100000", "log.log_every=100000"), cwd=ROOT,
-                                 env=clean_env(), stdout=out, stderr=subprocess.STDOUT, text=True)
+        first = start_endless(run_dir, out)
         try:
             deadline = time.time() + 120
             while not (run_dir / "metrics.jsonl").exists():
@@ -157,13 +154,7 @@ def test_a_second_run_in_a_live_run_s_checkpoint_directory_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hf") / "qwen3"
-    tok = load_tokenizer(str(DEMO_TOKENIZER_DIR))
-    config = Qwen3Config(vocab_size=2048, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False)
-    Qwen3ForCausalLM(config).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return save_tiny_hf(tmp_path_factory.mktemp("hf") / "qwen3")
 
 
 @pytest.mark.parametrize("fault", ["a tensor missing", "a wrong shape"])

@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
 import peft
-from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoModelForCausalLM
 
 from train.adapters import PEFT_PREFIX, is_adapter_key
 from train.config import load_config
@@ -24,7 +24,7 @@ from train.data.sources import DEMO_CORPUS
 from train.loop import Trainer, lr_at
 from train.parallel import ParallelDims, WorldEnv, init_distributed
 from train.tokenizer import DEMO_TOKENIZER_DIR, load_tokenizer
-from train_helpers import ROOT, TINY, metrics
+from train_helpers import ROOT, TINY, metrics, save_tiny_hf
 
 
 
@@ -33,13 +33,7 @@ STEPS, R, ALPHA = 20, 8, 16.0
 
 @pytest.fixture(scope="module")
 def hf_base(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hf") / "qwen3"
-    tok = load_tokenizer(str(DEMO_TOKENIZER_DIR))
-    config = Qwen3Config(vocab_size=2048, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False)
-    torch.manual_seed(5)
-    Qwen3ForCausalLM(config).save_pretrained(out)
-    tok.save_pretrained(out)
+    out = save_tiny_hf(tmp_path_factory.mktemp("hf") / "qwen3", seed=5)
     with DEMO_CORPUS.open() as f:  # each trainer tokenizes its data: a short text is enough here
         (out.parent / "text.jsonl").write_text(json.dumps({"text": json.loads(next(f))["text"][:60_000]}) + "\n")
     return out

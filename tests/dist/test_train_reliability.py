@@ -13,7 +13,7 @@ import pytest
 
 from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED
 from train.checkpoint import complete_checkpoints, step_dir
-from train_helpers import ROOT, clean_env, metrics, train_cmd
+from train_helpers import ROOT, clean_env, metrics, start_endless, train_cmd
 
 
 def run(run_dir, *overrides, timeout=180, **env):
@@ -38,8 +38,7 @@ def test_a_stop_notice_is_acted_on_at_the_next_step_with_rare_log_lines(tmp_path
     run_dir = tmp_path / "r"
     run_dir.mkdir()
     with (run_dir / "out.log").open("w") as out:
-        proc = subprocess.Popen(train_cmd(1, f"log.dir={run_dir}", "steps=100000", "log.log_every=100000"), cwd=ROOT,
-                                env=clean_env(), stdout=out, stderr=subprocess.STDOUT, text=True)
+        proc = start_endless(run_dir, out)
         deadline = time.time() + 120
         while not (run_dir / "metrics.jsonl").exists() or len(metrics(run_dir)) < 3:
             assert proc.poll() is None and time.time() < deadline, (run_dir / "out.log").read_text()[-2000:]
