@@ -60,7 +60,7 @@ def _ours(cfg) -> dict:
 
     env = WorldEnv(rank=0, local_rank=0, world_size=1, local_world_size=1)
     device = init_distributed(env)
-    trainer = Trainer(cfg, ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads(), num_experts=cfg.model.num_experts()), env, device)
+    trainer = Trainer(cfg, ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads(), num_experts=cfg.model.num_experts()), env, device, run_id="bench")
     records = []
     seconds, warm = _timed(lambda: records.append(trainer.train_step()))
     return {"seconds": seconds, "warmup_s": warm, "flops_per_token": trainer.flops_per_token, "loss": float(records[-1]["loss"]),

@@ -50,17 +50,20 @@ def main(argv: list[str] | None = None) -> int:
     from train.parallel import init_distributed
 
     device = init_distributed(env)
-    held = None
+    held = group = None
     try:
         held = _take_lease(cfg.checkpoint_dir, job_name, env.rank)
-        stop.join(dist.new_group(backend="gloo"))
+        group = dist.new_group(backend="gloo")
+        stop.join(group)
         step = Trainer(cfg, dims, env, device, held[0], slurm_job_id(os.environ)).run(stop_requested=stop.agreed)
     except HpcError as e:
         if e.code != EXIT_FAILED or env.rank == 0:  # a failed save or load is the same line on every rank
             print(error_line(PROG, e), file=sys.stderr)
-        if e.code == EXIT_BAD_INPUT and env.rank == 0 and held is not None:  # bad input found by the run that holds the
-            # checkpoint directory (never by one refused its lease): leave nothing this run made behind
-            for directory in made:
+        if e.code == EXIT_BAD_INPUT and group is not None:  # bad input found by the run that holds the checkpoint
+            # directory (never by one refused its lease): leave nothing this run made behind, once every rank has seen
+            # the error (the others may learn of it from a file in data.prepared)
+            _all_ranks_here(group)
+            for directory in made if env.rank == 0 else ():
                 shutil.rmtree(directory, ignore_errors=True)
         return e.code
     finally:
@@ -73,6 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     if env.rank == 0:
         print(f"[preempt] stopped at step {step} of {cfg.steps} after {stop.received}, checkpoint saved", flush=True)
     return EXIT_STOPPED
+
+
+def _all_ranks_here(group) -> None:
+    """Wait (bounded) until every rank reached this point, e.g. after the same error."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    try:
+        dist.monitored_barrier(group, timeout=timedelta(seconds=60))
+    except RuntimeError:  # a rank that failed otherwise: clean up all the same
+        pass
 
 
 def _take_lease(directory, job_name: str, rank: int):

@@ -49,7 +49,7 @@ def lora_trainer(run_dir, base, *overrides):
     env = WorldEnv(0, 0, 1, 1)
     device = init_distributed(env)
     try:
-        yield Trainer(cfg, ParallelDims.build(cfg.parallel, env, cfg.model.kv_heads()), env, device)
+        yield Trainer(cfg, ParallelDims.build(cfg.parallel, env, cfg.model.kv_heads()), env, device, run_id="test")
     finally:
         dist.destroy_process_group()
 

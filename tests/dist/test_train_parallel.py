@@ -53,7 +53,7 @@ def test_dp2_tp2_matches_single_process(runs):
 
 def test_layout_and_progress_are_reported(runs):
     out = runs["out"]["A"]
-    assert "layout dp=2 x tp=2 on 4 ranks, mesh (rows: dp, columns: tp) [[0, 1], [2, 3]]" in out and "params" in out
+    assert "layout dp=2 x tp=2 on 4 ranks, mesh (dp, tp) [[0, 1], [2, 3]]" in out and "params" in out
     assert f"step {STEPS}/{STEPS} | loss" in out and "mfu n/a" in out
     assert "resumed from" in runs["out"]["resume_same"] and f"(step {SAVE_AT}, saved under dp=2 x tp=2)" in runs["out"]["resume_same"]
     assert f"checkpoint of step {SAVE_AT} copied to host memory in" in out and "writing in the background" in out

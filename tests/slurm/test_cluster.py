@@ -164,8 +164,7 @@ def test_directories_of_other_jobs_and_bad_places_are_refused(slurm, tmp_path):
     r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--emit", str(tmp_path), cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Is a directory" in r.stderr, r.stderr
     profile = tmp_path / "site.yaml"
-    profile.write_text((ROOT / "hpc" / "site_configs" / "local.yaml").read_text()
-                       + "paths:\n  job_dir: $HPC_TEST_UNSET/jobs\n")
+    profile.write_text((ROOT / "hpc" / "site_configs" / "local.yaml").read_text().replace("job_dir: ./jobs", "job_dir: $HPC_TEST_UNSET/jobs"))
     r = run_cli("-m", "hpc.submit", "--site", str(profile), "--nodes", "1", "--dry-run", cwd=tmp_path)
     assert r.returncode == 2 and "paths.job_dir: '$HPC_TEST_UNSET/jobs' uses $HPC_TEST_UNSET, which is not set" in r.stderr, r.stderr
     assert not (tmp_path / "$HPC_TEST_UNSET").exists()

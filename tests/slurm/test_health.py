@@ -23,7 +23,7 @@ def site_with_smi(tmp_path, second_node: str, sticky: bool = False, max_excluded
               if sticky else '[ "$SLURM_NODEID" = 1 ]')
     fake.write_text(f'#!/bin/bash\nif {faulty}; then cat {SMI / second_node}; else cat {SMI / "h100-healthy.txt"}; fi\n')
     fake.chmod(0o755)
-    data = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())
+    data = yaml.safe_load((ROOT / "hpc" / "site_configs" / "local.yaml").read_text())
     data["environment"]["setup"] = f'export PATH={bin_dir}:"$PATH"'
     data["preemption"] = {"max_excluded_nodes": max_excluded}
     path = tmp_path / "site.yaml"
