@@ -40,8 +40,9 @@ def install_wheel(wheel: Path, venv: Path) -> Path:
     purelib = subprocess.run([str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              check=True, capture_output=True, text=True).stdout.strip()
     Path(purelib, "hpc_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "--no-deps", "-q",
-                    "--disable-pip-version-check", str(wheel)], check=True, capture_output=True, text=True)
+    # --ignore-installed: the editable install of the checkout, visible through the .pth line, is not this wheel
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "install", "--no-deps", "--ignore-installed",
+                    "-q", "--disable-pip-version-check", str(wheel)], check=True, capture_output=True, text=True, env=installed_env())
     return bin_dir
 
 

@@ -294,9 +294,9 @@ class Trainer:
 
     def _check_steps(self, weights: bool) -> None:
         """Stop the run (exit 1, one line) if a step since it started went wrong (``StepGuard``; ``weights``: check the
-        weights too), before anything of that step is saved; a save in flight, of an earlier step, is committed first
-        and the metrics are written. Collective."""
-        problem = self.guard.problem(self.step, self.master.parameters() if weights else ())
+        trained weights too, what a save writes), before anything of that step is saved; a save in flight, of an
+        earlier step, is committed first and the metrics are written. Collective."""
+        problem = self.guard.problem(self.step, self.trainable if weights else ())
         if problem:
             self.finish_save()
             self.metrics.close()
