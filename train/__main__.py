@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             _all_ranks_here(group)
             for directory in made if env.rank == 0 else ():
                 shutil.rmtree(directory, ignore_errors=True)
+            _all_ranks_here(group)  # and leave together: srun ends the others as soon as one rank has exited
         return e.code
     finally:
         stop.ignore_further()

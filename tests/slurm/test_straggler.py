@@ -1,7 +1,8 @@
 """Straggler naming on the local cluster: a job on 2 nodes (one rank each) whose second node's rank is slowed by the
 test-only setting is named with that node within 100 steps, on the output, in metrics.jsonl and in hpc.jobs report;
 the same job without the slow rank, at the same time, names nobody over 300 steps. The local cluster's nodes share this
-machine's cores with other jobs, whose load moves a rank's compute time by up to about 15%: the threshold here is 30%."""
+machine's two cores with other jobs (under the whole suite a clean rank was once 30% slower than its peer for three
+windows in a row), so the threshold here is 100% and the slowed rank burns 0.3 s more per step."""
 from concurrent.futures import ThreadPoolExecutor
 import json
 import re
@@ -16,7 +17,7 @@ TINY = str(ROOT / "train" / "configs" / "tiny.yaml")
 def train(tmp_path, name: str, *overrides: str) -> tuple[str, str, list[dict]]:
     r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--gpus-per-node", "1", "--time", "10", "--wait",
                 "--job-name", name, "--", "--config", TINY, "checkpoint.interval=0", "log.log_every=20",
-                "straggler.every=10", "straggler.threshold=0.3", *overrides, cwd=tmp_path, timeout=600)
+                "straggler.every=10", "straggler.threshold=1.0", *overrides, cwd=tmp_path, timeout=600)
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     log = (tmp_path / "jobs" / name / f"{job}_0_log.out").read_text()
     assert r.returncode == 0, r.stdout + r.stderr + log[-3000:]
@@ -27,7 +28,7 @@ def train(tmp_path, name: str, *overrides: str) -> tuple[str, str, list[dict]]:
 @pytest.mark.slurm
 def test_a_slow_node_is_named_and_a_clean_run_names_nobody(slurm, tmp_path):
     with ThreadPoolExecutor(2) as pool:
-        slow = pool.submit(train, tmp_path, "slow", "steps=40", "straggler.test_slow_rank=1", "straggler.test_slow_s=0.05")
+        slow = pool.submit(train, tmp_path, "slow", "steps=40", "straggler.test_slow_rank=1", "straggler.test_slow_s=0.3")
         clean = pool.submit(train, tmp_path, "clean", "steps=300")
         slow, clean = slow.result(), clean.result()
     job, log, records = slow
