@@ -65,12 +65,27 @@ class CheckpointDamaged(CheckpointError):
     """A checkpoint's files do not match its manifest: it is set aside and the next older one tried."""
 
 
+def _manifest_problem(path: Path) -> tuple[dict, str | None]:
+    """meta.json and the first way the directory differs from its manifest (None: every file there with its size).
+    An I/O error other than a missing file is raised."""
+    try:
+        meta = json.loads((path / META).read_text())
+        for name, size in meta["files"].items():
+            have = (path / name).stat().st_size
+            if have != size:
+                return meta, f"{name} has {have} bytes, the manifest says {size}"
+    except FileNotFoundError as e:
+        return {}, f"{Path(e.filename).name} is missing"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}, f"{META} is not a checkpoint manifest"
+    return meta, None
+
+
 def is_complete(path: Path) -> bool:
     """meta.json is there and every file of its manifest is there with its size."""
     try:
-        files = json.loads((path / META).read_text())["files"]
-        return all((path / name).stat().st_size == size for name, size in files.items())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return _manifest_problem(Path(path))[1] is None
+    except OSError:
         return False
 
 
@@ -151,25 +166,17 @@ def _checksums(directory: Path, names: list[str]) -> dict[str, int]:
 def verify(path: Path) -> dict:
     """Check a committed checkpoint against its manifest (sizes, and CRC-32s where it has them; collective).
     Returns its meta; raises CheckpointDamaged on every rank when a file is missing, short or altered."""
-    problem, meta = None, {}
+    meta, problem, error = {}, None, None
     try:
-        meta = json.loads((Path(path) / META).read_text())
-        files = meta["files"]
-        for name, size in files.items():
-            if not (Path(path) / name).is_file():
-                problem = f"{name} is missing"
-            elif (Path(path) / name).stat().st_size != size:
-                problem = f"{name} has {(Path(path) / name).stat().st_size} bytes, the manifest says {size}"
-            if problem:
-                break
-    except FileNotFoundError:
-        problem = f"{META} is missing"
-    except (ValueError, KeyError, TypeError, AttributeError):
-        problem = f"{META} is not a checkpoint manifest"
-    problems = [None] * dist.get_world_size()
-    dist.all_gather_object(problems, problem)
-    if first := next((p for p in problems if p), None):
+        meta, problem = _manifest_problem(Path(path))
+    except OSError as e:  # not damage: an I/O error reading it
+        error = f"rank {dist.get_rank()}: {e.strerror} ({e.filename})"
+    found = [None] * dist.get_world_size()
+    dist.all_gather_object(found, (problem, error))
+    if first := next((p for p, _ in found if p), None):
         raise CheckpointDamaged(f"checkpoint {path} is damaged: {first}")
+    if first := next((e for _, e in found if e), None):
+        raise CheckpointError(f"reading {path} to check it failed: {first}; nothing was set aside")
     if "crc32" in meta:
         try:
             got = _checksums(Path(path), sorted(meta["crc32"]))

@@ -121,9 +121,9 @@ class Trainer:
                                   resume_step=self.step, sync_every=self.sync_every, tracking=self.tracking)
 
     def _setup_data(self) -> None:
-        """Tokenizer (data.tokenizer, else model.path's, else the demo one), then the stream: rows of the prepared data
-        (packed by document; prepared here over all ranks if missing), or blocks of the token cache (rank 0 fills it,
-        the others poll for it). Neither waits at a collective while data is being prepared."""
+        """The stream, tokenized with ``self.tokenizer``: rows of the prepared data (packed by document; prepared here
+        over all ranks if missing), or blocks of the token cache (rank 0 fills it, the others poll for it). Neither
+        waits at a collective while data is being prepared."""
         cfg, name = self.cfg, self.tokenizer_name
         dp_rank = self.mesh["dp"].get_local_rank()
         if cfg.data.packed:
