@@ -4,10 +4,15 @@ The lease (``.lease.json`` in the checkpoint directory) records the run (a rando
 and start time; the holder refreshes its modification time every ``REFRESH_S`` seconds. Another run takes it over
 only when the holder has surely ended: the same Slurm job (a requeue of it), a process of this host that no longer
 exists, a job Slurm no longer lists as pending or running, or a lease not refreshed for ``STALE_S`` seconds. Creation
-and take-over are atomic (a hard link, and a rename that only one taker wins), so two runs never both hold it.
+is atomic (a hard link that fails while any lease is there); a take-over is done under an exclusive ``flock`` of
+``.lease.lock`` beside it and checks that what it moved aside is the lease it judged ended, so of many runs that
+find the same ended holder exactly one takes its place.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import socket
@@ -23,6 +28,7 @@ from hpc.node.cli import HpcError
 from hpc.node.contract import ENDED_STATES, LEASE_FILE
 
 REFRESH_S = 30.0
+TAKEOVER_LOCK = ".lease.lock"  # beside the lease: serializes take-overs
 STALE_S = 300.0  # ten missed refreshes: the holder is gone even where Slurm cannot be asked (inside a container)
 
 
@@ -130,6 +136,62 @@ def describe(holder: dict) -> str:
             f"since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(holder.get('started', 0)))})")
 
 
+def _judge(path: Path, me: dict, directory: Path, what: str) -> tuple[dict | None, str | None]:
+    """The holder's record and why it has surely ended ((None, None) when there is no lease); LeaseHeld while it lives."""
+    holder = _holder(path)
+    if holder is None:
+        return None, None
+    why = _ended(*holder, me)
+    if why is None:
+        raise LeaseHeld(f"{what} {directory} is in use by {describe(holder[0])} (its {LEASE_FILE}); one live run per "
+                        "checkpoint directory: wait for it to end, cancel it, or use another checkpoint.dir")
+    return holder[0], why
+
+
+@contextlib.contextmanager
+def _takeover_lock(directory: Path):
+    """Exclusive ``flock`` on ``directory/.lease.lock`` (released when the process dies); where the file system has no
+    locks, nothing: the check after the move aside still refuses to replace a lease this run did not judge."""
+    fd = os.open(directory / TAKEOVER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _replace(directory: Path, path: Path, tmp: Path, me: dict, judged: dict) -> bool:
+    """Under the take-over lock: move the ended holder's lease aside and link this run's; False when the lease there is
+    no longer the one judged (look again)."""
+    now = _holder(path)
+    if now is None or now[0] != judged:
+        return False
+    aside = directory / f".lease.{me['run_id']}.ended"
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    try:
+        moved = json.loads(aside.read_text())
+    except (OSError, ValueError):
+        moved = {}
+    if moved != judged:  # the holder released it and another run linked its own meanwhile: put that one back
+        with contextlib.suppress(FileExistsError):
+            os.link(aside, path)
+        aside.unlink()
+        return False
+    aside.unlink()
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    return True
+
+
 def take(directory: Path, job_name: str, environ: Mapping[str, str], what: str = "checkpoint.dir") -> tuple[Lease, str | None]:
     """Take the lease on ``directory`` (which must exist), or raise LeaseHeld naming the live holder.
     Returns the lease and, when it was taken over, why the previous holder counts as ended."""
@@ -138,28 +200,19 @@ def take(directory: Path, job_name: str, environ: Mapping[str, str], what: str =
           "host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
     path = directory / LEASE_FILE
     tmp = directory / f".lease.{me['run_id']}.tmp"
-    taken_over = None
     try:
         tmp.write_text(json.dumps(me) + "\n")
         for _ in range(3):
             try:
                 os.link(tmp, path)  # fails while any lease is there
-                return Lease(directory, me), taken_over
+                return Lease(directory, me), None
             except FileExistsError:
                 pass
-            holder = _holder(path)
-            if holder is None:
-                continue  # released meanwhile
-            why = _ended(*holder, me)
-            if why is None:
-                raise LeaseHeld(f"{what} {directory} is in use by {describe(holder[0])} (its {LEASE_FILE}); one live run "
-                                "per checkpoint directory: wait for it to end, cancel it, or use another checkpoint.dir")
-            try:  # one taker wins the rename; the others find the lease gone and race for the link
-                os.rename(path, directory / f".lease.{me['run_id']}.ended")
-                (directory / f".lease.{me['run_id']}.ended").unlink()
-                taken_over = why
-            except FileNotFoundError:
-                pass
+            _judge(path, me, directory, what)  # a live holder is refused before anything is locked or moved
+            with _takeover_lock(directory):
+                holder, why = _judge(path, me, directory, what)
+                if holder is not None and _replace(directory, path, tmp, me, holder):
+                    return Lease(directory, me), why
     except OSError as e:
         raise HpcError(f"{what} {directory}: cannot take its lease ({e.strerror})") from None
     finally:
