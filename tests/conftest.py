@@ -22,7 +22,7 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict
 def wait_job(job_id: str, timeout: float = 300) -> str:
     """Block until Slurm reports a final state for the job; returns it."""
     from hpc.node.contract import ENDED_STATES
-    from hpc.slurm_query import job_state
+    from hpc.login.slurm_query import job_state
 
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -53,6 +53,6 @@ def job_nodes(job_id: str) -> list[str]:
     """The nodes Slurm gave the job, in order (other jobs may hold any node, so tests never assume n1, n2)."""
     import hostlist
 
-    from hpc.slurm_query import scontrol_fields
+    from hpc.login.slurm_query import scontrol_fields
 
     return hostlist.expand_hostlist(scontrol_fields(job_id)["NodeList"])

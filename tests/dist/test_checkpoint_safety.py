@@ -1,4 +1,4 @@
-"""No mistake or fault costs a run its checkpoints, through the real `python -m train` on CPU: a resubmission with
+"""No mistake or fault costs a run its checkpoints, through the real `python -m hpc.train` on CPU: a resubmission with
 other settings is refused in one line with nothing renamed; a load that fails for another reason than damage (an
 injected out-of-memory error) fails the start with nothing set aside; a damaged checkpoint is set aside and the older
 one loads; when nothing loads, only checkpoint.restart=fresh starts over; one live run per checkpoint directory; a
@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, LEASE_FILE
-from train.checkpoint import step_dir
+from hpc.train.checkpoint import step_dir
 from train_helpers import ROOT, clean_env, metrics, save_tiny_hf, start_endless, train_cmd
 
 SAVED = ("steps=6", "checkpoint.interval=3", "checkpoint.keep_last=5", "schedule.warmup_steps=2")
@@ -195,7 +195,7 @@ def test_every_process_group_of_the_trainer_is_bounded_by_the_dist_timeout(tmp_p
         "        backend = pg._get_backend(__import__('torch').device('cpu'))\n"
         "        out[c10d._world.pg_names.get(pg, '?')] = backend.options._timeout.total_seconds()\n"
         "    open(os.environ['PROBE_OUT'] + f\".{os.environ['RANK']}\", 'w').write(json.dumps(out))\n"
-        "import train.loop as loop\n"
+        "import hpc.train.loop as loop\n"
         "orig = loop.Trainer.run\n"
         "def run(self, *a, **k):\n    report()\n    return orig(self, *a, **k)\n"
         "loop.Trainer.run = run\n")

@@ -1,4 +1,4 @@
-"""FP8 training (train/float8.py) as processes on CPU: fp8 without a GPU is one line, exit 2; emulated float8 under
+"""FP8 training (hpc/train/float8.py) as processes on CPU: fp8 without a GPU is one line, exit 2; emulated float8 under
 dp2 x tp2 (TP, FSDP2 with float8 all-gather) against one process."""
 
 from __future__ import annotations

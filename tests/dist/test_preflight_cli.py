@@ -1,4 +1,4 @@
-"""hpc.preflight's bad input: one line, exit 2, before anything is submitted."""
+"""hpc.login.preflight's bad input: one line, exit 2, before anything is submitted."""
 
 import pytest
 
@@ -11,6 +11,6 @@ from conftest import run_cli
     (["--nodes", "1", "--min-bytes", "4096", "--max-bytes", "1024"], "--min-bytes 4096 is larger than --max-bytes 1024"),
 ])
 def test_bad_input_exits_2_before_submitting(tmp_path, args, message):
-    r = run_cli("-m", "hpc.preflight", "--site", "local", *args, cwd=tmp_path, timeout=60)
+    r = run_cli("-m", "hpc.login.preflight", "--site", "local", *args, cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert not (tmp_path / "jobs").exists()

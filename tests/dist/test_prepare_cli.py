@@ -1,4 +1,4 @@
-"""train.prepare as processes: three concurrent tasks write the bytes of one; bad input is one line, exit 2."""
+"""hpc.train.prepare as processes: three concurrent tasks write the bytes of one; bad input is one line, exit 2."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from train.data.prepared import prepare
+from hpc.train.data.prepared import prepare
 from train_helpers import ROOT, TINY, clean_env
 from unit.test_prepare import LINES, SEQ, cfg, long_prompt_chats, source, tok, tree  # noqa: F401 (source, tok: fixtures)
 
 
 def cli(out: Path, source: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
-    args = [sys.executable, "-m", "train.prepare", "--config", str(TINY), "data.format=chat", f"data.path={source}",
+    args = [sys.executable, "-m", "hpc.train.prepare", "--config", str(TINY), "data.format=chat", f"data.path={source}",
             "data.chunk_bytes=16384", f"seq_len={SEQ}", f"data.prepared={out}", *extra]
     return subprocess.Popen(args, cwd=ROOT, env=clean_env(**(env or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -41,8 +41,8 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     bad.write_text(json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": 7}]}) + "\n")
     out, err = (proc := cli(tmp_path / "p", bad)).communicate(timeout=120)
     assert proc.returncode == 2 and err.strip().count("\n") == 0
-    assert err.startswith(f"train.prepare: error: data.messages_field (messages): {bad}:1 turn 1 (assistant) has content of type int")
-    proc = subprocess.run([sys.executable, "-m", "train.prepare", "--config", str(TINY)], cwd=ROOT, env=clean_env(),
+    assert err.startswith(f"hpc.train.prepare: error: data.messages_field (messages): {bad}:1 turn 1 (assistant) has content of type int")
+    proc = subprocess.run([sys.executable, "-m", "hpc.train.prepare", "--config", str(TINY)], cwd=ROOT, env=clean_env(),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "data.pack=stream" in proc.stderr and proc.stderr.count("\n") == 1
 
@@ -53,6 +53,6 @@ def test_data_that_truncation_leaves_without_loss_tokens_is_one_line_exit_2(tmp_
     src = long_prompt_chats(tmp_path / "long.jsonl", 40)
     out, err = (proc := cli(tmp_path / "p", src)).communicate(timeout=120)
     assert proc.returncode == 2 and err.strip().count("\n") == 0, err
-    assert re.fullmatch(rf"train.prepare: error: data.overlong=truncate: 40 of 40 samples have no loss token within seq_len={SEQ} "
+    assert re.fullmatch(rf"hpc.train.prepare: error: data.overlong=truncate: 40 of 40 samples have no loss token within seq_len={SEQ} "
                         r"\(the longest sample has \d+ tokens\), more than 50% or all; .*data.overlong=truncate_left.*\n", err), err
     assert not (tmp_path / "p" / "manifest.json").exists()

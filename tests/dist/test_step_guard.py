@@ -1,5 +1,5 @@
 """A run whose loss turns non-finite stops with one line, exit 1, before it saves any step from there on
-(the real `python -m train` on CPU, one process and dp2 under torchrun)."""
+(the real `python -m hpc.train` on CPU, one process and dp2 under torchrun)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from hpc.node.contract import EXIT_FAILED
-from train.checkpoint import complete_checkpoints
+from hpc.train.checkpoint import complete_checkpoints
 from train_helpers import ROOT, clean_env, metrics, train_cmd
 
 

@@ -4,7 +4,7 @@ import subprocess
 import pytest
 
 from conftest import run_cli
-from hpc.render import render_sbatch
+from hpc.login.render import render_sbatch
 from train_helpers import TINY
 from unit.test_sweep_spec import sweep_spec
 
@@ -42,22 +42,22 @@ BAD = [
 
 @pytest.mark.parametrize("flags,message", BAD, ids=[" ".join(f) for f, _ in BAD])
 def test_bad_input_is_one_line_and_nothing_is_written(flags, message, tmp_path):
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", *flags, "--emit", str(tmp_path / "job.sbatch"),
+    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", *flags, "--emit", str(tmp_path / "job.sbatch"),
                 "--", "--config", str(TINY), cwd=tmp_path) if "--wait" not in flags else \
-        run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", *flags, "--", "--config", str(TINY), cwd=tmp_path)
+        run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", *flags, "--", "--config", str(TINY), cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_sweep_of_a_non_trainer_command_is_refused(tmp_path):
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--sweep", "seed=1,2", "--dry-run", "--", "-m", "hpc.node.smoke",
+    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--sweep", "seed=1,2", "--dry-run", "--", "-m", "hpc.node.smoke",
                 cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.strip() == "hpc.submit: error: --sweep: sweeps trainer overrides; -m hpc.node.smoke is not the trainer"
+    assert r.returncode == 2 and r.stderr.strip() == "hpc.login.submit: error: --sweep: sweeps trainer overrides; -m hpc.node.smoke is not the trainer"
 
 
 def test_dry_run_prints_the_script_and_the_task_table(tmp_path):
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", "lr", "--sweep", "optim.lr=1e-4,3e-4",
+    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--job-name", "lr", "--sweep", "optim.lr=1e-4,3e-4",
                 "--sweep", "micro_batch=1,2", "--max-parallel", "2", "--dry-run", "--", "--config", str(TINY), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("#!/bin/bash") and "#SBATCH --array=0-3%2\n" in r.stdout

@@ -1,4 +1,4 @@
-"""Ways a run could lose work, through the real `python -m train` on CPU: done is not stopped, a stop
+"""Ways a run could lose work, through the real `python -m hpc.train` on CPU: done is not stopped, a stop
 notice is acted on at the next step whatever the logging cadence, a checkpoint that fails to load is set
 aside, a save that fails leaves the previous checkpoints intact, and a directory of another job is refused."""
 
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED
-from train.checkpoint import complete_checkpoints, step_dir
+from hpc.train.checkpoint import complete_checkpoints, step_dir
 from train_helpers import ROOT, clean_env, metrics, start_endless, train_cmd
 
 

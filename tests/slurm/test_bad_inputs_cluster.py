@@ -1,5 +1,5 @@
 """The bad-input cases that need the local cluster (the rest run in-process: tests/unit/test_bad_inputs.py):
-sbatch's own refusals, a live job of the same name, and hpc.jobs on a job that exists. Each is one line, exit 2,
+sbatch's own refusals, a live job of the same name, and hpc.login.jobs on a job that exists. Each is one line, exit 2,
 and queues nothing from its directory."""
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def site_with(tmp_path, **changes) -> str:
 def test_sbatch_refusal_is_one_line_naming_the_option(slurm, tmp_path, option, value):
     (tmp_path / "s.py").write_text("print('ran')\n")
     site = site_with(tmp_path, submission__extra_sbatch={option: value})
-    r = run_cli("-m", "hpc.submit", "--site", site, "--nodes", "1", "--gpus-per-node", "1", "--time", "5",
+    r = run_cli("-m", "hpc.login.submit", "--site", site, "--nodes", "1", "--gpus-per-node", "1", "--time", "5",
                 "--job-name", f"{PREFIX}{option}", "--", str(tmp_path / "s.py"), cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and option in r.stderr, r.stderr
     assert queued(tmp_path) == []
@@ -38,7 +38,7 @@ def test_a_live_job_of_the_same_name_is_refused(slurm, tmp_path):
     held = subprocess.run(["sbatch", "--parsable", "-J", f"{PREFIX}dup", "-N", "1", "-n", "1", "-t", "5", "--hold",
                            "-o", str(tmp_path / "held.out"), "--wrap", "sleep 60"], capture_output=True, text=True, check=True, cwd=tmp_path)
     try:
-        r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--gpus-per-node", "1", "--time", "5",
+        r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--gpus-per-node", "1", "--time", "5",
                     "--job-name", f"{PREFIX}dup", "--", str(tmp_path / "s.py"), cwd=tmp_path)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--job-name" in r.stderr, r.stderr
         assert queued(tmp_path) == [held.stdout.strip().split(";")[0]]  # the held one only
@@ -55,10 +55,10 @@ def test_jobs_commands_on_a_finished_job(slurm, tmp_path):
     assert wait_job(job, timeout=120) == "COMPLETED"
     for args, names in ((["logs", job, "--rank", "9"], "task 9"), (["report", job], "metrics"),
                         (["logs", job, "--rank", "-1"], "--rank"), (["report", job, "--out", str(tmp_path / "r.xyz")], "--out")):
-        r = run_cli("-m", "hpc.jobs", *args, cwd=tmp_path)
+        r = run_cli("-m", "hpc.login.jobs", *args, cwd=tmp_path)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and names in r.stderr, (args, r.stderr)
     for args in (["status", job], ["logs", job], ["cancel", job]):
-        r = run_cli("-m", "hpc.jobs", *args, cwd=tmp_path)
+        r = run_cli("-m", "hpc.login.jobs", *args, cwd=tmp_path)
         assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr)
     assert sorted(p.name for p in out.iterdir()) == [f"{job}_0_log.out"]  # nothing written beside the log
 
@@ -67,6 +67,6 @@ def test_a_missing_slurm_conf_is_one_line(slurm, tmp_path):
     (tmp_path / "s.py").write_text("print('ran')\n")
     site = site_with(tmp_path, submission__slurm_conf="/no/such/slurm.conf")
     env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}  # the profile's slurm_conf is the one used
-    r = subprocess.run([PYTHON, "-m", "hpc.submit", "--site", site, "--nodes", "1", "--time", "5", "--", str(tmp_path / "s.py")],
+    r = subprocess.run([PYTHON, "-m", "hpc.login.submit", "--site", site, "--nodes", "1", "--time", "5", "--", str(tmp_path / "s.py")],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "slurm_conf" in r.stderr, r.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, assert_golden, job_nodes, run_cli, wait_job
-from hpc.slurm_query import scontrol_fields
+from hpc.login.slurm_query import scontrol_fields
 from hpc.node.slurm_env import master_port
 from unit.test_golden import command_line
 
@@ -44,7 +44,7 @@ def check_smoke_records(out: Path, job_id: str, nodes: int = 2, per_node: int = 
 
 def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
     out = tmp_path / "ranks"
-    r = run_cli("-m", "hpc.submit", "--wait", *command_line("submitit", tmp_path), cwd=tmp_path)
+    r = run_cli("-m", "hpc.login.submit", "--wait", *command_line("submitit", tmp_path), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
     assert f"job {job_id} finished: COMPLETED" in r.stdout
@@ -58,13 +58,13 @@ def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
     # the dry run is the submission: --dry-run prints, and --emit writes, exactly the script submitit submitted
     submitted = (tmp_path / "jobs" / "smoke" / f"{job_id}_submission.sh").read_text()
     assert_golden("submitit", submitted, tmp_path)  # the file tests/unit/test_golden.py renders
-    dry = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke", "--dry-run",
+    dry = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke", "--dry-run",
                   "--", "-m", "hpc.node.smoke", "--out", str(out), cwd=tmp_path)
     assert dry.returncode == 0 and dry.stdout == submitted
 
     # the same job written with --emit and submitted by hand with plain sbatch
     out2, script = tmp_path / "ranks2", tmp_path / "job.sbatch"
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke",
+    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke",
                 "--emit", str(script), "--", "-m", "hpc.node.smoke", "--out", str(out2), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert script.read_text() == submitted.replace(str(out), str(out2))
@@ -78,7 +78,7 @@ def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
 
 def test_torchrun_launcher_one_task_per_node(slurm, tmp_path):
     out = tmp_path / "ranks"
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--wait",
+    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--wait",
                 "--job-name", "smoke-torchrun", "--", "-m", "hpc.node.smoke", "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
@@ -89,7 +89,7 @@ def test_hostile_job_name_is_only_a_name(slurm, tmp_path):
     marker = tmp_path / "owned"
     name = f"x; touch {marker}; $(touch {marker})"
     script = tmp_path / "job.sbatch"
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", name, "--emit", str(script),
+    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--job-name", name, "--emit", str(script),
                 "--", "-m", "hpc.node.smoke", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path)
@@ -104,7 +104,7 @@ def test_hostile_job_name_is_only_a_name(slurm, tmp_path):
                                    ["--job-name", "a b; c $(d)"]])
 def test_rendered_scripts_pass_sbatch_test_only(slurm, tmp_path, extra):
     script = tmp_path / "job.sbatch"
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--emit", str(script), *extra, cwd=tmp_path)
+    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--emit", str(script), *extra, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     t = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True, cwd=tmp_path)
     assert t.returncode == 0 and "to start at" in t.stderr, t.stderr
@@ -139,7 +139,7 @@ BAD = [
 @pytest.mark.parametrize("args,message", BAD)
 def test_bad_input_exits_2_before_submitting(slurm, tmp_path, args, message):
     before = queued(tmp_path)
-    r = run_cli("-m", "hpc.submit", *args, cwd=tmp_path)
+    r = run_cli("-m", "hpc.login.submit", *args, cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert queued(tmp_path) == before
@@ -150,7 +150,7 @@ def test_directories_of_other_jobs_and_bad_places_are_refused(slurm, tmp_path):
     """A directory another job name created is refused before submitting; so are an --emit path that is a
     directory and a profile path with an unset variable."""
     before = queued(tmp_path)
-    first = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", "exp 1",
+    first = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--job-name", "exp 1",
                     "--", "-m", "hpc.node.smoke", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     job = re.search(r"submitted job (\d+)", first.stdout).group(1)
@@ -158,14 +158,14 @@ def test_directories_of_other_jobs_and_bad_places_are_refused(slurm, tmp_path):
     before = queued(tmp_path)
     owned = next((tmp_path / "jobs").iterdir())
     assert owned.name.startswith("exp_1-")
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "exp_1",
+    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--job-name", "exp_1",
                 "--", f"log.dir={owned}", cwd=tmp_path)
     assert r.returncode == 2 and "log.dir" in r.stderr and "belongs to job 'exp 1'" in r.stderr, r.stderr
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--emit", str(tmp_path), cwd=tmp_path)
+    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--emit", str(tmp_path), cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Is a directory" in r.stderr, r.stderr
     profile = tmp_path / "site.yaml"
-    profile.write_text((ROOT / "hpc" / "site_configs" / "local.yaml").read_text().replace("job_dir: ./jobs", "job_dir: $HPC_TEST_UNSET/jobs"))
-    r = run_cli("-m", "hpc.submit", "--site", str(profile), "--nodes", "1", "--dry-run", cwd=tmp_path)
+    profile.write_text((ROOT / "hpc" / "login" / "site_configs" / "local.yaml").read_text().replace("job_dir: ./jobs", "job_dir: $HPC_TEST_UNSET/jobs"))
+    r = run_cli("-m", "hpc.login.submit", "--site", str(profile), "--nodes", "1", "--dry-run", cwd=tmp_path)
     assert r.returncode == 2 and "paths.job_dir: '$HPC_TEST_UNSET/jobs' uses $HPC_TEST_UNSET, which is not set" in r.stderr, r.stderr
     assert not (tmp_path / "$HPC_TEST_UNSET").exists()
     assert queued(tmp_path) == before
@@ -173,7 +173,7 @@ def test_directories_of_other_jobs_and_bad_places_are_refused(slurm, tmp_path):
 
 def test_dry_run_submits_and_writes_nothing(slurm, tmp_path):
     before = queued(tmp_path)
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--dry-run", cwd=tmp_path)
+    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--dry-run", cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in r.stdout
     assert queued(tmp_path) == before and list(tmp_path.iterdir()) == []
 

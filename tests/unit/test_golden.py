@@ -1,4 +1,4 @@
-"""Golden sbatch scripts per feature: what hpc.submit renders for a command line is tests/golden/NAME.sbatch.
+"""Golden sbatch scripts per feature: what hpc.login.submit renders for a command line is tests/golden/NAME.sbatch.
 
 The slurm tier submits the "submitit" case through submitit and compares the script Slurm received with the same
 file: the dry run is the submission. UPDATE_GOLDEN=1 refreshes every file.
@@ -6,15 +6,15 @@ file: the dry run is the submission. UPDATE_GOLDEN=1 refreshes every file.
 import pytest
 
 from conftest import GOLDEN_WORKDIR, ROOT, assert_golden
-from hpc.render import render_sbatch
-from hpc.site import SHIPPED_SITE_DIR
-from hpc.submit import parser, plan_spec, split_args
+from hpc.login.render import render_sbatch
+from hpc.login.site import SHIPPED_SITE_DIR
+from hpc.login.submit import parser, plan_spec, split_args
 
 SITES = sorted(p.stem for p in SHIPPED_SITE_DIR.glob("*.yaml"))
 
-TINY = "{PROJECT}/train/configs/tiny.yaml"
+TINY = "{PROJECT}/hpc/train/configs/tiny.yaml"
 
-# One line per case: NAME -> the hpc.submit command line ({WORK}: the directory it runs in, {PROJECT}: the checkout).
+# One line per case: NAME -> the hpc.login.submit command line ({WORK}: the directory it runs in, {PROJECT}: the checkout).
 CASES = {
     **{site: ["--site", site, "--nodes", "2"] for site in SITES},  # srun, per profile (roce-h100: pyxis); the planner's layout on GPU sites
     "local-torchrun": ["--site", "local", "--nodes", "2", "--launcher", "torchrun"],

@@ -1,5 +1,6 @@
-"""The layers, read from every module's imports (AST): hpc/node imports nothing else of hpc/, the trainer imports
-only hpc.node of hpc/, and neither imports the login side."""
+"""The floors, read from every module's imports (AST): hpc/node (the node side) imports nothing else of the project;
+hpc/train (the trainer) and hpc/integrations (users' own scripts) import only the node side besides themselves; only
+hpc/login (the login side) may import the trainer, and nothing imports the login side."""
 import ast
 from pathlib import Path
 
@@ -28,28 +29,35 @@ def modules(folder: str) -> list[Path]:
     return sorted((ROOT / folder).rglob("*.py"))
 
 
-def node_side(name: str) -> bool:
-    return name == "hpc.node" or name.startswith("hpc.node.")
+def floor(name: str) -> str | None:
+    """hpc.node, hpc.train, hpc.integrations or hpc.login for a module of the project; None for anything else."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "hpc" and len(parts) > 1 else None
 
 
 def project_imports(path: Path) -> set[str]:
-    return {n for n in imported(path) if n.split(".")[0] in ("hpc", "train", "bench", "tests")}
+    return {n for n in imported(path) if n.split(".")[0] in ("hpc", "bench", "tests")}
 
 
-@pytest.mark.parametrize("path", modules("hpc/node"), ids=lambda p: str(p.relative_to(ROOT)))
-def test_node_side_imports_only_the_node_side(path):
-    bad = {n for n in project_imports(path) if not node_side(n)}
-    assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}: hpc/node imports nothing else of the project"
+ALLOWED = {"hpc/node": {"hpc.node"}, "hpc/train": {"hpc.train", "hpc.node"},
+           "hpc/integrations": {"hpc.integrations", "hpc.node"}}
 
 
-@pytest.mark.parametrize("path", modules("train"), ids=lambda p: str(p.relative_to(ROOT)))
-def test_trainer_imports_only_the_node_side_of_hpc(path):
-    bad = {n for n in project_imports(path) if n.split(".")[0] != "train" and not node_side(n)}
-    assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}: the trainer imports only hpc.node of hpc/"
+@pytest.mark.parametrize("path", [p for folder in ALLOWED for p in modules(folder)], ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_floor_imports_only_the_floors_below_it(path):
+    folder = "/".join(path.relative_to(ROOT).parts[:2])
+    bad = {n for n in project_imports(path) if floor(n) not in ALLOWED[folder]}
+    assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}: {folder} imports only {sorted(ALLOWED[folder])}"
+
+
+def test_the_package_holds_the_floors_and_nothing_else():
+    assert sorted(p.name for p in (ROOT / "hpc").iterdir() if p.is_dir() and p.name != "__pycache__") == \
+        ["integrations", "login", "node", "train"]
+    assert {p.name for p in (ROOT / "hpc").glob("*.py")} == {"__init__.py"}
 
 
 def test_the_checks_see_imports():
     """The reader finds imports anywhere in a module (inside functions too), so the checks above can fail."""
-    found = imported(ROOT / "hpc" / "spec.py")
-    assert {"train.config", "hpc.slurm_query", "hpc.node.ownership"} <= found
+    found = imported(ROOT / "hpc" / "login" / "spec.py")
+    assert {"hpc.train.config", "hpc.login.slurm_query", "hpc.node.ownership"} <= found
     assert "hpc.node.ownership.claim" in found

@@ -1,4 +1,4 @@
-"""Layout planner: Qwen3 sizes, the memory model's choices, the CLI and hpc.submit's use of it."""
+"""Layout planner: Qwen3 sizes, the memory model's choices, the CLI and hpc.login.submit's use of it."""
 import sys
 from pathlib import Path
 
@@ -7,8 +7,8 @@ import torch
 import yaml
 
 from conftest import ROOT
-from hpc.plan import LOSS_CHUNK_TOKENS, PlanError, Shape, memory, plan, plan_trainer_args, qwen3_shape, report, tp_choices
-from hpc.site import load_site
+from hpc.login.plan import LOSS_CHUNK_TOKENS, PlanError, Shape, memory, plan, plan_trainer_args, qwen3_shape, report, tp_choices
+from hpc.login.site import load_site
 from train_helpers import TINY
 
 # the model cards' totals and non-embedding counts, in billions
@@ -48,7 +48,7 @@ def test_memory_model_moves_the_right_way():
 
 
 def test_loss_memory_is_one_chunk_of_logits_as_the_trainer_computes_it():
-    CHUNK_TOKENS = LOSS_CHUNK_TOKENS  # train/interface.py: the trainer's loss and the planner share it
+    CHUNK_TOKENS = LOSS_CHUNK_TOKENS  # hpc/train/interface.py: the trainer's loss and the planner share it
     s = qwen3_shape("8B")
     one, eight = memory(s, 1, 16, False, CHUNK_TOKENS, 141), memory(s, 1, 16, False, 8 * CHUNK_TOKENS, 141)
     assert one.loss_gb == pytest.approx((CHUNK_TOKENS * s.vocab * 10 + 6 * s.vocab * s.hidden + 2 * CHUNK_TOKENS * s.hidden) / 1e9)
@@ -98,7 +98,7 @@ def test_report_explains_the_choice(site, gpus, tp_line):
 def test_trainer_args_get_the_plan_only_without_a_layout(tmp_path):
     site = load_site("roce-h100")
     part = site.partition(None)
-    tiny = str(ROOT / "train" / "configs" / "tiny.yaml")
+    tiny = str(ROOT / "hpc" / "train" / "configs" / "tiny.yaml")
     assert plan_trainer_args(site, part, 2, 8, ["--config", tiny, "parallel.tp=2"]) == (["--config", tiny, "parallel.tp=2"], None)
     assert plan_trainer_args(site, part, 2, 8, ["-m", "hpc.node.smoke"]) == (["-m", "hpc.node.smoke"], None)
     local = load_site("local")
@@ -106,7 +106,7 @@ def test_trainer_args_get_the_plan_only_without_a_layout(tmp_path):
     args, note = plan_trainer_args(site, part, 2, 8, ["--config", tiny, "optim.lr=1e-3"])
     assert args == ["--config", tiny, "optim.lr=1e-3", "parallel.tp=1"] and note.startswith("planner: dp=16 x tp=1")
 
-    demo = str(ROOT / "train" / "configs" / "demo.yaml")  # sets parallel.tp itself
+    demo = str(ROOT / "hpc" / "train" / "configs" / "demo.yaml")  # sets parallel.tp itself
     assert plan_trainer_args(site, part, 2, 8, ["--config", demo]) == (["--config", demo], None)
 
     big = yaml.safe_load(Path(tiny).read_text())
@@ -125,9 +125,9 @@ def test_lora_adapter_count_and_nf4_bytes_match_the_trainer():
     from torchao.dtypes.nf4tensor import to_nf4
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from hpc.plan import BASE_B
-    from train.adapters import apply_lora, nf4_scaler_block
-    from train.config import SHAPES, load_config
+    from hpc.login.plan import BASE_B
+    from hpc.train.adapters import apply_lora, nf4_scaler_block
+    from hpc.train.config import SHAPES, load_config
 
     s = qwen3_shape("8B")
     dims = SHAPES["8B"].model_dump(exclude_none=True)
@@ -143,7 +143,7 @@ def test_lora_adapter_count_and_nf4_bytes_match_the_trainer():
 
 
 def test_lora_plans_smallest_layouts():
-    from hpc.plan import Adapters
+    from hpc.login.plan import Adapters
 
     full = memory(qwen3_shape("8B"), 1, 1, True, 4096, 80)
     lora = memory(qwen3_shape("8B"), 1, 1, True, 4096, 80, lora=Adapters(16))

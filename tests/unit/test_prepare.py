@@ -1,4 +1,4 @@
-"""train.prepare in process: a manifest that must match, corrupt shards refused, the prepared rows memory-mapped."""
+"""hpc.train.prepare in process: a manifest that must match, corrupt shards refused, the prepared rows memory-mapped."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 
 from hpc.node.cli import HpcError
 from hpc.node.contract import PREPARED_MANIFEST as MANIFEST
-from train.data.config import DataConfig
-from train.data.packing import IGNORE as IGNORE_LABEL
-from train.data.prepared import PreparedData, describe, open_prepared, prepare, split_rows
-from train.data.sources import DEMO_CHAT, DataError
-from train.prepare import task_of
-from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+from hpc.train.data.config import DataConfig
+from hpc.train.data.packing import IGNORE as IGNORE_LABEL
+from hpc.train.data.prepared import PreparedData, describe, open_prepared, prepare, split_rows
+from hpc.train.data.sources import DEMO_CHAT, DataError
+from hpc.train.prepare import task_of
+from hpc.train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
 
 SEQ = 64
 LINES = 600  # about 150 kB: 10 chunks of 16 kB
@@ -65,7 +65,7 @@ def test_mismatched_or_corrupt_prepared_data_is_refused_in_one_line(tmp_path, so
 
     def refused(match, data_cfg=cfg(src), seq=SEQ):
         with pytest.raises(DataError, match=match) as err:
-            open_prepared(data_cfg, seq, tok, "chat", out, 0, 1, "python -m train.prepare ...", log=lambda m: None)
+            open_prepared(data_cfg, seq, tok, "chat", out, 0, 1, "python -m hpc.train.prepare ...", log=lambda m: None)
         assert "\n" not in str(err.value)
 
     refused(r"prepared with another seq_len \(was 64, now 32\)", seq=32)
@@ -103,7 +103,7 @@ def test_task_of_reads_torchrun_then_slurm():
 
 def test_text_documents_pack_whole_with_eos(tmp_path):
     """data.pack=documents in text mode: each document (and its EOS) whole in a row, every token after its first a target."""
-    from train.data.packing import model_inputs
+    from hpc.train.data.packing import model_inputs
 
     tok = load_tokenizer(None)
     docs = ["To be, or not to be, that is the question.", "Now is the winter of our discontent.", "Exit, pursued by a bear."]
@@ -152,8 +152,8 @@ def test_data_whose_samples_all_lose_their_loss_tokens_is_refused(tmp_path, tok,
 
 
 def chat_samples(tok, src: Path):
-    from train.data.formats import ChatFormat
-    from train.data.sources import Location
+    from hpc.train.data.formats import ChatFormat
+    from hpc.train.data.sources import Location
 
     records = [(Location(src, i), json.loads(line)) for i, line in enumerate(src.read_text().splitlines())]
     return list(ChatFormat(DataConfig(format="chat"), tok, "chat").samples(records))
@@ -161,7 +161,7 @@ def chat_samples(tok, src: Path):
 
 def test_truncate_left_keeps_every_answer(tmp_path, tok):
     """overlong=truncate_left on the same data: every sample packed, its targets exactly its answer and <|im_end|>."""
-    from train.data.packing import model_inputs
+    from hpc.train.data.packing import model_inputs
 
     src = long_prompt_chats(tmp_path / "long.jsonl", 40)
     data = open_prepared(cfg(src, overlong="truncate_left"), SEQ, tok, "chat", tmp_path / "p", 0, 1, "-", log=lambda m: None)

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from hpc.render import preamble_lines, render_sbatch
-from hpc.site import SHIPPED_SITE_DIR, load_site
-from hpc.spec import PROJECT_ROOT, build_spec
+from hpc.login.render import preamble_lines, render_sbatch
+from hpc.login.site import SHIPPED_SITE_DIR, load_site
+from hpc.login.spec import PROJECT_ROOT, build_spec
 
 SITES = sorted(p.stem for p in SHIPPED_SITE_DIR.glob("*.yaml"))
 TEST_SITES = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "sites").glob("*.yaml"))  # profiles for tests only
@@ -25,7 +25,7 @@ def render(site_name: str, monkeypatch, **kw) -> str:
 def test_trainer_args_are_quoted_and_default_config_added(monkeypatch):
     text = render("local", monkeypatch, args=["optim.lr=1e-3", "run.name=a b;c"])
     launch = next(l for l in text.splitlines() if l.endswith(" || rc=$?")).removesuffix(" || rc=$?")
-    assert shlex.split(launch)[-8:] == ["-m", "train", "--config", "{PROJECT}/train/configs/demo.yaml", "optim.lr=1e-3", "run.name=a b;c",
+    assert shlex.split(launch)[-8:] == ["-m", "hpc.train", "--config", "{PROJECT}/hpc/train/configs/demo.yaml", "optim.lr=1e-3", "run.name=a b;c",
                                         "log.dir=/home/alice/project/jobs/train", "checkpoint.dir=/home/alice/project/checkpoints/train"]
     assert "'run.name=a b;c'" in launch
 

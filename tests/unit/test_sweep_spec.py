@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from hpc.dependency import DependencyError, parse_after
+from hpc.login.dependency import DependencyError, parse_after
 from hpc.node.contract import METRICS_FILE
-from hpc.site import load_site
-from hpc.slurm_query import Job, expand_indices
-from hpc.spec import build_spec
-from hpc.sweep import SweepError, build_sweep, split_values, write_table
-from hpc.sweep_report import sweep_table, task_runs
+from hpc.login.site import load_site
+from hpc.login.slurm_query import Job, expand_indices
+from hpc.login.spec import build_spec
+from hpc.login.sweep import SweepError, build_sweep, split_values, write_table
+from hpc.login.sweep_report import sweep_table, task_runs
 
 
 def test_tasks_are_the_cartesian_product_in_order():

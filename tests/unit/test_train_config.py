@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from train.config import SHAPES, ConfigError, ParallelConfig, apply_overrides, load_config
-from train.parallel import ParallelDims, WorldEnv
+from hpc.train.config import SHAPES, ConfigError, ParallelConfig, apply_overrides, load_config
+from hpc.train.parallel import ParallelDims, WorldEnv
 from train_helpers import ROOT, TINY
 
 
@@ -18,7 +18,7 @@ def _free_port() -> int:
 
 
 def test_shipped_configs_validate():
-    for path in (ROOT / "train" / "configs").glob("*.yaml"):
+    for path in (ROOT / "hpc" / "train" / "configs").glob("*.yaml"):
         load_config(path)
 
 

@@ -1,9 +1,0 @@
-"""Training data: sources, formats (text, chat), packing by document, prepared shards, per-rank streams."""
-
-from train.data.config import DataConfig
-from train.data.sources import DEMO_CHAT, DEMO_CORPUS, DataError
-from train.data.stream import PackedStream, TokenStream
-from train.data.text import load_tokens
-from train.tokenizer import load_tokenizer
-
-__all__ = ["DEMO_CHAT", "DEMO_CORPUS", "DataConfig", "DataError", "PackedStream", "TokenStream", "load_tokenizer", "load_tokens"]

@@ -1,8 +1,0 @@
-"""The trainer as the login side sees it, without importing torch: the module every rank runs, the config keys a job
-sets for its run's directories, and the fused loss's chunk (the planner's memory model counts one chunk of logits)."""
-
-MODULE = "train"  # python -m train
-LOG_DIR_KEY = "log.dir"
-CHECKPOINT_DIR_KEY = "checkpoint.dir"
-RUN_DIR_KEYS = (LOG_DIR_KEY, CHECKPOINT_DIR_KEY)  # a job (each array task) sets both to directories of its own
-LOSS_CHUNK_TOKENS = 4096  # tokens per chunk of train/loss.py's fused linear cross-entropy
