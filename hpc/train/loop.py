@@ -268,7 +268,7 @@ class Trainer:
         """Checkpoint the current step; ``background`` (with checkpoint.async_save) returns once the state is in host
         memory and the write is committed at a later step boundary. A save still being written is committed first."""
         self.finish_save()
-        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "ep": self.dims.ep, "data": self.stream.state_dict(), "lora": self.lora_meta,
+        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "ep": self.dims.ep, "data": self.stream.state_dict(),
                 "written_with": self.written_with,
                 "tracker": self.tracking.run_ids() if self.tracking is not None else self._tracker_ids}
         stager = self._stager if background else None

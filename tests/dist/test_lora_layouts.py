@@ -52,7 +52,7 @@ def test_dp2_tp2_equals_one_process(runs):
         assert torch.linalg.norm(b[key] - a[key]) <= 1e-3 * torch.linalg.norm(a[key]), key
     assert any(v.abs().max() > 0 for k, v in a.items() if "lora_B" in k), "B trained away from zero"
     meta = json.loads((four / "checkpoints" / "step-00000006" / "meta.json").read_text())
-    assert meta["lora"]["r"] == 4 and meta["dp"] == 2 and meta["tp"] == 2
+    assert meta["written_with"]["lora.r"] == 4 and meta["dp"] == 2 and meta["tp"] == 2
 
 
 def test_resume_same_layout_bitwise_other_layout_close(runs, tmp_path):

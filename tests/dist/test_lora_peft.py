@@ -132,7 +132,7 @@ def test_trainer_lora_equals_peft_lora_for_20_steps_and_exports_for_peft(trainer
     model_keys = [k for k in saved if k.startswith("model.")]
     assert model_keys and all(is_adapter_key(k) for k in model_keys)
     meta = json.loads((ckpt / "meta.json").read_text())
-    assert meta["lora"]["r"] == R and meta["lora"]["base"] == {"path": str(hf_base.resolve())}
+    assert meta["written_with"]["lora.r"] == R and meta["written_with"]["lora.base"] == {"path": str(hf_base.resolve())}
 
 
 def test_qlora_nf4_base_trains_like_lora_on_the_dequantized_base(tmp_path, hf_base, monkeypatch):
