@@ -79,12 +79,12 @@ def test_bad_chat_data_is_one_line_and_exit_2_on_every_rank(tmp_path):
     run = tmp_path / "run"
     proc = subprocess.run(train_cmd(2, *CHAT, "micro_batch=1", f"data.path={data}", f"log.dir={run}"), cwd=ROOT,
                           env=clean_env(HPC_DIST_TIMEOUT_S="20"), capture_output=True, text=True, timeout=120)
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("train: error:")]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hpc.train: error:")]
     assert proc.returncode != 0 and "Timed out" not in proc.stderr
     assert len(errors) == 2 and all(f"{data}:2 has no assistant turn" in e for e in errors), proc.stderr[-3000:]
     single = subprocess.run(train_cmd(1, *CHAT, "micro_batch=1", f"data.path={data}", f"log.dir={tmp_path / 'one'}"), cwd=ROOT,
                             env=clean_env(), capture_output=True, text=True, timeout=120)
-    assert single.returncode == 2 and single.stderr.strip().splitlines()[-1].startswith("train: error: data.messages_field")
+    assert single.returncode == 2 and single.stderr.strip().splitlines()[-1].startswith("hpc.train: error: data.messages_field")
 
 
 @pytest.mark.parametrize("pack", ["documents", "stream"])

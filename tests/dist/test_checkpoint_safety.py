@@ -62,7 +62,7 @@ def test_a_resubmission_with_other_settings_is_refused_with_nothing_renamed_and_
     changed = run(run_dir, *SAVED[1:], "steps=9", "model.dims.hidden_size=128", "master_dtype=bf16")
     assert changed.returncode == EXIT_BAD_INPUT, changed.stdout[-2000:] + changed.stderr[-2000:]
     [line] = error_lines(changed)
-    assert line.startswith(f"train: error: checkpoint.dir {run_dir / 'checkpoints'}: step-00000006 was written with other settings:")
+    assert line.startswith(f"hpc.train: error: checkpoint.dir {run_dir / 'checkpoints'}: step-00000006 was written with other settings:")
     assert "master_dtype \"fp32\" (saved) vs \"bf16\" (now); model.dims.hidden_size 64 (saved) vs 128 (now)" in line
     assert "checkpoint.restart=fresh" in line
     assert listing(run_dir) == before  # nothing renamed, trimmed or written
@@ -174,7 +174,7 @@ def test_a_model_path_whose_safetensors_do_not_fit_its_config_is_one_line(hf_dir
     r = run(tmp_path / "r", "model.shape=null", f"model.path={bad}", "steps=2", "schedule.warmup_steps=1")
     assert r.returncode == EXIT_BAD_INPUT, r.stderr[-2000:]
     [line] = error_lines(r)
-    assert line == f"train: error: model.path: {bad}: its safetensors do not fit its config.json: {want}"
+    assert line == f"hpc.train: error: model.path: {bad}: its safetensors do not fit its config.json: {want}"
     assert not list((tmp_path / "r").glob("checkpoints/step-*")) and not (tmp_path / "r" / "metrics.jsonl").exists()
 
 

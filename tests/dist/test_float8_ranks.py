@@ -16,8 +16,8 @@ def test_fp8_on_cpu_exits_2_with_one_line(tmp_path):
     proc = subprocess.run(train_cmd(1, "fp8.enabled=true", f"log.dir={tmp_path}"), cwd=ROOT, env=clean_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("train: error:")]
-    assert errors == ["train: error: fp8.enabled=true needs a CUDA GPU of compute capability 8.9 or newer (H100, H200, L40S, ...); this run is on cpu"]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hpc.train: error:")]
+    assert errors == ["hpc.train: error: fp8.enabled=true needs a CUDA GPU of compute capability 8.9 or newer (H100, H200, L40S, ...); this run is on cpu"]
     assert "Traceback" not in proc.stderr
 
 

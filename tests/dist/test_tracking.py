@@ -146,7 +146,7 @@ def test_tracker_not_installed_is_one_line_exit_2(tmp_path):
                        cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
-        f"train: error: {TINY} (with overrides log.dir={run} log.tracker=[mlflow, wandb]): "
+        f"hpc.train: error: {TINY} (with overrides log.dir={run} log.tracker=[mlflow, wandb]): "
         "log.tracker: wandb is not installed; pip install 'hpc-train[wandb]'"]
     assert not run.exists()
 

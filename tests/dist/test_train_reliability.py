@@ -84,7 +84,7 @@ def test_a_save_on_a_full_disk_fails_in_one_line_and_keeps_the_previous_checkpoi
     finally:
         subprocess.run(["umount", str(disk)], check=True)
     assert r.returncode == EXIT_FAILED, r.stdout[-2000:] + r.stderr[-2000:]
-    errors = [line for line in r.stderr.splitlines() if line.startswith("train: error:")]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("hpc.train: error:")]
     assert len(errors) == 1 and "checkpoint of step" in errors[0] and "MiB free in" in errors[0], r.stderr[-3000:]
     assert errors[0].endswith("the previous checkpoints are kept")
     assert "Traceback" not in r.stderr
@@ -97,5 +97,5 @@ def test_directories_of_another_job_are_refused_before_training(tmp_path):
     other = run(tmp_path / "r", "steps=4", "schedule.warmup_steps=1", HPC_JOB_NAME="exp_1")
     assert other.returncode == EXIT_BAD_INPUT
     assert other.stderr.strip().splitlines() == [
-        f"train: error: log.dir {tmp_path / 'r'} belongs to job 'exp 1' (its .owner.json); this job is 'exp_1': pick another job name or directory"]
+        f"hpc.train: error: log.dir {tmp_path / 'r'} belongs to job 'exp 1' (its .owner.json); this job is 'exp_1': pick another job name or directory"]
     assert max(metrics(tmp_path / "r")) == 2
