@@ -380,9 +380,9 @@ def plan_trainer_args(site: SiteProfile, part: Partition, nodes: int, gpus_per_n
     dims = cfg.model.dims_dict()
     vocab = dims.get("vocab_size")
     if vocab is None:
-        from hpc.train.tokenizer import load_tokenizer
+        from hpc.train.tokenizer import check_tokenizer
 
-        vocab = len(load_tokenizer(cfg.data.tokenizer))
+        vocab = check_tokenizer(cfg.data.tokenizer)
     shape = Shape.from_dims(cfg.model.shape or Path(cfg.model.path).name, dims, vocab)
     lora = Adapters(cfg.lora.r, "nf4" if cfg.lora.quantize_base == "nf4" else "bf16") if cfg.lora.enabled else None
     p = plan(shape, nodes, gpus_per_node, part.gpu_memory_gb, cfg.seq_len, cfg.micro_batch, cfg.master_dtype, lora)

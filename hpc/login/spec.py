@@ -262,7 +262,8 @@ def check_rank_command(spec: JobSpec) -> None:
     """What every rank will run, checked here before anything is submitted: the trainer's config,
     overrides and layout for this job's ranks, or that a ``-m MODULE`` exists for the job's python."""
     from hpc.train.config import load_config, split_cli
-    from hpc.train.parallel import ParallelDims, WorldEnv
+    from hpc.train.layout import WorldEnv
+    from hpc.train.run_check import check_run
 
     cmd = spec.command
     if spec.runs_trainer:
@@ -275,9 +276,7 @@ def check_rank_command(spec: JobSpec) -> None:
             try:
                 config, overrides = split_cli(list(task_cmd[4:]))
                 cfg = load_config(config, overrides)
-                cfg.check_paths()
-                env = WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node)
-                ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads(), num_experts=cfg.model.num_experts()).grad_accum(cfg.global_batch, cfg.micro_batch)
+                check_run(cfg, WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node))
                 check_owner(cfg.log.dir, owner, LOG_DIR_KEY)
                 check_owner(cfg.checkpoint_dir, owner, CHECKPOINT_DIR_KEY)
             except HpcError as e:
