@@ -90,14 +90,12 @@ class JobSpec:
 
     @property
     def command(self) -> tuple[str, ...]:
-        """What every rank runs (an array task adds its overrides: ``task_commands``)."""
-        return self.task_command()
-
-    def task_command(self, task_overrides: Sequence[str] = ()) -> tuple[str, ...]:
+        """What every rank runs: the trainer with its part's arguments, or the program (each array task's overrides are
+        added in the script)."""
         python = self.container.python if self.container else self.python
         if self.trainer is None:
             return (python, "-u", *self.program)
-        return (python, "-u", "-m", TRAINER_MODULE, *self.trainer.args(task_overrides))
+        return (python, "-u", "-m", TRAINER_MODULE, *self.trainer.args())
 
     @property
     def launch_python(self) -> str:
@@ -107,12 +105,6 @@ class JobSpec:
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
-
-    def task_commands(self) -> list[tuple[str, tuple[str, ...]]]:
-        """(owner name, full rank command) of each array task; of the job itself when it is no array."""
-        if self.sweep is None:
-            return [(self.job_name, self.command)]
-        return [(t.owner(self.job_name), self.task_command(task_args(t, self.job_dir, self.checkpoint_dir))) for t in self.sweep.tasks]
 
 
 def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default: Optional[str] = None) -> None:
