@@ -58,8 +58,10 @@ from typing import Optional, Sequence
 from hpc.node.bandwidth import bus_factor
 from hpc.node.cli import HpcError, Parser, fail, path_text, whole
 from hpc.login.site import Partition, SiteProfile, load_site
+from hpc.train.config import SHAPES, TrainConfig
 from hpc.train.interface import LOSS_CHUNK_TOKENS
 from hpc.train.layout import tp_degrees
+from hpc.train.tokenizer import check_tokenizer
 
 HEADROOM = 0.10
 STATE_B = {"fp32": 16, "bf16": 8}  # by master_dtype
@@ -145,8 +147,6 @@ class Shape:
 
 def qwen3_shape(name: str) -> Shape:
     """A released Qwen3 shape from the trainer's table (hpc.train.config.SHAPES)."""
-    from hpc.train.config import SHAPES
-
     if name not in SHAPES or name.startswith("tiny"):
         raise PlanError(f"--model {name}: allowed: {', '.join(n for n in SHAPES if not n.startswith('tiny'))}")
     return Shape.from_dims(name, SHAPES[name].model_dump(exclude_none=True))
@@ -171,6 +171,29 @@ class Candidate:
     @property
     def fits(self) -> bool:
         return self.total_gb <= self.budget_gb
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.tp, self.ep, self.ac)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The planner's choice for the trainer: parallel.tp, parallel.ep, and activation checkpointing turned on."""
+
+    tp: int
+    ep: int = 1
+    activation_checkpointing: bool = False
+
+    def overrides(self) -> list[str]:
+        """As trainer overrides (key.sub=value)."""
+        return [f"parallel.tp={self.tp}"] + ([f"parallel.ep={self.ep}"] if self.ep > 1 else []) + \
+            (["activation_checkpointing=true"] if self.activation_checkpointing else [])
+
+    def apply(self, cfg: TrainConfig) -> TrainConfig:
+        """``cfg`` with this layout, as the trainer loads it with ``overrides()`` added."""
+        return cfg.model_copy(update={"parallel": cfg.parallel.model_copy(update={"tp": self.tp, "ep": self.ep}),
+                                      **({"activation_checkpointing": True} if self.activation_checkpointing else {})})
 
 
 @dataclass(frozen=True)
@@ -317,13 +340,8 @@ def report(p: Plan, site: SiteProfile, part: Partition) -> str:
     if p.lora is not None:
         out.append(f"the fewest GPUs that fit this LoRA run: {p.fewest_gpus or 'none up to 64 nodes'}")
     out.append(f"proposal: dp={c.dp} x tp={c.tp}{f' (ep={c.ep} inside dp)' if s.experts else ''}, activation checkpointing {'on' if c.ac else 'off'}  "
-               f"->  {' '.join(overrides_for(c))}")
+               f"->  {' '.join(c.layout.overrides())}")
     return "\n".join(out)
-
-
-def overrides_for(c: Candidate) -> list[str]:
-    """Trainer overrides (key.sub=value) for a chosen layout."""
-    return [f"parallel.tp={c.tp}"] + ([f"parallel.ep={c.ep}"] if c.ep > 1 else []) + (["activation_checkpointing=true"] if c.ac else [])
 
 
 def moe_lines(p: Plan) -> list[str]:
@@ -353,45 +371,26 @@ def ep_traffic_lines(p: Plan, intra_gbps: Optional[float], inter_gbps: Optional[
     return lines
 
 
-def plan_trainer_args(site: SiteProfile, part: Partition, nodes: int, gpus_per_node: int,
-                      rank_args: Sequence[str]) -> tuple[list[str], Optional[str]]:
-    """The trainer's args with the planner's layout added when the user gave none.
-
-    Only for the trainer (not `-m MODULE` or a script), when neither a parallel.tp=/parallel.dp=
-    override nor the config file sets the layout and the partition states its GPU memory;
-    returns (args, one-line note).
-    """
-    from hpc.login.spec import default_train_config
-
-    args = list(rank_args)
-    if (args and (args[0] == "-m" or args[0].endswith(".py"))) or part.gpu_memory_gb is None:
-        return args, None
-    if any(a.startswith(("parallel.tp=", "parallel.dp=", "parallel.ep=")) for a in args):
-        return args, None
-    from hpc.train.config import ConfigError, load_config, split_cli
-
-    try:
-        config, overrides = split_cli(args)
-        cfg = load_config(config or default_train_config(site), overrides)
-    except ConfigError as e:
-        raise PlanError(f"planning the layout: {e}") from None
-    if cfg.parallel.model_fields_set:  # the config file chose its layout
-        return args, None
+def plan_layout(cfg: TrainConfig, part: Partition, nodes: int, gpus_per_node: int) -> tuple[Optional[Layout], Optional[str]]:
+    """The planner's layout for a trainer config that chose none (neither its file nor an override sets a parallel.*
+    key), on a partition that states its GPU memory; returns (layout, one-line note), or (None, None)."""
+    if part.gpu_memory_gb is None or cfg.parallel.model_fields_set:
+        return None, None
     dims = cfg.model.dims_dict()
     vocab = dims.get("vocab_size")
     if vocab is None:
-        from hpc.train.tokenizer import load_tokenizer
-
-        vocab = len(load_tokenizer(cfg.data.tokenizer))
+        vocab = check_tokenizer(cfg.data.tokenizer)
+        if vocab is None:
+            raise PlanError(f"planning the layout: the tokenizer {cfg.data.tokenizer} has no tokenizer.json to count its vocabulary; "
+                            "set model.dims.vocab_size, or parallel.tp to choose the layout yourself")
     shape = Shape.from_dims(cfg.model.shape or Path(cfg.model.path).name, dims, vocab)
     lora = Adapters(cfg.lora.r, "nf4" if cfg.lora.quantize_base == "nf4" else "bf16") if cfg.lora.enabled else None
-    p = plan(shape, nodes, gpus_per_node, part.gpu_memory_gb, cfg.seq_len, cfg.micro_batch, cfg.master_dtype, lora)
-    c = p.chosen
-    added = [o for o in overrides_for(c) if not (o.startswith("activation_checkpointing") and cfg.activation_checkpointing)]
+    c = plan(shape, nodes, gpus_per_node, part.gpu_memory_gb, cfg.seq_len, cfg.micro_batch, cfg.master_dtype, lora).chosen
+    layout = Layout(c.tp, c.ep, c.ac and not cfg.activation_checkpointing)
     note = (f"planner: dp={c.dp} x tp={c.tp}{f' (ep={c.ep})' if c.ep > 1 else ''}, activation checkpointing {'on' if c.ac or cfg.activation_checkpointing else 'off'} "
-            f"({c.total_gb:.3g} of {c.budget_gb:.3g} GB per GPU); adding {' '.join(added)} "
+            f"({c.total_gb:.3g} of {c.budget_gb:.3g} GB per GPU); adding {' '.join(layout.overrides())} "
             "(give parallel.tp= to choose yourself; python -m hpc.login.plan explains)")
-    return args + added, note
+    return layout, note
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

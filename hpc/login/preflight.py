@@ -203,7 +203,7 @@ def run(argv: Optional[Sequence[str]]) -> int:
     health = ["--gpus", str(spec.gpus_per_node)]  # the node program's GPU checks, against the partition's rates
     for flag, v in (("--matmul-tflops", spec.partition.matmul_tflops), ("--copy-gbps", spec.partition.copy_gbps)):
         health += [flag, f"{v:g}"] if v else []
-    spec = dataclasses.replace(spec, command=(*spec.command, *health))
+    spec = dataclasses.replace(spec, program=(*spec.program, *health))
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)  # before submitting: an unusable --out is bad input, not a failed job

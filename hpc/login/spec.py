@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import getpass
 import os
 import re
@@ -23,10 +24,14 @@ from hpc.node.ownership import check_owner, claim, run_dir_name
 from hpc.login.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.login.slurm_time import format_minutes, parse_minutes
 from hpc.login.sweep import Sweep, build_sweep, task_args, write_table
+from hpc.login.plan import plan_layout
+from hpc.login.trainer_job import TrainerJob, runs_trainer, trainer_job
+from hpc.train.config import ConfigError, TrainConfig
 from hpc.train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, MODULE as TRAINER_MODULE
+from hpc.train.layout import WorldEnv
+from hpc.train.run_check import check_run
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the hpc package
-TRAIN_CONFIG_DIR = PROJECT_ROOT / "hpc" / "train" / "configs"
 
 
 MAX_JOB_NAME = 200
@@ -46,7 +51,7 @@ class JobSpec:
     minutes: int
     job_name: str
     launcher: Launcher
-    command: tuple[str, ...]
+    program: tuple[str, ...]  # after ``python -u``: a script or ``-m MODULE`` with its arguments (the trainer: see trainer)
     job_dir: Path
     checkpoint_dir: Path
     workdir: Path
@@ -60,6 +65,7 @@ class JobSpec:
     nodelist: Optional[str] = None  # a Slurm hostlist the job must run on (--nodelist)
     exclude: Optional[str] = None   # a Slurm hostlist the job must not run on (--exclude)
     preflight: bool = False        # run hpc.node.health on every node before the ranks start
+    trainer: Optional[TrainerJob] = None  # the trainer's part, when the ranks run the trainer
 
     @property
     def places(self) -> Places:
@@ -80,7 +86,16 @@ class JobSpec:
 
     @property
     def runs_trainer(self) -> bool:
-        return self.command[2:4] == ("-m", TRAINER_MODULE)
+        return self.trainer is not None
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        """What every rank runs: the trainer with its part's arguments, or the program (each array task's overrides are
+        added in the script)."""
+        python = self.container.python if self.container else self.python
+        if self.trainer is None:
+            return (python, "-u", *self.program)
+        return (python, "-u", "-m", TRAINER_MODULE, *self.trainer.args())
 
     @property
     def launch_python(self) -> str:
@@ -90,13 +105,6 @@ class JobSpec:
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
-
-    def task_commands(self) -> list[tuple[str, tuple[str, ...]]]:
-        """(owner name, full rank command) of each array task; of the job itself when it is no array."""
-        if self.sweep is None:
-            return [(self.job_name, self.command)]
-        return [(t.owner(self.job_name), (*self.command, *task_args(t, self.job_dir, self.checkpoint_dir)))
-                for t in self.sweep.tasks]
 
 
 def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default: Optional[str] = None) -> None:
@@ -204,46 +212,24 @@ def site_path(text: str, workdir: Path, key: str) -> Path:
     return path if path.is_absolute() else workdir / path
 
 
-def default_train_config(site: SiteProfile) -> str:
-    """The profile's training.config as a file (a name in hpc/train/configs/ or a path), checked to exist."""
-    name = site.training.config
-    path = Path(name) if name.endswith((".yaml", ".yml")) or "/" in name else TRAIN_CONFIG_DIR / f"{name}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in TRAIN_CONFIG_DIR.glob("*.yaml")))
-        raise SpecError(f"site {site.name}: training.config {shown(name)}: {path} does not exist (names in hpc/train/configs: {known})")
-    return str(path)
-
-
-def rank_command(args: Sequence[str], site: SiteProfile, python: str, job_dir: Path, checkpoint_dir: Path) -> tuple[str, ...]:
-    """What every rank runs: a script (`x.py ARGS`), a module (`-m MOD ARGS`) or the trainer (`ARGS`).
-
-    The trainer logs into the job directory and checkpoints under the site's checkpoint
-    root, both named after the job: a job of the same name resumes the same run.
-    """
+def rank_program(args: Sequence[str], site: SiteProfile, job_dir: Path, checkpoint_dir: Path) -> tuple[Optional[TrainerJob], tuple[str, ...]]:
+    """What every rank runs: the trainer (its part of the job, as data) or, after ``python -u``, a script (`x.py ARGS`)
+    or a module (`-m MOD ARGS`)."""
     args = list(args)
-    if args and args[-1] == "--config":
-        raise SpecError("trainer: --config needs a file")
-    if args and args[0] == "-m":
+    if runs_trainer(args):
+        return trainer_job(args, site, job_dir, checkpoint_dir), ()
+    if args[0] == "-m":
         if len(args) < 2:
             raise SpecError("-- -m needs a module name, e.g. -- -m hpc.node.smoke")
-        return (python, "-u", *args)
-    if args and args[0].endswith(".py"):
-        if not Path(args[0]).is_file():
-            raise SpecError(f"script {args[0]} does not exist")
-        return (python, "-u", str(Path(args[0]).resolve()), *args[1:])
-    if not any(a == "--config" or a.startswith("--config=") for a in args):
-        args = ["--config", default_train_config(site), *args]
-    for key, value in ((LOG_DIR_KEY, job_dir), (CHECKPOINT_DIR_KEY, checkpoint_dir)):
-        if not any(a.startswith(f"{key}=") for a in args):
-            args.append(f"{key}={value}")
-    return (python, "-u", "-m", TRAINER_MODULE, *args)
+        return None, tuple(args)
+    if not Path(args[0]).is_file():
+        raise SpecError(f"script {args[0]} does not exist")
+    return None, (str(Path(args[0]).resolve()), *args[1:])
 
 
 def config_key_problem(key: str) -> Optional[str]:
     """Why ``key`` (a.b.c) is not a key of the training config, or None (a key below a mapping is left to validation)."""
     from pydantic import BaseModel
-
-    from hpc.train.config import TrainConfig
 
     model, parts = TrainConfig, key.split(".")
     for i, part in enumerate(parts):
@@ -258,28 +244,41 @@ def config_key_problem(key: str) -> Optional[str]:
     return f"{key} is a section, not a value: sweep one of its keys ({', '.join(model.model_fields)})"
 
 
-def check_rank_command(spec: JobSpec) -> None:
-    """What every rank will run, checked here before anything is submitted: the trainer's config,
-    overrides and layout for this job's ranks, or that a ``-m MODULE`` exists for the job's python."""
-    from hpc.train.config import load_config, split_cli
-    from hpc.train.parallel import ParallelDims, WorldEnv
+def plan_trainer(spec: JobSpec) -> tuple[JobSpec, Optional[TrainConfig], Optional[str]]:
+    """The trainer's config loaded (once per submit) and the planner's layout added to the trainer's part where it adds
+    one: returns the spec, the config as the ranks will load it (None for a script or module) and the planner's note."""
+    if spec.trainer is None:
+        return spec, None, None
+    try:
+        cfg = spec.trainer.load()
+    except ConfigError as e:
+        raise SpecError(f"trainer: {e}") from None
+    layout, note = plan_layout(cfg, spec.partition, spec.nodes, spec.gpus_per_node)
+    if layout is None:
+        return spec, cfg, None
+    return dataclasses.replace(spec, trainer=dataclasses.replace(spec.trainer, layout=layout)), layout.apply(cfg), note
 
+
+def check_rank_command(spec: JobSpec, cfg: Optional[TrainConfig] = None) -> None:
+    """What every rank will run, checked here before anything is submitted: the trainer's config, files and layout for
+    this job's ranks (the trainer's own first check, hpc.train.run_check; ``cfg``: the job's config already loaded) and
+    the owners of its directories, or that a ``-m MODULE`` exists for the job's python."""
     cmd = spec.command
     if spec.runs_trainer:
         for key in spec.sweep.keys if spec.sweep is not None else ():
             problem = config_key_problem(key)
             if problem:
                 raise SpecError(f"--sweep {key}: {problem}")
-        for owner, task_cmd in spec.task_commands():
+        env = WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node)
+        tasks = [(spec.job_name, ())] if spec.sweep is None else \
+            [(t.owner(spec.job_name), task_args(t, spec.job_dir, spec.checkpoint_dir)) for t in spec.sweep.tasks]
+        for owner, overrides in tasks:
             where = "trainer" if spec.sweep is None else f"--sweep task {owner.removeprefix(spec.job_name)}: trainer"
             try:
-                config, overrides = split_cli(list(task_cmd[4:]))
-                cfg = load_config(config, overrides)
-                cfg.check_paths()
-                env = WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node)
-                ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads(), num_experts=cfg.model.num_experts()).grad_accum(cfg.global_batch, cfg.micro_batch)
-                check_owner(cfg.log.dir, owner, LOG_DIR_KEY)
-                check_owner(cfg.checkpoint_dir, owner, CHECKPOINT_DIR_KEY)
+                task_cfg = cfg if cfg is not None and spec.sweep is None else spec.trainer.load(overrides)
+                check_run(task_cfg, env)
+                check_owner(task_cfg.log.dir, owner, LOG_DIR_KEY)
+                check_owner(task_cfg.checkpoint_dir, owner, CHECKPOINT_DIR_KEY)
             except HpcError as e:
                 raise SpecError(f"{where}: {e}") from None
     elif cmd[2] == "-m" and Path(cmd[0]).is_file():  # the rank's python (a name inside an image is not checked here)
@@ -368,9 +367,10 @@ def build_spec(
     job_dir = site_path(site.paths.job_dir, workdir, "paths.job_dir") / run_dir_name(name)
     checkpoint_dir = site_path(site.paths.checkpoint_root, workdir, "paths.checkpoint_root") / run_dir_name(name)
     container = job_container(site, part, container_image)
+    trainer, program = rank_program(args, site, job_dir, checkpoint_dir)
     spec = JobSpec(
         site=site, partition=part, nodes=nodes, gpus_per_node=gpus, minutes=minutes, job_name=name,
-        launcher=launch, command=rank_command(args, site, container.python if container else python, job_dir, checkpoint_dir),
+        launcher=launch, program=program, trainer=trainer,
         job_dir=job_dir, checkpoint_dir=checkpoint_dir, workdir=workdir, python=python,
         signal=pre.signal, signal_lead_s=pre.lead_s, max_requeues=pre.max_requeues, container=container,
         sweep=array, after=dependencies, nodelist=wanted, exclude=avoided, preflight=preflight,

@@ -24,12 +24,13 @@ from typing import Optional, Sequence
 from hpc.node.cli import HpcError, Parser, check_utf8, fail, path_text, whole
 from hpc.node.contract import task_log
 from hpc.node.launcher import LAUNCHERS, SRUN
-from hpc.login.plan import plan_trainer_args
 from hpc.login.render import render_sbatch
 from hpc.login.site import load_site
-from hpc.login.spec import MAX_COUNT, JobSpec, SpecError, add_allocation_args, build_spec, check_dependencies, check_rank_command
+from hpc.login.spec import (MAX_COUNT, JobSpec, SpecError, add_allocation_args, build_spec, check_dependencies, check_rank_command,
+                            plan_trainer)
 from hpc.login.sweep import write_table
 from hpc.login.submitter import first_log, follow, submit, test_only
+from hpc.train.config import TrainConfig
 
 PROG = "hpc.login.submit"
 
@@ -68,25 +69,29 @@ def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def plan_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
-    """The command line's job checked against the site profile, with the planner's layout added where it adds one."""
-    site = load_site(a.site)
-    kw = dict(nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
-              time=a.time, job_name=a.job_name, launcher=a.launcher,
-              signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues, container_image=a.container,
-              sweep=a.sweep, max_parallel=a.max_parallel, after=a.after,
-              nodelist=a.nodelist, exclude=a.exclude, preflight=a.preflight)
-    spec = build_spec(site, args=rank_args, **kw)
-    args, note = plan_trainer_args(site, spec.partition, spec.nodes, spec.gpus_per_node, rank_args)
+def planned_spec(a: argparse.Namespace, rank_args: list[str]) -> tuple[JobSpec, Optional[TrainConfig]]:
+    """The command line's job checked against the site profile (built once), with the planner's layout added to the
+    trainer's part where it adds one; and the trainer's config as its ranks will load it (None for a script or module)."""
+    spec = build_spec(load_site(a.site), args=rank_args, nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
+                      time=a.time, job_name=a.job_name, launcher=a.launcher,
+                      signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues, container_image=a.container,
+                      sweep=a.sweep, max_parallel=a.max_parallel, after=a.after,
+                      nodelist=a.nodelist, exclude=a.exclude, preflight=a.preflight)
+    spec, cfg, note = plan_trainer(spec)
     if note:
         print(note, file=sys.stderr)
-        spec = build_spec(site, args=args, **kw)
-    return spec
+    return spec, cfg
+
+
+def plan_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
+    """The job as it will be rendered (``planned_spec`` without the config)."""
+    return planned_spec(a, rank_args)[0]
 
 
 def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
-    spec = plan_spec(a, rank_args)
-    check_rank_command(spec)
+    """The job, with everything its ranks will run checked (the trainer's config loaded once)."""
+    spec, cfg = planned_spec(a, rank_args)
+    check_rank_command(spec, cfg)
     check_dependencies(spec)
     return spec
 

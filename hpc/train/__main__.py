@@ -23,7 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     from hpc.node.ownership import claim, unnamed_owner
     from hpc.train.adapters import check_layout
     from hpc.train.config import load_config
-    from hpc.train.parallel import ParallelDims, WorldEnv
+    from hpc.train.layout import WorldEnv
+    from hpc.train.run_check import check_run
+    from hpc.train.tokenizer import load_tokenizer, tokenizer_source
 
     parser = Parser(prog=PROG, description="Train Qwen3 with dp x tp (FSDP2 + tensor parallel).")
     parser.add_argument("--config", required=True, type=path_text, help="YAML config, e.g. hpc/train/configs/tiny.yaml")
@@ -31,10 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
-        cfg.check_paths()
         env = WorldEnv.from_env()
-        dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads(), num_experts=cfg.model.num_experts())
-        dims.grad_accum(cfg.global_batch, cfg.micro_batch)
+        dims = check_run(cfg, env)  # the login side's check too
+        load_tokenizer(tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat"))  # what needs transformers
         check_layout(cfg.lora, env.world_size)
         job_name = os.environ.get(JOB_NAME_VAR) or unnamed_owner()
         made = [d for d in (Path(cfg.log.dir), cfg.checkpoint_dir, cfg.prepared_dir) if not d.exists()]

@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hpc.node.cli import HpcError, shown
 from hpc.node.strict_yaml import YamlError, load_yaml, parse_override
-from hpc.train.data import DataConfig
+from hpc.train.data.config import DataConfig
+from hpc.train.tokenizer import check_tokenizer, tokenizer_source
 from hpc.train.tracking import missing
 
 
@@ -321,15 +322,14 @@ class TrainConfig(_Strict):
         return Path(self.data.prepared) if self.data.prepared else Path(self.log.dir) / "data"
 
     def check_paths(self) -> None:
-        """The files the run reads and writes, checked before any rank starts: the data source (and eval.path), the
-        tokenizer, and that the export can be created. Raises ConfigError or DataError with one line."""
+        """The files the run reads and writes, checked before any rank starts (torch-free): the data source (and
+        eval.path), the tokenizer's files, and that the export can be created. Raises ConfigError or DataError with one line."""
         from hpc.train.data.sources import source_path
-        from hpc.train.tokenizer import load_tokenizer, tokenizer_source
 
         source_path(self.data)
         if self.eval.path is not None:
             source_path(self.data.model_copy(update={"path": self.eval.path}))
-        load_tokenizer(tokenizer_source(self.data.tokenizer, self.model.path, self.data.format == "chat"))
+        check_tokenizer(tokenizer_source(self.data.tokenizer, self.model.path, self.data.format == "chat"))
         if self.export:
             target = Path(self.log.dir) / self.export  # a relative export lives in log.dir
             above = next((p for p in target.parents if p.exists()), None)

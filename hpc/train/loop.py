@@ -24,9 +24,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from hpc.node.contract import RUN_CONFIG
 from hpc.train import adapters, checkpoint, resume
 from hpc.train.config import ConfigError, TrainConfig
-from hpc.train.data import PackedStream, TokenStream, load_tokenizer
 from hpc.train.data.prepared import open_prepared, split_rows
-from hpc.train.data.stream import eval_batches
+from hpc.train.data.stream import PackedStream, TokenStream, eval_batches
 from hpc.train.data.text import load_tokens_on_rank0
 from hpc.train.float8 import precompute_weight_scales
 from hpc.train.loss import IGNORE
@@ -39,7 +38,7 @@ from hpc.train.precision import MasterWeights
 from hpc.train.step_guard import StepFailed, StepGuard
 from hpc.train.steptime import timed_step
 from hpc.train.straggler import StragglerMonitor
-from hpc.train.tokenizer import tokenizer_source
+from hpc.train.tokenizer import load_tokenizer, tokenizer_source
 from hpc.train.tracking import Tracking
 
 

@@ -42,9 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from hpc.train.config import ConfigError, load_config
-    from hpc.train.data import load_tokenizer
     from hpc.train.data.prepared import describe, key_of, prepare, read_manifest, summary
-    from hpc.train.tokenizer import tokenizer_source
+    from hpc.train.tokenizer import load_tokenizer, tokenizer_source
 
     try:
         cfg = load_config(args.config, args.overrides)

@@ -7,8 +7,9 @@ import torch
 import yaml
 
 from conftest import ROOT
-from hpc.login.plan import LOSS_CHUNK_TOKENS, PlanError, Shape, memory, plan, plan_trainer_args, qwen3_shape, report, tp_choices
+from hpc.login.plan import LOSS_CHUNK_TOKENS, PlanError, Shape, memory, plan, plan_layout, qwen3_shape, report, tp_choices
 from hpc.login.site import load_site
+from hpc.train.config import load_config
 from train_helpers import TINY
 
 # the model cards' totals and non-embedding counts, in billions
@@ -95,28 +96,29 @@ def test_report_explains_the_choice(site, gpus, tp_line):
     assert f"proposal: dp={2 * gpus} x tp=1, activation checkpointing off  ->  parallel.tp=1" in text
 
 
-def test_trainer_args_get_the_plan_only_without_a_layout(tmp_path):
+def test_trainer_config_gets_the_plan_only_without_a_layout(tmp_path):
     site = load_site("roce-h100")
     part = site.partition(None)
     tiny = str(ROOT / "hpc" / "train" / "configs" / "tiny.yaml")
-    assert plan_trainer_args(site, part, 2, 8, ["--config", tiny, "parallel.tp=2"]) == (["--config", tiny, "parallel.tp=2"], None)
-    assert plan_trainer_args(site, part, 2, 8, ["-m", "hpc.node.smoke"]) == (["-m", "hpc.node.smoke"], None)
+    assert plan_layout(load_config(tiny, ["parallel.tp=2"]), part, 2, 8) == (None, None)
     local = load_site("local")
-    assert plan_trainer_args(local, local.partition(None), 2, 2, ["--config", tiny]) == (["--config", tiny], None)
-    args, note = plan_trainer_args(site, part, 2, 8, ["--config", tiny, "optim.lr=1e-3"])
-    assert args == ["--config", tiny, "optim.lr=1e-3", "parallel.tp=1"] and note.startswith("planner: dp=16 x tp=1")
+    assert plan_layout(load_config(tiny), local.partition(None), 2, 2) == (None, None)  # no gpu_memory_gb
+    layout, note = plan_layout(load_config(tiny, ["optim.lr=1e-3"]), part, 2, 8)
+    assert layout.overrides() == ["parallel.tp=1"] and note.startswith("planner: dp=16 x tp=1")
 
     demo = str(ROOT / "hpc" / "train" / "configs" / "demo.yaml")  # sets parallel.tp itself
-    assert plan_trainer_args(site, part, 2, 8, ["--config", demo]) == (["--config", demo], None)
+    assert plan_layout(load_config(demo), part, 2, 8) == (None, None)
 
     big = yaml.safe_load(Path(tiny).read_text())
     big.update(model={"shape": "32B"}, seq_len=4096, micro_batch=1)
     cfg = tmp_path / "big.yaml"
     cfg.write_text(yaml.safe_dump(big))
-    args, note = plan_trainer_args(site, part, 2, 8, ["--config", str(cfg)])
-    assert args[2:] == ["parallel.tp=1", "activation_checkpointing=true"]
+    layout, note = plan_layout(load_config(str(cfg)), part, 2, 8)
+    assert layout.overrides() == ["parallel.tp=1", "activation_checkpointing=true"]
+    applied = layout.apply(load_config(str(cfg)))
+    assert applied == load_config(str(cfg), layout.overrides())  # as the trainer loads it with the overrides
     with pytest.raises(PlanError, match="Qwen3-32B does not fit 1 node"):
-        plan_trainer_args(site, part, 1, 8, ["--config", str(cfg)])
+        plan_layout(load_config(str(cfg)), part, 1, 8)
 
 
 def test_lora_adapter_count_and_nf4_bytes_match_the_trainer():

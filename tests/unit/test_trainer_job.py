@@ -1,0 +1,73 @@
+"""The trainer's part of a job: built from the words after ``--``, rendered once into the ranks' command line, loaded
+from exactly that line; the planner's layout as data; the torch-free tokenizer check against transformers' load."""
+import shlex
+from pathlib import Path
+
+import pytest
+
+from hpc.login.plan import Layout
+from hpc.login.render import render_sbatch
+from hpc.login.site import load_site
+from hpc.login.spec import build_spec, plan_trainer
+from hpc.node.cli import HpcError
+from hpc.train.config import load_config, split_cli
+from hpc.train.interface import CONFIG_DIR
+from hpc.train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, DEMO_TOKENIZER_DIR, check_tokenizer, load_tokenizer
+
+TINY = str(CONFIG_DIR / "tiny.yaml")
+
+
+def spec(site: str, args, monkeypatch, **kw):
+    monkeypatch.setenv("USER", "alice")
+    return build_spec(load_site(site), nodes=2, workdir=Path("/home/alice/project"), python="python", args=args, **kw)
+
+
+def launch_words(text: str) -> list[str]:
+    line = next(l for l in text.splitlines() if l.endswith(" || rc=$?")).removesuffix(" || rc=$?")
+    words = shlex.split(line)
+    return words[words.index("hpc.train") + 1:]
+
+
+def test_the_rendered_line_is_the_trainer_part_and_loads_as_checked(monkeypatch):
+    s = spec("local", ["optim.lr=1e-3", "log.dir=/runs/mine"], monkeypatch)
+    t = s.trainer
+    assert t.config == str(CONFIG_DIR / "demo.yaml") and t.overrides == ("optim.lr=1e-3", "log.dir=/runs/mine")
+    assert [k for k, _ in t.run_dirs] == ["checkpoint.dir"]  # the user set log.dir: the job sets only checkpoint.dir
+    words = launch_words(render_sbatch(s))
+    assert words == t.args() == ["--config", t.config, "optim.lr=1e-3", "log.dir=/runs/mine",
+                                 "checkpoint.dir=/home/alice/project/checkpoints/train"]
+    config, overrides = split_cli(words)  # what the rank parses
+    assert t.load() == load_config(config, overrides)
+    assert t.load().log.dir == "/runs/mine" and t.load().optim.lr == 1e-3
+
+
+def test_minus_m_hpc_train_is_the_trainer_and_a_module_is_not(monkeypatch):
+    assert spec("local", ["-m", "hpc.train", "--config", TINY], monkeypatch).trainer.config == TINY
+    other = spec("local", ["-m", "hpc.node.smoke", "--x"], monkeypatch)
+    assert other.trainer is None and other.command == ("python", "-u", "-m", "hpc.node.smoke", "--x")
+    with pytest.raises(HpcError, match="trainer: trainer argument '--lr'"):
+        spec("local", ["--lr", "1"], monkeypatch)
+
+
+def test_the_planner_layout_is_data_added_once(monkeypatch):
+    s, cfg, note = plan_trainer(spec("ib-h200", ["--config", TINY, "global_batch=32"], monkeypatch))
+    assert s.trainer.layout == Layout(tp=1) and note.startswith("planner: dp=16 x tp=1")
+    assert launch_words(render_sbatch(s))[:4] == ["--config", TINY, "global_batch=32", "parallel.tp=1"]
+    assert cfg == s.trainer.load()  # the config the check gets is the one the ranks load
+    given, cfg, note = plan_trainer(spec("ib-h200", ["--config", TINY, "parallel.tp=2"], monkeypatch))
+    assert given.trainer.layout is None and note is None and cfg.parallel.tp == 2
+
+
+@pytest.mark.parametrize("directory", [DEMO_TOKENIZER_DIR, DEMO_CHAT_TOKENIZER_DIR])
+def test_tokenizer_check_counts_what_transformers_loads(directory):
+    assert check_tokenizer(str(directory)) == len(load_tokenizer(str(directory)))
+
+
+def test_tokenizer_check_refuses_broken_files(tmp_path):
+    (tmp_path / "tokenizer.json").write_text('{"version": "1.0"}')
+    with pytest.raises(HpcError, match=f"tokenizer: {tmp_path} cannot be loaded"):
+        check_tokenizer(str(tmp_path))
+    (tmp_path / "tokenizer.json").unlink()
+    (tmp_path / "tokenizer_config.json").write_text("[1]")
+    with pytest.raises(HpcError, match="not a JSON object"):
+        check_tokenizer(str(tmp_path))
