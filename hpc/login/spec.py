@@ -23,7 +23,7 @@ from hpc.node.ownership import check_owner, claim, run_dir_name
 from hpc.login.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.login.slurm_time import format_minutes, parse_minutes
 from hpc.login.sweep import Sweep, build_sweep, task_args, write_table
-from hpc.train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, MODULE as TRAINER_MODULE
+from hpc.train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, MODULE as TRAINER_MODULE, STRAGGLER_STOP_KEY
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the hpc package
 TRAIN_CONFIG_DIR = PROJECT_ROOT / "hpc" / "train" / "configs"
@@ -218,7 +218,9 @@ def rank_command(args: Sequence[str], site: SiteProfile, python: str, job_dir: P
     """What every rank runs: a script (`x.py ARGS`), a module (`-m MOD ARGS`) or the trainer (`ARGS`).
 
     The trainer logs into the job directory and checkpoints under the site's checkpoint
-    root, both named after the job: a job of the same name resumes the same run.
+    root, both named after the job: a job of the same name resumes the same run. With the
+    profile's preemption.exclude_stragglers_after it stops for a persistent straggler (unless
+    the command sets straggler.stop_after itself).
     """
     args = list(args)
     if args and args[-1] == "--config":
@@ -233,8 +235,9 @@ def rank_command(args: Sequence[str], site: SiteProfile, python: str, job_dir: P
         return (python, "-u", str(Path(args[0]).resolve()), *args[1:])
     if not any(a == "--config" or a.startswith("--config=") for a in args):
         args = ["--config", default_train_config(site), *args]
-    for key, value in ((LOG_DIR_KEY, job_dir), (CHECKPOINT_DIR_KEY, checkpoint_dir)):
-        if not any(a.startswith(f"{key}=") for a in args):
+    after = site.preemption.exclude_stragglers_after
+    for key, value in ((LOG_DIR_KEY, job_dir), (CHECKPOINT_DIR_KEY, checkpoint_dir), (STRAGGLER_STOP_KEY, after or None)):
+        if value is not None and not any(a.startswith(f"{key}=") for a in args):
             args.append(f"{key}={value}")
     return (python, "-u", "-m", TRAINER_MODULE, *args)
 

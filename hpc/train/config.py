@@ -254,8 +254,9 @@ class StragglerConfig(_Strict):
     @model_validator(mode="after")
     def _stop_after_windows(self) -> StragglerConfig:
         if self.stop_after and self.stop_after < self.windows:
-            raise ValueError(f"straggler.stop_after={self.stop_after} is below straggler.windows={self.windows}: "
-                             "a rank is named after that many windows; 0 or at least windows")
+            raise ValueError(f"straggler.stop_after={self.stop_after} (a site profile's preemption.exclude_stragglers_after "
+                             f"sets it) is below straggler.windows={self.windows}: a rank is named after that many "
+                             "windows; 0 or at least windows")
         return self
 
 

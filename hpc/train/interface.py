@@ -1,8 +1,9 @@
 """The trainer as the login side sees it, without importing torch: the module every rank runs, the config keys a job
-sets for its run's directories, and the fused loss's chunk (the planner's memory model counts one chunk of logits)."""
+sets (its run's directories, the straggler exclusion), and the fused loss's chunk (the planner's memory model counts one chunk of logits)."""
 
 MODULE = "hpc.train"  # python -m hpc.train
 LOG_DIR_KEY = "log.dir"
 CHECKPOINT_DIR_KEY = "checkpoint.dir"
 RUN_DIR_KEYS = (LOG_DIR_KEY, CHECKPOINT_DIR_KEY)  # a job (each array task) sets both to directories of its own
+STRAGGLER_STOP_KEY = "straggler.stop_after"  # set from the profile's preemption.exclude_stragglers_after
 LOSS_CHUNK_TOKENS = 4096  # tokens per chunk of hpc/train/loss.py's fused linear cross-entropy
