@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -54,18 +55,28 @@ def is_timeout(error: BaseException) -> bool:
 def post_arrival(store, rank: int, world: int, grace_s: float = GRACE_S,
                  store_timeout_s: float = STORE_TIMEOUT_S) -> list[int] | None:
     """Post this rank's arrival and return the ranks that arrived within ``grace_s`` (sooner once all did); None when
-    the store does not answer."""
-    try:
-        store.set_timeout(timedelta(seconds=store_timeout_s))
-        store.set(ARRIVED_KEY.format(rank=rank), "1")
-        deadline = time.monotonic() + grace_s
-        while True:
-            arrived = [r for r in range(world) if store.check([ARRIVED_KEY.format(rank=r)])]
-            if len(arrived) == world or time.monotonic() >= deadline:
-                return arrived
-            time.sleep(0.2)
-    except Exception:  # the store's errors are RuntimeErrors of several kinds; any of them means it is gone
-        return None
+    the store does not answer. A TCPStore whose host is stopped may block a read for ever, whatever its timeout: the
+    talk runs in a thread of its own, given up after the grace and the store's timeout."""
+    found: list[list[int]] = []
+
+    def talk() -> None:
+        try:
+            store.set_timeout(timedelta(seconds=store_timeout_s))
+            store.set(ARRIVED_KEY.format(rank=rank), "1")
+            deadline = time.monotonic() + grace_s
+            while True:
+                arrived = [r for r in range(world) if store.check([ARRIVED_KEY.format(rank=r)])]
+                if len(arrived) == world or time.monotonic() >= deadline:
+                    found.append(arrived)
+                    return
+                time.sleep(0.2)
+        except Exception:  # the store's errors are RuntimeErrors of several kinds; any of them: it does not answer
+            return
+
+    thread = threading.Thread(target=talk, name="hpc-hang-arrival", daemon=True)
+    thread.start()
+    thread.join(grace_s + store_timeout_s)
+    return found[0] if found else None
 
 
 def ranks_text(ranks: list[int]) -> str:

@@ -1,14 +1,21 @@
 """Who is missing at a hang, through the real trainer under torchrun (gloo on CPU): one rank stops itself (SIGSTOP,
-the test-only straggler.test_stop_rank); the others time out, name it with its node, and the run fails promptly."""
+the test-only straggler.test_stop_rank); the others time out, name it with its node, and the run fails promptly. And
+when the rendezvous store's host is the one stopped, the arrival is given up within the store's timeout."""
 
 import json
 import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
+import torch.distributed as dist
+
+from hpc.node.hang import post_arrival
 from train_helpers import launch
 
 TIMEOUT_S = 10
@@ -61,3 +68,22 @@ def test_a_stopped_rank_is_named_and_the_run_ends(tmp_path, monkeypatch):
                        "missing": [{"rank": 2, "node": socket.gethostname()}], "arrived": [0, 1]}]
     print(f"\n[hang] fault -> named line {t_named - t_stop:.1f} s, fault -> run ended {t_end - t_stop:.1f} s "
           f"(HPC_DIST_TIMEOUT_S={TIMEOUT_S})")
+
+
+def test_a_stopped_store_host_is_noticed_within_the_store_timeout():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    host = subprocess.Popen([sys.executable, "-c", "import sys, time, datetime, torch.distributed as d; "
+                             f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False); "
+                             "print('up', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert host.stdout.readline().strip() == "up"
+        client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
+        os.kill(host.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        assert post_arrival(client, 1, 2, grace_s=5.0, store_timeout_s=1.0) is None
+        assert time.monotonic() - t0 < 5.0 + 1.0 + 1.0  # the grace and the store's timeout, at most
+    finally:
+        host.kill()
+        host.wait()
