@@ -410,7 +410,7 @@ class Trainer:
         except (RuntimeError, dist.DistError) as e:
             if not is_timeout(e):
                 raise
-            self._report_hang()
+            raise self._report_hang() from None
         saved_at = self._saved_at
         if saved_at != self.step:  # the steps since the last save, saved below
             self._check_steps(weights=True)
@@ -481,9 +481,9 @@ class Trainer:
             print(f"[straggler] step {self.step}: stopping with a checkpoint for {self.stopped_for}; "
                   f"{', '.join(nodes)} {where}", flush=True)
 
-    def _report_hang(self) -> None:
+    def _report_hang(self) -> CollectiveTimedOut:
         """A collective timed out: post this rank's arrival, let the lowest rank that arrived name those that did not
-        (and mark their nodes bad), then fail the run."""
+        (and mark their nodes bad); returns the error that fails the run."""
         elapsed = time.monotonic() - self._step_started
         world = dist.get_world_size()
         arrived = post_arrival(dist.distributed_c10d._get_default_store(), self.rank, world)
@@ -499,4 +499,4 @@ class Trainer:
                 self.metrics.event({"step": self.step, "event": "hang", "elapsed_s": round(elapsed, 1),
                                     "missing": [{"rank": r, "node": self.nodes[r]} for r in missing],
                                     "arrived": arrived})
-        raise CollectiveTimedOut(f"stopped: a collective timed out after step {self.step} (the [hang] line says who was missing)")
+        return CollectiveTimedOut(f"stopped: a collective timed out after step {self.step} (the [hang] line says who was missing)")
