@@ -160,4 +160,5 @@ def render_sbatch(spec: JobSpec) -> str:
         marks=shlex.quote(str(spec.job_dir)) + "/" + contract.UNHEALTHY_MARKS.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),
         all_marks=contract.UNHEALTHY_MARKS.format(job_id="$SLURM_JOB_ID", restart="*"),
         max_excluded=spec.site.preemption.max_excluded_nodes,
+        marks_var=contract.BAD_NODE_MARKS_VAR,
     )

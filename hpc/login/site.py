@@ -183,7 +183,11 @@ class Preemption(Strict):
     lead_s: int = Field(DEFAULT_SIGNAL_LEAD_S, ge=10, description="seconds before the time limit the signal comes (Slurm may send it up to 60 s earlier)")
     max_requeues: int = Field(DEFAULT_MAX_REQUEUES, ge=0, description="requeues after which a stopped job ends instead")
     max_excluded_nodes: int = Field(DEFAULT_MAX_EXCLUDED_NODES, ge=0, description="nodes a job with --preflight may exclude "
-                                    "itself (a node failing its health check: requeued without it); 0: it ends instead")
+                                    "itself (a node failing its health check, missing at a collective timeout or a "
+                                    "persistent straggler: requeued without it); 0: it ends instead")
+    exclude_stragglers_after: int = Field(0, ge=0, description="the trainer's straggler.stop_after: a rank named a "
+                                          "straggler for this many windows in a row has its node excluded (the run stops "
+                                          "with a checkpoint and is requeued without it); 0: off (at least straggler.windows)")
 
     @field_validator("signal")
     @classmethod

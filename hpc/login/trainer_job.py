@@ -11,7 +11,7 @@ from hpc.login.plan import Layout
 from hpc.login.site import SiteProfile
 from hpc.node.cli import HpcError, shown
 from hpc.train.config import ConfigError, TrainConfig, load_config, split_cli
-from hpc.train.interface import CHECKPOINT_DIR_KEY, CONFIG_DIR, LOG_DIR_KEY, MODULE
+from hpc.train.interface import CHECKPOINT_DIR_KEY, CONFIG_DIR, LOG_DIR_KEY, MODULE, STRAGGLER_STOP_KEY
 
 
 @dataclass(frozen=True)
@@ -20,11 +20,13 @@ class TrainerJob:
     overrides: tuple[str, ...] = ()                # the user's key.sub=value overrides, in their order
     run_dirs: tuple[tuple[str, Path], ...] = ()    # (log.dir or checkpoint.dir, the job's directory) unless the user set it
     layout: Optional[Layout] = None                # the planner's choice, where it made one
+    site_settings: tuple[tuple[str, str], ...] = ()  # (key, value) the profile sets unless the user did
 
     def args(self, task_overrides: Sequence[str] = ()) -> list[str]:
         """The trainer's command line: the config, the user's overrides, the planner's, the run's directories, the task's."""
         layout = self.layout.overrides() if self.layout else []
-        return ["--config", self.config, *self.overrides, *layout, *(f"{key}={path}" for key, path in self.run_dirs), *task_overrides]
+        return ["--config", self.config, *self.overrides, *layout, *(f"{key}={path}" for key, path in self.run_dirs),
+                *(f"{key}={value}" for key, value in self.site_settings), *task_overrides]
 
     def load(self, task_overrides: Sequence[str] = ()) -> TrainConfig:
         """The config as the ranks will load it; raises ConfigError (one line)."""
@@ -51,7 +53,8 @@ def default_train_config(site: SiteProfile) -> str:
 def trainer_job(args: Sequence[str], site: SiteProfile, job_dir: Path, checkpoint_dir: Path) -> TrainerJob:
     """The trainer's part from the words after ``--`` (``-m hpc.train`` may lead them): ``--config FILE`` (default: the
     profile's training.config) and overrides. The trainer logs into the job directory and checkpoints under the site's
-    checkpoint root, both named after the job (unless an override sets them): a job of the same name resumes the same run."""
+    checkpoint root, both named after the job (unless an override sets them): a job of the same name resumes the same run.
+    With the profile's preemption.exclude_stragglers_after it stops for a persistent straggler (straggler.stop_after)."""
     args = list(args[2:] if args[:1] == ["-m"] else args)
     try:
         config, overrides = split_cli(args)
@@ -59,4 +62,7 @@ def trainer_job(args: Sequence[str], site: SiteProfile, job_dir: Path, checkpoin
         raise HpcError(f"trainer: {e}") from None
     run_dirs = tuple((key, path) for key, path in ((LOG_DIR_KEY, job_dir), (CHECKPOINT_DIR_KEY, checkpoint_dir))
                      if not any(o.startswith(f"{key}=") for o in overrides))
-    return TrainerJob(config or default_train_config(site), tuple(overrides), run_dirs)
+    after = site.preemption.exclude_stragglers_after  # stop for a persistent straggler, to requeue without its node
+    site_settings = tuple((key, str(value)) for key, value in ((STRAGGLER_STOP_KEY, after),)
+                          if value and not any(o.startswith(f"{key}=") for o in overrides))
+    return TrainerJob(config or default_train_config(site), tuple(overrides), run_dirs, site_settings=site_settings)

@@ -23,6 +23,7 @@ STOP_RECORD_VAR = "HPC_STOP_RECORD"  # where hpc.node.launch leaves the stop rec
 STOP_NOTICE_VAR = "HPC_STOP_NOTICE"  # hpc.node.launch -> rank program: a file created when the task gets a stop signal
 STOP_CAUGHT_SUFFIX = ".caught"  # the rank program creates HPC_STOP_NOTICE + this once it catches stop signals
 DIST_TIMEOUT_VAR = "HPC_DIST_TIMEOUT_S"  # seconds for rendezvous and every collective
+BAD_NODE_MARKS_VAR = "HPC_BAD_NODE_MARKS"  # the directory of this run's bad-node marks (UNHEALTHY_MARKS)
 SITE_DIRS_VAR = "HPC_SITE_DIRS"  # login side: more directories of site profiles (colon-separated)
 
 # torch.distributed's env:// rendezvous: hpc.node.launch sets them from SLURM_* (slurm_env.py), rank programs read them.
@@ -68,7 +69,9 @@ LEASE_FILE = ".lease.json"  # in a checkpoint directory: the one live run that m
 SET_ASIDE = ".bad-"  # step-N.bad-<time>: a damaged checkpoint, never loaded or pruned again
 FRESH_MARKER = ".fresh.json"  # in a checkpoint directory: which job started over with checkpoint.restart=fresh
 PREPARED_MANIFEST = "manifest.json"  # prepared data's manifest, written when every chunk is done
-UNHEALTHY_MARKS = ".unhealthy-{job_id}-{restart}"  # in the job directory: one empty file per node that failed hpc.node.health
+UNHEALTHY_MARKS = ".unhealthy-{job_id}-{restart}"  # in the job directory: one empty file per bad node (failed hpc.node.health,
+# missing at a collective timeout, a persistent straggler); the batch script requeues the job without them
+FLIGHT_RECORDER_DIR = "nccl-trace"  # in the trainer's log.dir: NCCL flight recorder dumps, one file per rank
 PREFLIGHT_RESULT = "node-{job_id}.json"  # hpc.node.preflight_node's measurements, read by hpc.login.preflight
 
 

@@ -50,13 +50,19 @@ def main(argv: list[str] | None = None) -> int:
     from hpc.train.loop import Trainer
     from hpc.train.parallel import init_distributed
 
+    from hpc.node.hang import flight_recorder_env
+    from hpc.node.launcher import cuda_available
+
+    if cuda_available():
+        flight_recorder_env(os.environ, Path(cfg.log.dir))  # NCCL's watchdog dumps here when a collective times out
     device = init_distributed(env)
-    held = group = None
+    held = group = trainer = None
     try:
         held = _take_lease(cfg.checkpoint_dir, job_name, env.rank)
         group = dist.new_group(backend="gloo")
         stop.join(group)
-        step = Trainer(cfg, dims, env, device, held[0], slurm_job_id(os.environ)).run(stop_requested=stop.agreed)
+        trainer = Trainer(cfg, dims, env, device, held[0], slurm_job_id(os.environ))
+        step = trainer.run(stop_requested=stop.agreed)
     except HpcError as e:
         if e.code != EXIT_FAILED or env.rank == 0:  # a failed save or load is the same line on every rank
             print(error_line(PROG, e), file=sys.stderr)
@@ -76,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     if step >= cfg.steps:
         return EXIT_DONE
     if env.rank == 0:
-        print(f"[preempt] stopped at step {step} of {cfg.steps} after {stop.received}, checkpoint saved", flush=True)
+        print(f"[preempt] stopped at step {step} of {cfg.steps} after {stop.received or trainer.stopped_for}, checkpoint saved",
+              flush=True)
     return EXIT_STOPPED
 
 

@@ -237,14 +237,28 @@ class LogConfig(_Strict):
 class StragglerConfig(_Strict):
     """Straggler naming (hpc/train/straggler.py): every ``every`` steps (0: off; on GPU rounded up to whole log.log_every
     periods) the ranks exchange their compute-only time per step; a rank slower than the median of the others by more
-    than ``threshold`` (0.1: 10%) for ``windows`` windows in a row is named with its node. test_slow_rank and
-    test_slow_s are for tests: that rank computes test_slow_s seconds more in every step."""
+    than ``threshold`` (0.1: 10%) for ``windows`` windows in a row is named with its node. stop_after (0: never): a
+    rank named for that many windows in a row has its node marked bad and the run stops with a checkpoint, so the
+    batch script requeues the job without that node (hpc-submit sets it from the profile's
+    preemption.exclude_stragglers_after). For tests only: test_slow_rank computes test_slow_s seconds more in every
+    step; test_stop_rank stops itself (SIGSTOP) after step test_stop_step, in a run that did not resume."""
 
     every: int = Field(20, ge=0)
     threshold: float = Field(0.1, gt=0)
     windows: int = Field(3, ge=1)
+    stop_after: int = Field(0, ge=0)
     test_slow_rank: int | None = Field(None, ge=0)
     test_slow_s: float = Field(0.0, ge=0)
+    test_stop_rank: int | None = Field(None, ge=0)
+    test_stop_step: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _stop_after_windows(self) -> StragglerConfig:
+        if self.stop_after and self.stop_after < self.windows:
+            raise ValueError(f"straggler.stop_after={self.stop_after} (a site profile's preemption.exclude_stragglers_after "
+                             f"sets it) is below straggler.windows={self.windows}: a rank is named after that many "
+                             "windows; 0 or at least windows")
+        return self
 
 
 class TrainConfig(_Strict):

@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import os
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +23,9 @@ import torch.nn.functional as F
 import yaml
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from hpc.node.contract import RUN_CONFIG
+from hpc.node.cli import HpcError
+from hpc.node.contract import EXIT_FAILED, RUN_CONFIG
+from hpc.node.hang import gather_nodes, hang_line, is_timeout, mark_bad_nodes, post_arrival
 from hpc.train import adapters, checkpoint, resume
 from hpc.train.config import ConfigError, TrainConfig
 from hpc.train.data.prepared import open_prepared, split_rows
@@ -37,7 +41,7 @@ from hpc.train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_nor
 from hpc.train.precision import MasterWeights
 from hpc.train.step_guard import StepFailed, StepGuard
 from hpc.train.steptime import timed_step
-from hpc.train.straggler import StragglerMonitor
+from hpc.train.straggler import StragglerMonitor, describe
 from hpc.train.tokenizer import load_tokenizer, tokenizer_source
 from hpc.train.tracking import Tracking
 
@@ -66,6 +70,12 @@ GC_EVERY_STEPS = 50
 def _log0(msg: str) -> None:
     if dist.get_rank() == 0:
         print(msg, flush=True)
+
+
+class CollectiveTimedOut(HpcError):
+    """A collective timed out: the ``[hang]`` line named who did not arrive; the run fails (exit 1)."""
+
+    code = EXIT_FAILED
 
 
 class Trainer:
@@ -108,7 +118,10 @@ class Trainer:
         self._stager = checkpoint.host_stager(pinned=self.on_gpu) if background else None
         self._write_group = dist.new_group(backend="gloo") if background else None  # the writer thread's own collectives
         self._resume()
-        self.straggler = StragglerMonitor(cfg.straggler, self.rank, device, cfg.log.log_every)
+        self.nodes = gather_nodes()  # each rank's node, by rank: for the stragglers and the missing at a hang
+        self.straggler = StragglerMonitor(cfg.straggler, self.rank, device, cfg.log.log_every, self.nodes)
+        self.resumed_at = self.step
+        self.stopped_for: str | None = None  # why the run stopped before cfg.steps other than a stop signal
         gc.collect()
         gc.disable()
         if self.rank == 0:
@@ -386,35 +399,18 @@ class Trainer:
     def run(self, stop_requested: Callable[[], bool] = lambda: False) -> int:
         """Train to ``cfg.steps``, checkpointing every ``checkpoint.interval`` steps and at the end; returns the last step."""
         cfg = self.cfg
-        interval = cfg.checkpoint.interval
-        saved_at = self.step
+        self._saved_at = self.step
         if self.step >= cfg.steps:
             _log0(f"[train] the run is already at step {self.step} of steps={cfg.steps}: nothing to train")
         self.metrics.restart_clock()
         step_fn = self.straggler.measured(self.train_step)
-        while self.step < cfg.steps:
-            if (self.step + 1) % cfg.log.log_every == 0:  # compute or network? time one step per log line
-                record, split = timed_step(step_fn, self.device)
-                record.update(split)
-            else:
-                record = step_fn()
-            self.straggler.after_step(self.step, record)
-            if cfg.eval.every and self.step % cfg.eval.every == 0:
-                record["eval_loss"] = self.metrics.untimed(self.evaluate)
-            self.metrics.log(record)
-            self.guard.record(self.step, record["loss"], record["grad_norm"], record["loss_tokens"])
-            saving = bool(interval) and self.step % interval == 0
-            if saving or self.step % self.sync_every == 0:
-                self._check_steps(weights=saving)
-            if saving:
-                self.metrics.flush()
-                self.save(background=True)
-                saved_at = self.step
-                self.metrics.restart_clock()
-            elif self.pending is not None and self.step % self.sync_every == 0 and self._background_save_written():
-                self.finish_save()
-            if stop_requested():  # every step: a host-side collective that never waits for the device
-                break
+        try:
+            self._loop(step_fn, stop_requested)
+        except (RuntimeError, dist.DistError) as e:
+            if not is_timeout(e):
+                raise
+            raise self._report_hang() from None
+        saved_at = self._saved_at
         if saved_at != self.step:  # the steps since the last save, saved below
             self._check_steps(weights=True)
         self.metrics.close()
@@ -432,3 +428,74 @@ class Trainer:
                 _log0(f"[train] exported Hugging Face model to {target}")
         dist.barrier()  # rank 0 may still be writing; no rank tears the process group down before it
         return self.step
+
+    def _loop(self, step_fn: Callable[[], dict], stop_requested: Callable[[], bool]) -> None:
+        cfg = self.cfg
+        interval = cfg.checkpoint.interval
+        while self.step < cfg.steps:
+            self._step_started = time.monotonic()
+            if (self.step + 1) % cfg.log.log_every == 0:  # compute or network? time one step per log line
+                record, split = timed_step(step_fn, self.device)
+                record.update(split)
+            else:
+                record = step_fn()
+            self.straggler.after_step(self.step, record)
+            if cfg.eval.every and self.step % cfg.eval.every == 0:
+                record["eval_loss"] = self.metrics.untimed(self.evaluate)
+            self.metrics.log(record)
+            self.guard.record(self.step, record["loss"], record["grad_norm"], record["loss_tokens"])
+            saving = bool(interval) and self.step % interval == 0
+            if saving or self.step % self.sync_every == 0:
+                self._check_steps(weights=saving)
+            if saving:
+                self.metrics.flush()
+                self.save(background=True)
+                self._saved_at = self.step
+                self.metrics.restart_clock()
+            elif self.pending is not None and self.step % self.sync_every == 0 and self._background_save_written():
+                self.finish_save()
+            self._test_stop()
+            if stop_requested():  # every step: a host-side collective that never waits for the device
+                break
+            if self.straggler.persistent:  # the same on every rank: decided from the window's all-gather
+                self._exclude_stragglers(self.straggler.persistent)
+                break
+
+    def _test_stop(self) -> None:
+        """straggler.test_stop_rank (tests only): stop this process (SIGSTOP) after straggler.test_stop_step, in a run
+        that did not resume, so that the others time out in the next collective."""
+        s = self.cfg.straggler
+        if s.test_stop_rank == self.rank and self.step == s.test_stop_step and self.resumed_at == 0:
+            print(f"[hang] rank {self.rank} on {self.nodes[self.rank]} (pid {os.getpid()}): straggler.test_stop_rank: stopping myself "
+                  f"(SIGSTOP) after step {self.step}", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    def _exclude_stragglers(self, found: list[dict]) -> None:
+        """straggler.stop_after: mark the persistent stragglers' nodes bad (for the batch script) and stop this run."""
+        nodes = sorted({f["node"] for f in found})
+        self.stopped_for = f"a persistent straggler ({'; '.join(describe(f) for f in found)})"
+        if self.rank == 0:
+            marked = mark_bad_nodes(nodes)
+            where = f"marked bad in {marked}" if marked else "not marked (no HPC_BAD_NODE_MARKS: outside a batch job)"
+            print(f"[straggler] step {self.step}: stopping with a checkpoint for {self.stopped_for}; "
+                  f"{', '.join(nodes)} {where}", flush=True)
+
+    def _report_hang(self) -> CollectiveTimedOut:
+        """A collective timed out: post this rank's arrival, let the lowest rank that arrived name those that did not
+        (and mark their nodes bad); returns the error that fails the run."""
+        elapsed = time.monotonic() - self._step_started
+        world = dist.get_world_size()
+        arrived = post_arrival(dist.distributed_c10d._get_default_store(), self.rank, world)
+        line = hang_line(f"after step {self.step}", elapsed, arrived, self.nodes)
+        if arrived is None or self.rank == min(arrived):
+            print(line, flush=True)
+            missing = [r for r in range(world) if arrived is not None and r not in arrived]
+            if missing:
+                marked = mark_bad_nodes(sorted({self.nodes[r] for r in missing}))
+                if marked:
+                    print(f"[hang] marked {', '.join(sorted({self.nodes[r] for r in missing}))} bad in {marked}", flush=True)
+            if self.rank == 0:
+                self.metrics.event({"step": self.step, "event": "hang", "elapsed_s": round(elapsed, 1),
+                                    "missing": [{"rank": r, "node": self.nodes[r]} for r in missing],
+                                    "arrived": arrived})
+        return CollectiveTimedOut(f"stopped: a collective timed out after step {self.step} (the [hang] line says who was missing)")

@@ -149,6 +149,12 @@ class MetricsLog:
                 flush=True,
             )
 
+    def event(self, record: dict) -> None:
+        """Write the pending steps, then ``record`` (an event: {"step": ..., "event": ..., ...}) as it is."""
+        self.flush()
+        if self.enabled:
+            self._file.write(json.dumps(record) + "\n")
+
     def close(self) -> None:
         self.flush()
         if self.enabled:

@@ -14,8 +14,6 @@ over a gloo group (no device sync). A rank slower than the median of the others 
 """
 from __future__ import annotations
 
-import os
-import socket
 import statistics
 import time
 from collections.abc import Callable
@@ -27,10 +25,6 @@ import torch.distributed as dist
 from hpc.train.config import ConfigError, StragglerConfig
 
 T = TypeVar("T")
-
-
-def node_name() -> str:
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def burn_cpu(seconds: float) -> None:
@@ -62,19 +56,19 @@ class Streaks:
 class StragglerMonitor:
     """Measures this rank's compute time per step and, every window, names the stragglers (collective over all ranks)."""
 
-    def __init__(self, cfg: StragglerConfig, rank: int, device: torch.device, log_every: int):
-        self.cfg, self.rank, self.device = cfg, rank, device
+    def __init__(self, cfg: StragglerConfig, rank: int, device: torch.device, log_every: int, nodes: list[str]):
+        self.cfg, self.rank, self.device, self.nodes = cfg, rank, device, nodes
         world = dist.get_world_size()
-        if cfg.test_slow_rank is not None and cfg.test_slow_rank >= world:
-            raise ConfigError(f"straggler.test_slow_rank={cfg.test_slow_rank}: the run has ranks 0 to {world - 1}")
+        for key in ("test_slow_rank", "test_stop_rank"):
+            if getattr(cfg, key) is not None and getattr(cfg, key) >= world:
+                raise ConfigError(f"straggler.{key}={getattr(cfg, key)}: the run has ranks 0 to {world - 1}")
+        self.persistent: list[dict] = []  # named stragglers that stop the run (straggler.stop_after)
         self.enabled = cfg.every > 0 and world > 1
         if not self.enabled:
             return
         on_gpu = device.type == "cuda"
         self.window = -(-cfg.every // log_every) * log_every if on_gpu else cfg.every  # GPU: whole log_every periods
         self.group = dist.new_group(backend="gloo")
-        self.nodes: list = [None] * world
-        dist.all_gather_object(self.nodes, node_name(), group=self.group)
         self.streaks = Streaks(world, cfg.threshold, cfg.windows)
         self.slow_here = cfg.test_slow_s if cfg.test_slow_rank == rank else 0.0
         self._times: list[float] = []
@@ -131,6 +125,8 @@ class StragglerMonitor:
                   "compute_s": times[r], "others_median_s": statistics.median(times[:r] + times[r + 1:])}
                  for r, excess, n in named]
         record["stragglers"] = found
+        if self.cfg.stop_after:
+            self.persistent = [f for f in found if f["windows"] >= self.cfg.stop_after]
         if self.rank == 0:
             for f in found:
                 print(f"[straggler] step {step}: {describe(f)} (compute {f['compute_s']:.4f} s per step, "

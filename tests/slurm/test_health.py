@@ -49,8 +49,8 @@ def test_preflight_stops_the_job_on_a_faulty_node(slurm, tmp_path, second_node):
     assert r.returncode == 1, r.stdout + r.stderr + log
     assert f"[health] {second} gpu 5 (00000000:AB:00.0): FAIL: a row remapping is pending (needs a GPU reset)" in log
     assert f"[health] {second}: FAILED 5 check(s); exclude it with --exclude {second}" in log
-    assert (f"[job] preflight: a node failed its health check ({second}): not training (1 node(s) failed, at most 0 excluded; "
-            "restart 0 of at most 5)") in log  # the profile allows no exclusion
+    assert (f"[job] preflight: a node failed its health check, not training ({second} marked bad): not requeued (1 node(s) "
+            "marked bad, at most 0 excluded; restart 0 of at most 5)") in log  # the profile allows no exclusion
     assert not (tmp_path / "ranks").exists()  # no rank started
 
 
@@ -65,7 +65,8 @@ def test_a_faulty_node_is_excluded_and_the_job_requeued_elsewhere(slurm, tmp_pat
     assert r.returncode == 0, r.stdout + r.stderr + log
     bad = (tmp_path / "bad-node").read_text().strip()
     assert f"[health] {bad}: FAILED 5 check(s)" in log
-    assert f"[job] preflight: {bad} failed its health check: not training there; requeueing job {job} excluding {bad}" in log
+    assert (f"[job] preflight: a node failed its health check, not training: {bad} marked bad; requeueing job {job} "
+            f"excluding {bad}") in log
     assert f"[job] {job} on " in log and "(restart 1)" in log
     nodes = job_nodes(job)  # the restart's nodes
     assert bad not in nodes and len(nodes) == 2

@@ -1,0 +1,139 @@
+"""Who is missing at a hang, and the bad-node marks the batch script requeues around.
+
+When a collective times out, every rank still running is blocked in it and times out within seconds of the others.
+Each posts its arrival to the rendezvous store (torch.distributed's default store, with a short timeout of its own),
+waits a short grace for the others (less once every rank posted) and the lowest rank that arrived names those that
+did not, with their nodes (gathered once at setup, `gather_nodes`):
+
+    [hang] a collective timed out after step 42 (after 20 s): rank 3 on n2 did not arrive (ranks 0-2 did)
+
+It may also mark their nodes bad (``HPC_BAD_NODE_MARKS``, set by the batch script): the script then requeues the job
+without them. On GPU NCCL's own watchdog ends the process at the timeout; its flight recorder dumps every rank's last
+collectives into the run's log directory instead (`flight_recorder_env`).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Mapping, MutableMapping
+
+from hpc.node.contract import BAD_NODE_MARKS_VAR, FLIGHT_RECORDER_DIR, MASTER_ADDR_VAR, MASTER_PORT_VAR
+
+ARRIVED_KEY = "hpc-hang-arrived-{rank}"
+STORE_TIMEOUT_S = 5.0  # the store answers within this or is taken to be gone
+GRACE_S = 5.0  # how long the arrived wait for the others to time out too (they do within a second or two)
+FLIGHT_RECORDER_ENTRIES = 2000  # collectives per rank NCCL's flight recorder keeps
+
+
+def node_name(environ: Mapping[str, str] = os.environ) -> str:
+    """This node's name as Slurm knows it (the host name outside Slurm)."""
+    return environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def gather_nodes(group=None) -> list[str]:
+    """Every rank's node name, by rank (collective over ``group``, a gloo group)."""
+    import torch.distributed as dist
+
+    nodes: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(nodes, node_name(), group=group)
+    return nodes
+
+
+def is_timeout(error: BaseException) -> bool:
+    """Whether a collective's error means a peer did not take part: a timeout, or a peer that left it."""
+    import torch.distributed as dist
+
+    text = str(error).lower()
+    return isinstance(error, dist.DistError) or any(w in text for w in ("timed out", "timeout", "connection closed",
+                                                                         "connection reset", "broken pipe"))
+
+
+def post_arrival(store, rank: int, world: int, grace_s: float = GRACE_S,
+                 store_timeout_s: float = STORE_TIMEOUT_S) -> list[int] | None:
+    """Post this rank's arrival and return the ranks that arrived within ``grace_s`` (sooner once all did); None when
+    the store does not answer. A TCPStore whose host is stopped may block a read for ever, whatever its timeout: the
+    talk runs in a thread of its own, given up after the grace and the store's timeout."""
+    found: list[list[int]] = []
+
+    def talk() -> None:
+        try:
+            store.set_timeout(timedelta(seconds=store_timeout_s))
+            store.set(ARRIVED_KEY.format(rank=rank), "1")
+            deadline = time.monotonic() + grace_s
+            while True:
+                arrived = [r for r in range(world) if store.check([ARRIVED_KEY.format(rank=r)])]
+                if len(arrived) == world or time.monotonic() >= deadline:
+                    found.append(arrived)
+                    return
+                time.sleep(0.2)
+        except Exception:  # the store's errors are RuntimeErrors of several kinds; any of them: it does not answer
+            return
+
+    thread = threading.Thread(target=talk, name="hpc-hang-arrival", daemon=True)
+    thread.start()
+    thread.join(grace_s + store_timeout_s)
+    return found[0] if found else None
+
+
+def ranks_text(ranks: list[int]) -> str:
+    """'rank 3', 'ranks 0-2', 'ranks 0, 2, 5-7'."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    parts = [f"{run[0]}-{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)) for run in runs]
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
+
+
+def missing_text(missing: list[int], nodes: list[str]) -> str:
+    """'rank 3 on n2', 'ranks 4-7 on n2', 'rank 1 on n1, rank 5 on n2' (grouped by node)."""
+    by_node: dict[str, list[int]] = {}
+    for r in missing:
+        by_node.setdefault(nodes[r], []).append(r)
+    return ", ".join(f"{ranks_text(rs)} on {node}" for node, rs in by_node.items())
+
+
+def hang_line(where: str, elapsed_s: float, arrived: list[int] | None, nodes: list[str],
+              environ: Mapping[str, str] = os.environ) -> str:
+    """The one line that says who did not arrive (``arrived`` None: the store did not answer)."""
+    head = f"[hang] a collective timed out {where} (after {elapsed_s:.0f} s)"
+    if arrived is None:
+        store = f"{environ.get(MASTER_ADDR_VAR, '?')}:{environ.get(MASTER_PORT_VAR, '?')}"
+        return (f"{head}: the rendezvous store at {store} did not answer either; its host (rank 0's process on "
+                f"{nodes[0]}, or torchrun's agent there) may be the one stopped")
+    missing = [r for r in range(len(nodes)) if r not in arrived]
+    if not missing:
+        return f"{head}: every rank arrived at the timeout (a collective of a subgroup, or ranks in different collectives)"
+    return f"{head}: {missing_text(missing, nodes)} did not arrive ({ranks_text(arrived)} did)"
+
+
+def mark_bad_nodes(nodes: list[str], environ: Mapping[str, str] = os.environ) -> Path | None:
+    """One empty file per node in the directory ``HPC_BAD_NODE_MARKS`` names (the batch script's marks: it requeues
+    the job without them); None outside such a job."""
+    marks = environ.get(BAD_NODE_MARKS_VAR)
+    if not marks:
+        return None
+    path = Path(marks)
+    path.mkdir(parents=True, exist_ok=True)
+    for node in nodes:
+        (path / node).touch()
+    return path
+
+
+def flight_recorder_env(environ: MutableMapping[str, str], log_dir: Path) -> Path | None:
+    """For an NCCL run: NCCL's flight recorder on, dumping each rank's last collectives into
+    ``log_dir/nccl-trace/rank-<R>`` when a collective times out (each variable only where unset)."""
+    if "TORCH_FR_DUMP_TEMP_FILE" in environ and "TORCH_NCCL_DUMP_ON_TIMEOUT" in environ:
+        return None
+    directory = Path(log_dir) / FLIGHT_RECORDER_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", str(FLIGHT_RECORDER_ENTRIES))
+    environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    environ.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(directory / "rank-"))
+    return directory

@@ -1,0 +1,89 @@
+"""Who is missing at a hang, through the real trainer under torchrun (gloo on CPU): one rank stops itself (SIGSTOP,
+the test-only straggler.test_stop_rank); the others time out, name it with its node, and the run fails promptly. And
+when the rendezvous store's host is the one stopped, the arrival is given up within the store's timeout."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch.distributed as dist
+
+from hpc.node.hang import post_arrival
+from train_helpers import launch
+
+TIMEOUT_S = 10
+
+
+def still_stopped(pid: int) -> bool:
+    """Whether process ``pid`` exists and is stopped (state T)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
+
+
+def test_a_stopped_rank_is_named_and_the_run_ends(tmp_path, monkeypatch):
+    run = tmp_path / "hang"
+    monkeypatch.setenv("HPC_DIST_TIMEOUT_S", str(TIMEOUT_S))
+    proc = launch(3, run, "steps=20", "global_batch=6", "checkpoint.interval=0", "straggler.test_stop_rank=2", "straggler.test_stop_step=3")
+    stopped, t_stop, t_named = None, None, None
+    log = run / "launch.log"
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            text = log.read_text()
+            found = re.search(r"\(pid (\d+)\): straggler.test_stop_rank: stopping myself", text)
+            if t_stop is None and found:
+                t_stop, stopped = time.monotonic(), int(found.group(1))
+            if t_named is None and "did not arrive" in text:
+                t_named = time.monotonic()
+            time.sleep(0.2)
+        rc = proc.wait(timeout=5)
+        t_end = time.monotonic()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        leaked = stopped is not None and still_stopped(stopped)
+        if leaked:  # nothing left behind: the stopped rank is killed here if the launcher has not
+            os.kill(stopped, signal.SIGKILL)
+    out = log.read_text()
+    assert t_stop is not None, out[-3000:]
+    assert not leaked, "torchrun left the stopped rank behind"
+    node = re.escape(socket.gethostname())
+    lines = [l for l in out.splitlines() if "did not arrive" in l]
+    assert len(lines) == 1, out[-3000:]
+    assert re.fullmatch(rf"\[hang\] a collective timed out after step 3 \(after \d+ s\): rank 2 on {node} did not arrive "
+                        r"\(ranks 0, 1 did\)", lines[0]), lines[0]
+    assert rc != 0
+    assert t_end - t_stop < TIMEOUT_S + 60, out[-3000:]
+    events = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r.get("event") == "hang"]
+    assert events == [{"step": 3, "event": "hang", "elapsed_s": events[0]["elapsed_s"],
+                       "missing": [{"rank": 2, "node": socket.gethostname()}], "arrived": [0, 1]}]
+    print(f"\n[hang] fault -> named line {t_named - t_stop:.1f} s, fault -> run ended {t_end - t_stop:.1f} s "
+          f"(HPC_DIST_TIMEOUT_S={TIMEOUT_S})")
+
+
+def test_a_stopped_store_host_is_noticed_within_the_store_timeout():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    host = subprocess.Popen([sys.executable, "-c", "import sys, time, datetime, torch.distributed as d; "
+                             f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False); "
+                             "print('up', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert host.stdout.readline().strip() == "up"
+        client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
+        os.kill(host.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        assert post_arrival(client, 1, 2, grace_s=5.0, store_timeout_s=1.0) is None
+        assert time.monotonic() - t0 < 5.0 + 1.0 + 1.0  # the grace and the store's timeout, at most
+    finally:
+        host.kill()
+        host.wait()

@@ -1,0 +1,65 @@
+"""Who is missing at a hang: the arrival protocol on a real TCPStore, the line, and
+the settings that lead to a node's exclusion (the trainer's straggler.stop_after, the profile's key for it)."""
+import socket
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+from hpc.login.site import load_site
+from hpc.login.spec import rank_command
+from hpc.node.hang import flight_recorder_env, hang_line, mark_bad_nodes, missing_text, post_arrival, ranks_text
+from hpc.train.config import ConfigError, load_config
+
+TINY = str(Path(__file__).resolve().parents[2] / "hpc" / "train" / "configs" / "tiny.yaml")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_arrived_wait_the_grace_and_leave_early_once_all_posted():
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
+    t0 = time.monotonic()
+    assert post_arrival(store, 0, 3, grace_s=1.0) == [0]  # nobody else came: the whole grace
+    assert post_arrival(store, 2, 3, grace_s=1.0) == [0, 2]
+    assert 2.0 <= time.monotonic() - t0 < 3.5
+    t0 = time.monotonic()
+    assert post_arrival(store, 1, 3, grace_s=30.0) == [0, 1, 2]  # all posted: no wait
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_the_line_names_the_missing_with_their_nodes():
+    nodes = ["n1", "n1", "n2", "n2", "n3", "n3", "n3", "n3"]
+    assert ranks_text([3]) == "rank 3" and ranks_text([0, 1, 2]) == "ranks 0-2" and ranks_text([0, 2, 5, 6, 7]) == "ranks 0, 2, 5-7"
+    assert missing_text([2, 4, 5, 6, 7], nodes) == "rank 2 on n2, ranks 4-7 on n3"
+    assert hang_line("after step 42", 20.2, [0, 1, 2], nodes[:4]) == \
+        "[hang] a collective timed out after step 42 (after 20 s): rank 3 on n2 did not arrive (ranks 0-2 did)"
+    env = {"MASTER_ADDR": "n1", "MASTER_PORT": "29500"}
+    assert "the rendezvous store at n1:29500 did not answer either" in hang_line("after step 1", 10, None, nodes, env)
+
+
+def test_marks_and_flight_recorder_paths(tmp_path):
+    assert mark_bad_nodes(["n2"], {}) is None
+    marks = mark_bad_nodes(["n2", "n3"], {"HPC_BAD_NODE_MARKS": str(tmp_path / "marks")})
+    assert sorted(p.name for p in marks.iterdir()) == ["n2", "n3"]
+    env = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "100"}
+    assert flight_recorder_env(env, tmp_path / "log") == tmp_path / "log" / "nccl-trace"
+    assert env == {"TORCH_NCCL_TRACE_BUFFER_SIZE": "100", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                   "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "log" / "nccl-trace" / "rank-")}
+
+
+def test_straggler_exclusion_settings(tmp_path):
+    assert load_config(TINY, []).straggler.stop_after == 0
+    with pytest.raises(ConfigError, match=r"straggler.stop_after=2 .*preemption.exclude_stragglers_after.* below straggler.windows=3"):
+        load_config(TINY, ["straggler.stop_after=2"])
+    site = load_site("local")
+    assert not any(a.startswith("straggler.stop_after=") for a in rank_command([], site, "py", tmp_path, tmp_path))
+    site = site.model_copy(update={"preemption": site.preemption.model_copy(update={"exclude_stragglers_after": 4})})
+    assert rank_command([], site, "py", tmp_path, tmp_path)[-1] == "straggler.stop_after=4"
+    assert rank_command(["straggler.stop_after=0"], site, "py", tmp_path, tmp_path).count("straggler.stop_after=0") == 1
