@@ -9,7 +9,7 @@ import pytest
 import torch.distributed as dist
 
 from hpc.login.site import load_site
-from hpc.login.spec import rank_command
+from hpc.login.trainer_job import trainer_job
 from hpc.node.hang import flight_recorder_env, hang_line, mark_bad_nodes, missing_text, post_arrival, ranks_text
 from hpc.train.config import ConfigError, load_config
 
@@ -59,7 +59,7 @@ def test_straggler_exclusion_settings(tmp_path):
     with pytest.raises(ConfigError, match=r"straggler.stop_after=2 .*preemption.exclude_stragglers_after.* below straggler.windows=3"):
         load_config(TINY, ["straggler.stop_after=2"])
     site = load_site("local")
-    assert not any(a.startswith("straggler.stop_after=") for a in rank_command([], site, "py", tmp_path, tmp_path))
+    assert not any(a.startswith("straggler.stop_after=") for a in trainer_job([], site, tmp_path, tmp_path).args())
     site = site.model_copy(update={"preemption": site.preemption.model_copy(update={"exclude_stragglers_after": 4})})
-    assert rank_command([], site, "py", tmp_path, tmp_path)[-1] == "straggler.stop_after=4"
-    assert rank_command(["straggler.stop_after=0"], site, "py", tmp_path, tmp_path).count("straggler.stop_after=0") == 1
+    assert trainer_job([], site, tmp_path, tmp_path).args()[-1] == "straggler.stop_after=4"
+    assert trainer_job(["straggler.stop_after=0"], site, tmp_path, tmp_path).args().count("straggler.stop_after=0") == 1
