@@ -8,8 +8,7 @@ import subprocess
 import sys
 
 
-from train_helpers import ROOT, clean_env, train_cmd
-from unit.test_float8 import FP8_SITE, torchao_float8  # noqa: F401 (torchao_float8: a fixture)
+from train_helpers import FP8_SITE, ROOT, clean_env, train_cmd
 
 
 def test_fp8_on_cpu_exits_2_with_one_line(tmp_path):

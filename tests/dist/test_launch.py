@@ -1,22 +1,11 @@
 """Node network checks: NCCL/gloo interface and HCA selection, on this machine's real interfaces,
 through hpc.node.launch, and the bounded rendezvous timeout on the real cluster."""
-import os
 import subprocess
 
 import pytest
 
-from conftest import PYTHON, ROOT
+from conftest import PYTHON, ROOT, slurm_task_env
 from hpc.node.netcheck import DEFAULT_DIST_TIMEOUT_S
-
-
-def slurm_task_env(**extra: str) -> dict:
-    """The variables Slurm gives the single task of a one-node step."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NCCL_", "GLOO_", "HPC_"))}
-    env.update(SLURM_JOB_ID="7", SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_LOCALID="0", SLURM_NODEID="0",
-               SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="here", SLURM_TASKS_PER_NODE="1", SLURMD_NODENAME="here")
-    env.update(extra)
-    return env
-
 
 
 def test_launch_fails_fast_naming_node_and_interfaces():

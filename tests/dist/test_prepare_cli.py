@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hpc.train.data.prepared import prepare
 from train_helpers import ROOT, TINY, clean_env
-from unit.test_prepare import LINES, SEQ, cfg, long_prompt_chats, source, tok, tree  # noqa: F401 (source, tok: fixtures)
+from data_helpers import LINES, SEQ, cfg, long_prompt_chats, tree
 
 
 def cli(out: Path, source: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:

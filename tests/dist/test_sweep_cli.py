@@ -6,7 +6,7 @@ import pytest
 from conftest import run_cli
 from hpc.login.render import render_sbatch
 from train_helpers import TINY
-from unit.test_sweep_spec import sweep_spec
+from login_helpers import sweep_spec
 
 def test_the_case_table_gives_each_task_its_overrides_quoted(monkeypatch, tmp_path):
     hostile = "a b;$(touch /tmp/owned)'\""

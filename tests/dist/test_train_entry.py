@@ -6,8 +6,7 @@ import subprocess
 
 import pytest
 
-from train_helpers import ROOT, clean_env, train_cmd
-from unit.test_train_config import _free_port
+from train_helpers import ROOT, clean_env, free_port, train_cmd
 
 
 @pytest.mark.parametrize(
@@ -26,7 +25,7 @@ from unit.test_train_config import _free_port
 def test_entry_point_rejects_bad_layout_before_process_group(world, local, local_rank, overrides, message):
     # Rank 1 of a job whose master port has no listener: any process-group work would block until the timeout.
     env = clean_env(RANK="1", LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(local),
-                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     proc = subprocess.run(train_cmd(1, *overrides), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()

@@ -8,9 +8,8 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, run_cli, wait_job
-from slurm.test_cluster import queued
-from tests.unit.bad_input_cases import site_yaml
+from conftest import PYTHON, queued, run_cli, wait_job
+from bad_input_cases import site_yaml
 
 pytestmark = pytest.mark.slurm
 PREFIX = "badinput-"

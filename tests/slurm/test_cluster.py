@@ -8,18 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_golden, job_nodes, run_cli, wait_job
+from conftest import ROOT, assert_golden, job_nodes, queued, run_cli, wait_job
 from hpc.login.slurm_query import scontrol_fields
 from hpc.node.slurm_env import master_port
-from unit.test_golden import command_line
+from login_helpers import command_line
 
 pytestmark = pytest.mark.slurm
-
-
-def queued(workdir: Path) -> list[str]:
-    """The jobs slurmctld knows (running, pending or ended within MinJobAge) that were submitted from ``workdir``."""
-    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i %Z"], capture_output=True, text=True, check=True).stdout
-    return sorted(job for job, _, where in (line.partition(" ") for line in out.splitlines()) if where == str(workdir))
 
 
 def check_smoke_records(out: Path, job_id: str, nodes: int = 2, per_node: int = 2) -> None:

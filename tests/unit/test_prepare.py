@@ -13,33 +13,11 @@ from hpc.node.contract import PREPARED_MANIFEST as MANIFEST
 from hpc.train.data.config import DataConfig
 from hpc.train.data.packing import IGNORE as IGNORE_LABEL
 from hpc.train.data.prepared import PreparedData, describe, open_prepared, prepare, split_rows
-from hpc.train.data.sources import DEMO_CHAT, DataError
+from hpc.train.data.sources import DataError
 from hpc.train.prepare import task_of
-from hpc.train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+from hpc.train.tokenizer import load_tokenizer
+from data_helpers import SEQ, cfg, long_prompt_chats
 
-SEQ = 64
-LINES = 600  # about 150 kB: 10 chunks of 16 kB
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer(str(DEMO_CHAT_TOKENIZER_DIR))
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("src") / "chat.jsonl"
-    with DEMO_CHAT.open() as f:
-        path.write_text("".join(next(f) for _ in range(LINES)))
-    return path
-
-
-def cfg(path: Path, **kw) -> DataConfig:
-    return DataConfig(format="chat", path=str(path), chunk_bytes=16384, **kw)
-
-
-def tree(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
 
 
 def test_prepared_rows_are_memory_mapped_and_split_deterministically(tmp_path, source, tok):
@@ -123,16 +101,6 @@ def test_text_documents_pack_whole_with_eos(tmp_path):
                 found.add(text.removesuffix(tok.eos_token))
                 assert y[row, s:e - 1].tolist() == x[row, s + 1:e].tolist() and y[row, e - 1] == IGNORE_LABEL
     assert found == set(docs) and data.manifest["totals"]["rows"] == data.num_rows
-
-
-def long_prompt_chats(path: Path, n: int) -> Path:
-    """The issue's case: a system line, a user turn far longer than seq_len, a short answer."""
-    long_user = " ".join(f"Line {i} of a long speech, spoken slowly." for i in range(20))
-    path.write_text("".join(json.dumps({"messages": [
-        {"role": "system", "content": "You answer questions about Shakespeare."},
-        {"role": "user", "content": f"{long_user} Question {i}: who speaks?"},
-        {"role": "assistant", "content": f"Hamlet {i}."}]}) + "\n" for i in range(n)))
-    return path
 
 
 @pytest.mark.parametrize("seq", [64, 128])

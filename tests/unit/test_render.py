@@ -4,22 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from hpc.login.render import preamble_lines, render_sbatch
-from hpc.login.site import SHIPPED_SITE_DIR, load_site
-from hpc.login.spec import PROJECT_ROOT, build_spec
+from hpc.login.render import preamble_lines
+from hpc.login.site import load_site
+from hpc.login.spec import build_spec
+from login_helpers import render
 
-SITES = sorted(p.stem for p in SHIPPED_SITE_DIR.glob("*.yaml"))
-TEST_SITES = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "sites").glob("*.yaml"))  # profiles for tests only
-HOSTILE = "x; touch /tmp/owned $(id) `id` 'q\" $HOME"  # a backslash is refused: #SBATCH lines drop it
-
-
-def render(site_name: str, monkeypatch, **kw) -> str:
-    monkeypatch.setenv("USER", "alice")
-    monkeypatch.setenv("HOME", "/home/alice")
-    site = load_site(site_name)
-    spec = build_spec(site, nodes=kw.pop("nodes", 2), workdir=Path("/home/alice/project"),
-                      python=site.environment.python or "/opt/venv/bin/python", **kw)
-    return render_sbatch(spec).replace(str(PROJECT_ROOT), "{PROJECT}")
 
 
 def test_trainer_args_are_quoted_and_default_config_added(monkeypatch):

@@ -1,15 +1,12 @@
 """Sweeps and chains at submit time: the task table, the rendered array script, and bad input (one line, exit 2)."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from hpc.login.dependency import DependencyError, parse_after
 from hpc.node.contract import METRICS_FILE
-from hpc.login.site import load_site
 from hpc.login.slurm_query import Job, expand_indices
-from hpc.login.spec import build_spec
 from hpc.login.sweep import SweepError, build_sweep, split_values, write_table
 from hpc.login.sweep_report import sweep_table, task_runs
 
@@ -53,12 +50,6 @@ def test_slurm_index_lists():
     assert expand_indices("3") == [3]
     assert expand_indices("0-3%2") == [0, 1, 2, 3]
     assert expand_indices("[0-2,5]") == [0, 1, 2, 5]
-
-
-def sweep_spec(monkeypatch, *sweep: str, **kw):
-    monkeypatch.setenv("USER", "alice")
-    return build_spec(load_site("local"), nodes=1, workdir=Path("/home/alice/project"), python="python", job_name="lr",
-                      sweep=sweep, args=["--config", "tiny.yaml"], **kw)
 
 
 def test_a_different_sweep_under_one_name_is_refused(tmp_path):

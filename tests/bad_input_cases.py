@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "hpc" / "train" / "configs" / "tiny.yaml")
 HUGE = "9" * 5000
 UNICODE_DIGIT = "\u0663"  # ARABIC-INDIC DIGIT THREE: str.isdigit() says yes, Slurm says no
