@@ -116,3 +116,13 @@ def test_follow_ends_early_when_the_deadline_says_so(fake, tmp_path, capsys):
     seen = []
     state = follow("123", tmp_path / "absent.log", poll_s=0, deadline=lambda s, started: seen.append((s, started is None)) or len(seen) == 3)
     assert state == "RUNNING" and seen == [("PENDING", True), ("RUNNING", False), ("RUNNING", False)]
+
+
+def test_a_module_the_job_s_python_cannot_import_is_refused_before_sbatch(fake, tmp_path, capsys):
+    """The check runs the job's python (a process), so it is tested here rather than with the in-process survey."""
+    with pytest.raises(SystemExit) as e:
+        submit_cli.main(["--site", "local", "--nodes", "2", "--", "-m", "no.such.module"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("hpc.login.submit: error: ") and "-m no.such.module: no such module" in err, err
+    assert fake.calls("sbatch") == [] and not (tmp_path / "work" / "jobs").exists()
