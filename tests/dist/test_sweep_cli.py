@@ -1,9 +1,9 @@
-"""Sweeps and chains on the command line: the case table under bash, bad input as one line, the dry run's task table."""
+"""Sweeps and chains as processes: the case table under bash; a bad sweep is one line, exit 2 (the other bad sweeps
+and the dry run's task table are checked in process: tests/bad_input_cases.py, tests/unit/test_sweep_spec.py)."""
 import subprocess
 
 from conftest import run_cli
 from hpc.login.render import render_sbatch
-from train_helpers import TINY
 from login_helpers import sweep_spec
 
 
@@ -25,21 +25,7 @@ def test_the_case_table_gives_each_task_its_overrides_quoted(monkeypatch, tmp_pa
     assert 'scontrol requeue "$job_ref"' in text and 'job_ref="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in text
 
 
-
-
 def test_a_sweep_of_a_non_trainer_command_is_refused(tmp_path):
     r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--sweep", "seed=1,2", "--dry-run", "--", "-m", "hpc.node.smoke",
                 cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.strip() == "hpc.login.submit: error: --sweep: sweeps trainer overrides; -m hpc.node.smoke is not the trainer"
-
-
-def test_dry_run_prints_the_script_and_the_task_table(tmp_path):
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--job-name", "lr", "--sweep", "optim.lr=1e-4,3e-4",
-                "--sweep", "micro_batch=1,2", "--max-parallel", "2", "--dry-run", "--", "--config", str(TINY), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("#!/bin/bash") and "#SBATCH --array=0-3%2\n" in r.stdout
-    assert f"#   2  optim.lr=3e-4 micro_batch=1  ->  {tmp_path}/jobs/lr/2-optim.lr=3e-4_micro_batch=1" in r.stdout
-    table = r.stderr.splitlines()
-    assert table[0] == "4 array tasks (--array=0-3%2):"
-    assert table[4].split() == ["2", "optim.lr=3e-4", "micro_batch=1", f"{tmp_path}/jobs/lr/2-optim.lr=3e-4_micro_batch=1"]
-    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
