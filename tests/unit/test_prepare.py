@@ -144,3 +144,23 @@ def test_truncate_left_keeps_every_answer(tmp_path, tok):
             if (labels != IGNORE_LABEL).any():
                 answers.append(tok.decode(labels[labels != IGNORE_LABEL]))
     assert sorted(answers) == sorted(f"Hamlet {i}.<|im_end|>" for i in range(40))
+
+
+def test_the_cli_refuses_data_that_truncation_leaves_without_loss_tokens_in_one_line(tmp_path, capsys):
+    """The issue's case through hpc.train.prepare's command line: every conversation longer than seq_len with its answer
+    at the end; overlong=truncate would train on nothing. One line naming seq_len, the longest sample and
+    data.overlong, exit 2, no manifest."""
+    import re
+
+    from hpc.train.prepare import main
+    from train_helpers import TINY
+
+    src = long_prompt_chats(tmp_path / "long.jsonl", 40)
+    with pytest.raises(SystemExit) as e:
+        main(["--config", str(TINY), "data.format=chat", f"data.path={src}", "data.chunk_bytes=16384", f"seq_len={SEQ}",
+              f"data.prepared={tmp_path / 'p'}"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.strip().count("\n") == 0, err
+    assert re.fullmatch(rf"hpc.train.prepare: error: data.overlong=truncate: 40 of 40 samples have no loss token within seq_len={SEQ} "
+                        r"\(the longest sample has \d+ tokens\), more than 50% or all; .*data.overlong=truncate_left.*\n", err), err
+    assert not (tmp_path / "p" / MANIFEST).exists()
