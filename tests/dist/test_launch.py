@@ -16,7 +16,6 @@ def test_launch_fails_fast_naming_node_and_interfaces():
     assert r.stderr.count("\n") == 1
 
 
-
 def test_launch_exports_the_timeout_and_reports_the_interfaces():
     code = "import os; print('timeout', os.environ['HPC_DIST_TIMEOUT_S'])"
     r = subprocess.run([PYTHON, "-m", "hpc.node.launch", "--", PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True,
@@ -26,7 +25,6 @@ def test_launch_exports_the_timeout_and_reports_the_interfaces():
     r = subprocess.run([PYTHON, "-m", "hpc.node.launch", "--", PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        timeout=60, env=slurm_task_env(HPC_DIST_TIMEOUT_S="never"))
     assert r.returncode == 2 and "HPC_DIST_TIMEOUT_S='never' must be a positive number" in r.stderr
-
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -43,13 +41,11 @@ def test_launch_refuses_impossible_wiring_in_one_line(extra, message):
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
 
 
-
 def test_launch_of_a_missing_program_is_one_line():
     r = subprocess.run([PYTHON, "-m", "hpc.node.launch", "--", "/nonexistent/python", "-c", "1"], cwd=ROOT, capture_output=True,
                        text=True, timeout=60, env=slurm_task_env())
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["hpc.node.launch: error: rank 0 on here: cannot run '/nonexistent/python': No such file or directory"]
-
 
 
 def test_a_clean_stop_is_exit_0_with_a_stop_record_and_failures_pass_through(tmp_path):

@@ -104,8 +104,6 @@ def test_rendered_scripts_pass_sbatch_test_only(slurm, tmp_path, extra):
     assert t.returncode == 0 and "to start at" in t.stderr, t.stderr
 
 
-
-
 def test_directories_of_other_jobs_and_bad_places_are_refused(slurm, tmp_path):
     """A directory another job name created is refused before submitting; so are an --emit path that is a
     directory and a profile path with an unset variable."""

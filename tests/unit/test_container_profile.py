@@ -11,7 +11,6 @@ from hpc.login.spec import PROJECT_ROOT, SpecError, build_spec
 from login_helpers import WORKDIR, profile, spec_for
 
 
-
 def load_error(path: Path) -> str:
     with pytest.raises(SiteError) as e:
         load_site(str(path))

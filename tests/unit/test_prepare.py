@@ -19,7 +19,6 @@ from hpc.train.tokenizer import load_tokenizer
 from data_helpers import SEQ, cfg, long_prompt_chats
 
 
-
 def test_prepared_rows_are_memory_mapped_and_split_deterministically(tmp_path, source, tok):
     out = tmp_path / "p"
     prepare(cfg(source), SEQ, tok, "chat", out, log=lambda m: None)

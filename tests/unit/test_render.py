@@ -10,7 +10,6 @@ from hpc.login.spec import build_spec
 from login_helpers import render
 
 
-
 def test_trainer_args_are_quoted_and_default_config_added(monkeypatch):
     text = render("local", monkeypatch, args=["optim.lr=1e-3", "run.name=a b;c"])
     launch = next(l for l in text.splitlines() if l.endswith(" || rc=$?")).removesuffix(" || rc=$?")
