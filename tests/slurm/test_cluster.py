@@ -122,13 +122,6 @@ def test_directories_of_other_jobs_and_bad_places_are_refused(slurm, tmp_path):
     assert queued(tmp_path) == before
 
 
-def test_dry_run_submits_and_writes_nothing(slurm, tmp_path):
-    before = queued(tmp_path)
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--dry-run", cwd=tmp_path)
-    assert r.returncode == 0 and r.stdout.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in r.stdout
-    assert queued(tmp_path) == before and list(tmp_path.iterdir()) == []
-
-
 def test_rank_mismatch_fails_with_what_to_change(slurm, tmp_path):
     from conftest import PYTHON
 

@@ -34,3 +34,16 @@ def test_preamble_is_the_network_table(monkeypatch):
     assert "export NCCL_IB_GID_INDEX=3" in lines
     assert "export NCCL_IB_HCA='^mlx5_bond_0'" in lines
     assert "export NCCL_SOCKET_IFNAME=bond0" in lines
+
+
+def test_dry_run_prints_the_script_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """Nothing is submitted either: the unit tier refuses every process, sbatch included."""
+    from hpc.login.submit import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["--site", "local", "--nodes", "2", "--dry-run"])
+    out, err = capsys.readouterr()
+    assert e.value.code == 0, err
+    assert out.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in out
+    assert list(tmp_path.iterdir()) == []
