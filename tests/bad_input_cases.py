@@ -775,6 +775,9 @@ def message_cases() -> list[Case]:
                   "hpc.train: error: fp8.enabled=true needs a CUDA GPU of compute capability 8.9 or newer (H100, H200, L40S, ...); "
                   "this run is on cpu"))
     c.append(Case("msg-prepare-stream", "hpc.train.prepare", ["--config", TINY], "data.pack=stream"))
+    c.append(Case("msg-submit-slurm-conf-missing", SUBMIT, ["--site", "{T}/p.yaml", "--nodes", "1", "--time", "5", "--", "{T}/s.py"],
+                  "submission.slurm_conf /no/such/slurm.conf does not exist", env={"SLURM_CONF": None},
+                  files={"p.yaml": site_yaml(**{"submission.slurm_conf": "/no/such/slurm.conf"}), **SCRIPT}))
     c.append(Case("msg-submit-emit-dir", SUBMIT, ["--site", "local", "--nodes", "1", "--emit", "{T}"], "Is a directory"))
     c.append(Case("msg-submit-site-unset-var", SUBMIT, ["--site", "{T}/site.yaml", "--nodes", "1", "--dry-run"],
                   "paths.job_dir: '$HPC_TEST_UNSET/jobs' uses $HPC_TEST_UNSET, which is not set",

@@ -3,12 +3,11 @@ sbatch's own refusals, a live job of the same name, and hpc.login.jobs on a job 
 and queues nothing from its directory."""
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest
 
-from conftest import PYTHON, queued, run_cli, wait_job
+from conftest import queued, run_cli, wait_job
 from bad_input_cases import site_yaml
 
 pytestmark = pytest.mark.slurm
@@ -60,12 +59,3 @@ def test_jobs_commands_on_a_finished_job(slurm, tmp_path):
         r = run_cli("-m", "hpc.login.jobs", *args, cwd=tmp_path)
         assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr)
     assert sorted(p.name for p in out.iterdir()) == [f"{job}_0_log.out"]  # nothing written beside the log
-
-
-def test_a_missing_slurm_conf_is_one_line(slurm, tmp_path):
-    (tmp_path / "s.py").write_text("print('ran')\n")
-    site = site_with(tmp_path, submission__slurm_conf="/no/such/slurm.conf")
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}  # the profile's slurm_conf is the one used
-    r = subprocess.run([PYTHON, "-m", "hpc.login.submit", "--site", site, "--nodes", "1", "--time", "5", "--", str(tmp_path / "s.py")],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "slurm_conf" in r.stderr, r.stderr
