@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -427,7 +427,7 @@ def plot(results: list[dict], shape: str, path: Path) -> None:
     fig.savefig(path, dpi=120, bbox_inches="tight")
 
 
-def main() -> None:
+def main(argv: Optional[Sequence[str]] = None) -> None:
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", nargs="+", default=["1.7B", "4B", "0.6B", "8B"], choices=list(CASES))
     p.add_argument("--variants", nargs="+", default=["ours", "liger", "baseline"],
@@ -448,7 +448,7 @@ def main() -> None:
     p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     p.add_argument("--run-dir", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     try:
         _batches(args.batch)
         _check_overrides(args.set)

@@ -1,4 +1,5 @@
-"""Shared by the tiers: the project's paths, a command line run as a user would, and waiting for a Slurm job."""
+"""Shared by the tiers: the project's paths, a command line run as a user would, a Slurm task's environment, waiting
+for a Slurm job, and the fixtures several tiers ask for (the chat tokenizer and source, torchao's float8)."""
 from __future__ import annotations
 
 import os
@@ -6,6 +7,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -56,3 +59,52 @@ def job_nodes(job_id: str) -> list[str]:
     from hpc.login.slurm_query import scontrol_fields
 
     return hostlist.expand_hostlist(scontrol_fields(job_id)["NodeList"])
+
+
+def queued(workdir: Path) -> list[str]:
+    """The jobs slurmctld knows (running, pending or ended within MinJobAge) that were submitted from ``workdir``."""
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i %Z"], capture_output=True, text=True, check=True).stdout
+    return sorted(job for job, _, where in (line.partition(" ") for line in out.splitlines()) if where == str(workdir))
+
+
+def slurm_task_env(**extra: str) -> dict:
+    """The variables Slurm gives the single task of a one-node step."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NCCL_", "GLOO_", "HPC_"))}
+    env.update(SLURM_JOB_ID="7", SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_LOCALID="0", SLURM_NODEID="0",
+               SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="here", SLURM_TASKS_PER_NODE="1", SLURMD_NODENAME="here")
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """The demo chat tokenizer."""
+    from hpc.train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+
+    return load_tokenizer(str(DEMO_CHAT_TOKENIZER_DIR))
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    """The first data_helpers.LINES chats of the demo chat data, as a file."""
+    from data_helpers import LINES
+    from hpc.train.data.sources import DEMO_CHAT
+
+    path = tmp_path_factory.mktemp("src") / "chat.jsonl"
+    with DEMO_CHAT.open() as f:
+        path.write_text("".join(next(f) for _ in range(LINES)))
+    return path
+
+
+@pytest.fixture
+def torchao_float8():
+    """torchao.float8, from train_helpers.FP8_SITE."""
+    from train_helpers import FP8_SITE
+
+    if str(FP8_SITE) not in sys.path:
+        sys.path.insert(0, str(FP8_SITE))
+    try:
+        import torchao.float8
+    except ImportError:
+        pytest.fail(f"torchao is not in {FP8_SITE}: run scripts/install.sh")
+    return torchao.float8

@@ -1,16 +1,22 @@
-"""Launch the real trainer entry point (`python -m hpc.train`, alone or under torchrun) and read what it wrote."""
+"""Launch the real trainer entry point (`python -m hpc.train`, alone or under torchrun) and read what it wrote
+(metrics, tracker records)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "hpc" / "train" / "configs" / "tiny.yaml"
+# torchao lives apart from the venv (scripts/install.sh puts it in .extras/fp8): installed there, it would print
+# warnings in every process of the suite that imports transformers.
+FP8_SITE = ROOT / ".extras" / "fp8"
+REPEATABLE = ("loss", "grad_norm", "lr", "epoch", "samples_consumed")  # metrics equal bit for bit after a resume (CPU)
 _DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "ROLE_RANK")
 
 
@@ -96,3 +102,25 @@ def start_endless(run_dir: Path, out, **env: str) -> subprocess.Popen:
     """A one-process run that would train for ever and logs rarely (stop it with the pre-stop signal)."""
     return subprocess.Popen(train_cmd(1, f"log.dir={run_dir}", "steps=100000", "log.log_every=100000"), cwd=ROOT,
                             env=clean_env(**env), stdout=out, stderr=subprocess.STDOUT, text=True)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def items(update) -> dict:
+    """A W&B record's items (key, or nested key, and JSON value) as a dict."""
+    return {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in update}
+
+
+def logged(records: dict[int, dict]) -> dict[str, dict[int, float]]:
+    """What a tracker receives of metrics.jsonl: {key: {step: value}} of the numeric values but the step."""
+    out: dict[str, dict[int, float]] = {}
+    for step, record in records.items():
+        for k, v in record.items():
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.setdefault(k, {})[step] = float(v)
+    return out

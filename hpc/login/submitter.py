@@ -24,7 +24,11 @@ from hpc.login.spec import JobSpec, SpecError, prepare_submission, use_site_slur
 
 
 class RenderedExecutor(submitit.SlurmExecutor):
-    """submitit's Slurm executor, submitting one ready sbatch text instead of a pickled function."""
+    """submitit's Slurm executor, submitting one ready sbatch text instead of a pickled function.
+
+    submitit has no public call for a ready script: this overrides its private ``_make_submission_file_text``
+    and calls its private ``_submit_command``, so pyproject.toml pins submitit to the versions tested
+    (tests/unit/test_submitit_api.py fails when an installed submitit lacks them)."""
 
     def __init__(self, folder: Path, text: str):
         super().__init__(folder=folder)
@@ -50,6 +54,8 @@ def submit(spec: JobSpec) -> submitit.SlurmJob:
         extra = spec.site.submission.extra_sbatch
         hint = f" (the profile's submission.extra_sbatch adds {', '.join(f'--{k}={v}' for k, v in extra.items())})" if extra else ""
         raise SpecError(f"sbatch refused the job: {message}{hint}") from None
+    except submitit.core.utils.FailedSubmissionError as e:  # sbatch exited 0 but printed no "job <id>"
+        raise SpecError(f"sbatch printed no job id: {' '.join(str(e).splitlines()[0].split())}") from None
 
 
 def test_only(spec: JobSpec) -> str:

@@ -9,10 +9,9 @@ import sys
 import time
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, slurm_task_env
 from hpc.login.render import launch_argv, render_sbatch
-from dist.test_launch import slurm_task_env
-from unit.test_container_profile import WORKDIR, profile, spec_for
+from login_helpers import WORKDIR, profile, spec_for
 
 def test_command_prefix_fills_placeholders_and_is_quoted(tmp_path, monkeypatch):
     monkeypatch.setenv("USER", "alice")

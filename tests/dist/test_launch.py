@@ -1,22 +1,11 @@
 """Node network checks: NCCL/gloo interface and HCA selection, on this machine's real interfaces,
 through hpc.node.launch, and the bounded rendezvous timeout on the real cluster."""
-import os
 import subprocess
 
 import pytest
 
-from conftest import PYTHON, ROOT
+from conftest import PYTHON, ROOT, slurm_task_env
 from hpc.node.netcheck import DEFAULT_DIST_TIMEOUT_S
-
-
-def slurm_task_env(**extra: str) -> dict:
-    """The variables Slurm gives the single task of a one-node step."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NCCL_", "GLOO_", "HPC_"))}
-    env.update(SLURM_JOB_ID="7", SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_LOCALID="0", SLURM_NODEID="0",
-               SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="here", SLURM_TASKS_PER_NODE="1", SLURMD_NODENAME="here")
-    env.update(extra)
-    return env
-
 
 
 def test_launch_fails_fast_naming_node_and_interfaces():
@@ -25,7 +14,6 @@ def test_launch_fails_fast_naming_node_and_interfaces():
     assert r.returncode == 2 and "ran" not in r.stdout
     assert r.stderr.startswith("hpc.node.launch: error: here: GLOO_SOCKET_IFNAME=ib0 but this node has no interface ib0; it has lo (127.0.0.1")
     assert r.stderr.count("\n") == 1
-
 
 
 def test_launch_exports_the_timeout_and_reports_the_interfaces():
@@ -37,7 +25,6 @@ def test_launch_exports_the_timeout_and_reports_the_interfaces():
     r = subprocess.run([PYTHON, "-m", "hpc.node.launch", "--", PYTHON, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        timeout=60, env=slurm_task_env(HPC_DIST_TIMEOUT_S="never"))
     assert r.returncode == 2 and "HPC_DIST_TIMEOUT_S='never' must be a positive number" in r.stderr
-
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -54,13 +41,11 @@ def test_launch_refuses_impossible_wiring_in_one_line(extra, message):
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
 
 
-
 def test_launch_of_a_missing_program_is_one_line():
     r = subprocess.run([PYTHON, "-m", "hpc.node.launch", "--", "/nonexistent/python", "-c", "1"], cwd=ROOT, capture_output=True,
                        text=True, timeout=60, env=slurm_task_env())
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["hpc.node.launch: error: rank 0 on here: cannot run '/nonexistent/python': No such file or directory"]
-
 
 
 def test_a_clean_stop_is_exit_0_with_a_stop_record_and_failures_pass_through(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hpc.train.data.prepared import prepare
 from train_helpers import ROOT, TINY, clean_env
-from unit.test_prepare import LINES, SEQ, cfg, long_prompt_chats, source, tok, tree  # noqa: F401 (source, tok: fixtures)
+from data_helpers import LINES, SEQ, cfg, tree
 
 
 def cli(out: Path, source: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
@@ -42,17 +42,3 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     out, err = (proc := cli(tmp_path / "p", bad)).communicate(timeout=120)
     assert proc.returncode == 2 and err.strip().count("\n") == 0
     assert err.startswith(f"hpc.train.prepare: error: data.messages_field (messages): {bad}:1 turn 1 (assistant) has content of type int")
-    proc = subprocess.run([sys.executable, "-m", "hpc.train.prepare", "--config", str(TINY)], cwd=ROOT, env=clean_env(),
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "data.pack=stream" in proc.stderr and proc.stderr.count("\n") == 1
-
-
-def test_data_that_truncation_leaves_without_loss_tokens_is_one_line_exit_2(tmp_path):
-    """The issue's case: every conversation longer than seq_len with its answer at the end; overlong=truncate would
-    train on nothing. Refused in one line naming seq_len, the longest sample and data.overlong; no manifest."""
-    src = long_prompt_chats(tmp_path / "long.jsonl", 40)
-    out, err = (proc := cli(tmp_path / "p", src)).communicate(timeout=120)
-    assert proc.returncode == 2 and err.strip().count("\n") == 0, err
-    assert re.fullmatch(rf"hpc.train.prepare: error: data.overlong=truncate: 40 of 40 samples have no loss token within seq_len={SEQ} "
-                        r"\(the longest sample has \d+ tokens\), more than 50% or all; .*data.overlong=truncate_left.*\n", err), err
-    assert not (tmp_path / "p" / "manifest.json").exists()

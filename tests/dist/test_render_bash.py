@@ -5,7 +5,7 @@ import subprocess
 import pytest
 
 from hpc.node.ownership import run_dir_name
-from unit.test_render import HOSTILE, SITES, TEST_SITES, render
+from login_helpers import HOSTILE, SITES, TEST_SITES, render
 
 
 @pytest.mark.parametrize("site", SITES + TEST_SITES)

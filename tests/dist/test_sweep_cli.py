@@ -1,12 +1,11 @@
-"""Sweeps and chains on the command line: the case table under bash, bad input as one line, the dry run's task table."""
+"""Sweeps and chains as processes: the case table under bash; a bad sweep is one line, exit 2 (the other bad sweeps
+and the dry run's task table are checked in process: tests/bad_input_cases.py, tests/unit/test_sweep_spec.py)."""
 import subprocess
-
-import pytest
 
 from conftest import run_cli
 from hpc.login.render import render_sbatch
-from train_helpers import TINY
-from unit.test_sweep_spec import sweep_spec
+from login_helpers import sweep_spec
+
 
 def test_the_case_table_gives_each_task_its_overrides_quoted(monkeypatch, tmp_path):
     hostile = "a b;$(touch /tmp/owned)'\""
@@ -26,43 +25,7 @@ def test_the_case_table_gives_each_task_its_overrides_quoted(monkeypatch, tmp_pa
     assert 'scontrol requeue "$job_ref"' in text and 'job_ref="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in text
 
 
-BAD = [
-    (["--sweep", "optim.lrr=1e-4,3e-4"], "--sweep optim.lrr: not a config key (optim has: lr, betas, weight_decay, eps)"),
-    (["--sweep", "optim=1,2"], "--sweep optim: optim is a section, not a value"),
-    (["--sweep", "optim.lr="], "--sweep 'optim.lr=': an empty value"),
-    (["--sweep", "optim.lr=1", "--sweep", "optim.lr=2"], "--sweep optim.lr: given twice"),
-    (["--sweep", "micro_batch=2,3"], "--sweep task [1] micro_batch=3: trainer:"),
-    (["--max-parallel", "2"], "--max-parallel: limits the tasks of a sweep"),
-    (["--sweep", "seed=1,2", "--max-parallel", "0"], "argument --max-parallel: 0 is out of range: allowed 1..100000"),
-    (["--after", "12x"], "--after '12x': expected JOB[:ok|any|notok]"),
-    (["--after", "12:later"], "'later' is not one of ok, any, notok"),
-    (["--sweep", "seed=1,2", "--wait"], "--wait follows one job"),
-]
-
-
-@pytest.mark.parametrize("flags,message", BAD, ids=[" ".join(f) for f, _ in BAD])
-def test_bad_input_is_one_line_and_nothing_is_written(flags, message, tmp_path):
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", *flags, "--emit", str(tmp_path / "job.sbatch"),
-                "--", "--config", str(TINY), cwd=tmp_path) if "--wait" not in flags else \
-        run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", *flags, "--", "--config", str(TINY), cwd=tmp_path)
-    assert r.returncode == 2
-    assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_a_sweep_of_a_non_trainer_command_is_refused(tmp_path):
     r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--sweep", "seed=1,2", "--dry-run", "--", "-m", "hpc.node.smoke",
                 cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.strip() == "hpc.login.submit: error: --sweep: sweeps trainer overrides; -m hpc.node.smoke is not the trainer"
-
-
-def test_dry_run_prints_the_script_and_the_task_table(tmp_path):
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--job-name", "lr", "--sweep", "optim.lr=1e-4,3e-4",
-                "--sweep", "micro_batch=1,2", "--max-parallel", "2", "--dry-run", "--", "--config", str(TINY), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("#!/bin/bash") and "#SBATCH --array=0-3%2\n" in r.stdout
-    assert f"#   2  optim.lr=3e-4 micro_batch=1  ->  {tmp_path}/jobs/lr/2-optim.lr=3e-4_micro_batch=1" in r.stdout
-    table = r.stderr.splitlines()
-    assert table[0] == "4 array tasks (--array=0-3%2):"
-    assert table[4].split() == ["2", "optim.lr=3e-4", "micro_batch=1", f"{tmp_path}/jobs/lr/2-optim.lr=3e-4_micro_batch=1"]
-    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from train_helpers import ROOT, TINY, clean_env, finish, launch, metrics
+from train_helpers import REPEATABLE, ROOT, TINY, clean_env, finish, items, launch, logged, metrics
 
 pytest.importorskip("mlflow")
 pytest.importorskip("wandb")
@@ -25,26 +25,10 @@ from hpc.train.tracking import wandb_records, wandb_run_files  # noqa: E402
 STEPS = 6
 OVERRIDES = (f"steps={STEPS}", "checkpoint.interval=3", "checkpoint.keep_last=3", "log.log_every=2",
              "log.tracker=[mlflow, wandb, tensorboard]")
-REPEATABLE = ("loss", "grad_norm", "lr", "epoch", "samples_consumed")  # equal bit for bit after a resume (CPU)
 
 
 def tracker_ids(run, step: int) -> dict:
     return json.loads((run / "checkpoints" / f"step-{step:08d}" / "meta.json").read_text())["tracker"]
-
-
-def items(update) -> dict:
-    """A W&B record's items (key, or nested key, and JSON value) as a dict."""
-    return {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in update}
-
-
-def logged(records: dict[int, dict]) -> dict[str, dict[int, float]]:
-    """What a tracker receives of metrics.jsonl: {key: {step: value}} of the numeric values but the step."""
-    out: dict[str, dict[int, float]] = {}
-    for step, record in records.items():
-        for k, v in record.items():
-            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                out.setdefault(k, {})[step] = float(v)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -3,14 +3,12 @@ sbatch's own refusals, a live job of the same name, and hpc.login.jobs on a job 
 and queues nothing from its directory."""
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest
 
-from conftest import PYTHON, run_cli, wait_job
-from slurm.test_cluster import queued
-from tests.unit.bad_input_cases import site_yaml
+from conftest import queued, run_cli, wait_job
+from bad_input_cases import site_yaml
 
 pytestmark = pytest.mark.slurm
 PREFIX = "badinput-"
@@ -46,7 +44,27 @@ def test_a_live_job_of_the_same_name_is_refused(slurm, tmp_path):
         subprocess.run(["scancel", held.stdout.strip().split(";")[0]])
 
 
-def test_jobs_commands_on_a_finished_job(slurm, tmp_path):
+def jobs_in_process(capsys, *args: str) -> tuple[int, str]:
+    """hpc.login.jobs's main(ARGS) in this process: its exit status and stderr."""
+    import signal
+
+    from hpc.login.jobs import main
+
+    saved = signal.getsignal(signal.SIGPIPE)
+    capsys.readouterr()
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as e:
+        code = 0 if e.code is None else e.code
+    finally:
+        signal.signal(signal.SIGPIPE, saved)  # main sets SIGPIPE's default action; the test process keeps its own
+    return code, capsys.readouterr().err
+
+
+def test_jobs_commands_on_a_finished_job(slurm, tmp_path, monkeypatch, capsys):
+    """hpc.login.jobs in process against a real finished job (its process's side: tests/slurm/test_jobs.py)."""
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "jobs" / "fixture"
     out.mkdir(parents=True)
     job = subprocess.run(["sbatch", "--parsable", "-J", f"{PREFIX}fixture", "-N", "1", "-n", "1", "-t", "2",
@@ -55,18 +73,9 @@ def test_jobs_commands_on_a_finished_job(slurm, tmp_path):
     assert wait_job(job, timeout=120) == "COMPLETED"
     for args, names in ((["logs", job, "--rank", "9"], "task 9"), (["report", job], "metrics"),
                         (["logs", job, "--rank", "-1"], "--rank"), (["report", job, "--out", str(tmp_path / "r.xyz")], "--out")):
-        r = run_cli("-m", "hpc.login.jobs", *args, cwd=tmp_path)
-        assert r.returncode == 2 and r.stderr.count("\n") == 1 and names in r.stderr, (args, r.stderr)
+        code, err = jobs_in_process(capsys, *args)
+        assert code == 2 and err.count("\n") == 1 and names in err, (args, err)
     for args in (["status", job], ["logs", job], ["cancel", job]):
-        r = run_cli("-m", "hpc.login.jobs", *args, cwd=tmp_path)
-        assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr)
+        code, err = jobs_in_process(capsys, *args)
+        assert code == 0 and "Traceback" not in err, (args, err)
     assert sorted(p.name for p in out.iterdir()) == [f"{job}_0_log.out"]  # nothing written beside the log
-
-
-def test_a_missing_slurm_conf_is_one_line(slurm, tmp_path):
-    (tmp_path / "s.py").write_text("print('ran')\n")
-    site = site_with(tmp_path, submission__slurm_conf="/no/such/slurm.conf")
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}  # the profile's slurm_conf is the one used
-    r = subprocess.run([PYTHON, "-m", "hpc.login.submit", "--site", site, "--nodes", "1", "--time", "5", "--", str(tmp_path / "s.py")],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "slurm_conf" in r.stderr, r.stderr

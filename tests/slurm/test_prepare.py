@@ -7,7 +7,7 @@ import re
 from conftest import run_cli
 from hpc.train.data.prepared import prepare
 from train_helpers import TINY
-from unit.test_prepare import SEQ, cfg, source, tok, tree  # noqa: F401 (source, tok: fixtures)
+from data_helpers import SEQ, cfg, tree
 
 
 def test_prepare_through_hpc_submit_on_two_nodes_matches_one_task(slurm, tmp_path, source, tok):

@@ -6,14 +6,13 @@ import subprocess
 
 import pytest
 
-from train_helpers import TINY, metrics
+from train_helpers import REPEATABLE, TINY, items, logged, metrics
 
 pytest.importorskip("mlflow")
 pytest.importorskip("wandb")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from conftest import run_cli, wait_job  # noqa: E402
-from dist.test_tracking import REPEATABLE, items, logged  # noqa: E402
 from slurm.requeue_checks import restarts, steps_done, wait_for  # noqa: E402
 from hpc.train.tracking import wandb_records, wandb_run_files  # noqa: E402
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpc.node.cli import LINE_CHARS
-from tests.unit.bad_input_cases import FIFO, Case, all_cases
+from bad_input_cases import FIFO, Case, all_cases
 
 CASES = all_cases()
 DROP_ENV = ("SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "HPC_",

@@ -6,27 +6,9 @@ import pytest
 import yaml
 
 from hpc.login.render import launch_argv, render_sbatch, srun_args
-from hpc.login.site import SHIPPED_SITE_DIR, SiteError, load_site
+from hpc.login.site import SiteError, load_site
 from hpc.login.spec import PROJECT_ROOT, SpecError, build_spec
-
-WORKDIR = Path("/home/alice/project")
-
-
-def profile(tmp_path: Path, container=None, partition_container=None, name="ctr") -> Path:
-    data = yaml.safe_load((SHIPPED_SITE_DIR / "local.yaml").read_text())
-    data["name"] = name
-    if container is not None:
-        data["container"] = container
-    if partition_container is not None:
-        data["partitions"][1]["container"] = partition_container
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def spec_for(path: Path, **kw):
-    return build_spec(load_site(str(path)), nodes=1, workdir=WORKDIR, python="/opt/venv/bin/python",
-                      args=["-m", "hpc.node.smoke"], **kw)
+from login_helpers import WORKDIR, profile, spec_for
 
 
 def load_error(path: Path) -> str:

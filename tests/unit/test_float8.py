@@ -10,21 +10,9 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from hpc.train.config import ConfigError, load_config
-from train_helpers import ROOT, TINY
+from train_helpers import FP8_SITE, TINY
 
-# torchao lives apart from the venv (scripts/install.sh puts it in .extras/fp8): installed there, it would print
-# warnings in every process of the suite that imports transformers.
-FP8_SITE = ROOT / ".extras" / "fp8"
 sys.path.insert(0, str(FP8_SITE))
-
-
-@pytest.fixture
-def torchao_float8():
-    try:
-        import torchao.float8
-    except ImportError:
-        pytest.fail(f"torchao is not in {FP8_SITE}: run scripts/install.sh")
-    return torchao.float8
 
 
 PROJECTIONS = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}

@@ -5,34 +5,10 @@ file: the dry run is the submission. UPDATE_GOLDEN=1 refreshes every file.
 """
 import pytest
 
-from conftest import GOLDEN_WORKDIR, ROOT, assert_golden
+from conftest import GOLDEN_WORKDIR, assert_golden
 from hpc.login.render import render_sbatch
-from hpc.login.site import SHIPPED_SITE_DIR
 from hpc.login.submit import parser, plan_spec, split_args
-
-SITES = sorted(p.stem for p in SHIPPED_SITE_DIR.glob("*.yaml"))
-
-TINY = "{PROJECT}/hpc/train/configs/tiny.yaml"
-
-# One line per case: NAME -> the hpc.login.submit command line ({WORK}: the directory it runs in, {PROJECT}: the checkout).
-CASES = {
-    **{site: ["--site", site, "--nodes", "2"] for site in SITES},  # srun, per profile (roce-h100: pyxis); the planner's layout on GPU sites
-    "local-torchrun": ["--site", "local", "--nodes", "2", "--launcher", "torchrun"],
-    "local-accelerate": ["--site", "local", "--nodes", "2", "--launcher", "accelerate"],
-    "ib-h200-planned": ["--site", "ib-h200", "--nodes", "2", "--", "--config", TINY, "global_batch=32"],  # planner-added args
-    "ib-h200-layout-given": ["--site", "ib-h200", "--nodes", "2", "--", "--config", TINY, "global_batch=32", "parallel.tp=2"],
-    "apptainer-h100": ["--site", "{PROJECT}/tests/sites/apptainer-h100.yaml", "--nodes", "2"],  # an Apptainer image
-    "local-sweep": ["--site", "local", "--nodes", "1", "--job-name", "lr-sweep", "--sweep", "optim.lr=1e-4,3e-4",  # an array,
-                    "--sweep", "micro_batch=2,4", "--max-parallel", "2", "--after", "123:any"],         # chained after job 123
-    "local-nodes-preflight": ["--site", "local", "--nodes", "2", "--nodelist", "n[1-2]", "--exclude", "n4",  # where it runs,
-                              "--preflight"],                                                        # health checked first
-    "ib-h200-preflight": ["--site", "ib-h200", "--nodes", "2", "--exclude", "gpu[07-08],gpu11", "--preflight"],  # rates judged
-    "submitit": ["--site", "local", "--nodes", "2", "--job-name", "smoke", "--", "-m", "hpc.node.smoke", "--out", "{WORK}/ranks"],
-}
-
-
-def command_line(name: str, workdir) -> list[str]:
-    return [a.replace("{WORK}", str(workdir.resolve())).replace("{PROJECT}", str(ROOT)) for a in CASES[name]]
+from login_helpers import CASES, command_line
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

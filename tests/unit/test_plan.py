@@ -156,3 +156,37 @@ def test_lora_plans_smallest_layouts():
     assert p.chosen.fits and p.fewest_gpus == 2                                                    # 32B LoRA bf16: 2 x 80 GB
     with pytest.raises(PlanError, match="an NF4 base .* trains on one GPU"):
         plan(qwen3_shape("32B"), 1, 8, 80, 4096, 1, lora=Adapters(16, "nf4"))
+
+
+@pytest.fixture
+def keep_sigpipe():
+    """hpc.login.plan's main sets SIGPIPE's default action; the test process keeps its own."""
+    import signal
+
+    saved = signal.getsignal(signal.SIGPIPE)
+    yield
+    signal.signal(signal.SIGPIPE, saved)
+
+
+def test_the_cli_prints_the_plan(capsys, keep_sigpipe):
+    from hpc.login.plan import main
+
+    main(["--site", "ib-h200", "--nodes", "4", "--model", "14B", "--seq-len", "8192"])
+    out = capsys.readouterr().out
+    assert "plan for Qwen3-14B on site ib-h200, partition gpu: 4 node(s) x 8 GPU(s) of 141 GB, 8192 tokens" in out
+    assert "proposal: dp=32 x tp=1" in out
+
+
+@pytest.mark.parametrize("site, planned", [("ib-h200", True), ("local", False)])
+def test_submit_adds_the_plan_on_gpu_sites_only(site, planned, tmp_path, monkeypatch, capsys):
+    from hpc.login.submit import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["--site", site, "--nodes", "2", "--dry-run", "--", "--config", str(TINY), "global_batch=32"])
+    out, err = capsys.readouterr()
+    assert e.value.code == 0, err
+    if planned:
+        assert "planner: dp=16 x tp=1" in err and f"--config {TINY} global_batch=32 parallel.tp=1" in out
+    else:
+        assert "parallel.tp" not in out and "planner" not in err and f"--config {TINY} global_batch=32" in out

@@ -13,33 +13,10 @@ from hpc.node.contract import PREPARED_MANIFEST as MANIFEST
 from hpc.train.data.config import DataConfig
 from hpc.train.data.packing import IGNORE as IGNORE_LABEL
 from hpc.train.data.prepared import PreparedData, describe, open_prepared, prepare, split_rows
-from hpc.train.data.sources import DEMO_CHAT, DataError
+from hpc.train.data.sources import DataError
 from hpc.train.prepare import task_of
-from hpc.train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
-
-SEQ = 64
-LINES = 600  # about 150 kB: 10 chunks of 16 kB
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer(str(DEMO_CHAT_TOKENIZER_DIR))
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("src") / "chat.jsonl"
-    with DEMO_CHAT.open() as f:
-        path.write_text("".join(next(f) for _ in range(LINES)))
-    return path
-
-
-def cfg(path: Path, **kw) -> DataConfig:
-    return DataConfig(format="chat", path=str(path), chunk_bytes=16384, **kw)
-
-
-def tree(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+from hpc.train.tokenizer import load_tokenizer
+from data_helpers import SEQ, cfg, long_prompt_chats
 
 
 def test_prepared_rows_are_memory_mapped_and_split_deterministically(tmp_path, source, tok):
@@ -125,16 +102,6 @@ def test_text_documents_pack_whole_with_eos(tmp_path):
     assert found == set(docs) and data.manifest["totals"]["rows"] == data.num_rows
 
 
-def long_prompt_chats(path: Path, n: int) -> Path:
-    """The issue's case: a system line, a user turn far longer than seq_len, a short answer."""
-    long_user = " ".join(f"Line {i} of a long speech, spoken slowly." for i in range(20))
-    path.write_text("".join(json.dumps({"messages": [
-        {"role": "system", "content": "You answer questions about Shakespeare."},
-        {"role": "user", "content": f"{long_user} Question {i}: who speaks?"},
-        {"role": "assistant", "content": f"Hamlet {i}."}]}) + "\n" for i in range(n)))
-    return path
-
-
 @pytest.mark.parametrize("seq", [64, 128])
 def test_data_whose_samples_all_lose_their_loss_tokens_is_refused(tmp_path, tok, seq):
     src = long_prompt_chats(tmp_path / "long.jsonl", 40)
@@ -176,3 +143,23 @@ def test_truncate_left_keeps_every_answer(tmp_path, tok):
             if (labels != IGNORE_LABEL).any():
                 answers.append(tok.decode(labels[labels != IGNORE_LABEL]))
     assert sorted(answers) == sorted(f"Hamlet {i}.<|im_end|>" for i in range(40))
+
+
+def test_the_cli_refuses_data_that_truncation_leaves_without_loss_tokens_in_one_line(tmp_path, capsys):
+    """The issue's case through hpc.train.prepare's command line: every conversation longer than seq_len with its answer
+    at the end; overlong=truncate would train on nothing. One line naming seq_len, the longest sample and
+    data.overlong, exit 2, no manifest."""
+    import re
+
+    from hpc.train.prepare import main
+    from train_helpers import TINY
+
+    src = long_prompt_chats(tmp_path / "long.jsonl", 40)
+    with pytest.raises(SystemExit) as e:
+        main(["--config", str(TINY), "data.format=chat", f"data.path={src}", "data.chunk_bytes=16384", f"seq_len={SEQ}",
+              f"data.prepared={tmp_path / 'p'}"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.strip().count("\n") == 0, err
+    assert re.fullmatch(rf"hpc.train.prepare: error: data.overlong=truncate: 40 of 40 samples have no loss token within seq_len={SEQ} "
+                        r"\(the longest sample has \d+ tokens\), more than 50% or all; .*data.overlong=truncate_left.*\n", err), err
+    assert not (tmp_path / "p" / MANIFEST).exists()

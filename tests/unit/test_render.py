@@ -4,22 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from hpc.login.render import preamble_lines, render_sbatch
-from hpc.login.site import SHIPPED_SITE_DIR, load_site
-from hpc.login.spec import PROJECT_ROOT, build_spec
-
-SITES = sorted(p.stem for p in SHIPPED_SITE_DIR.glob("*.yaml"))
-TEST_SITES = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "sites").glob("*.yaml"))  # profiles for tests only
-HOSTILE = "x; touch /tmp/owned $(id) `id` 'q\" $HOME"  # a backslash is refused: #SBATCH lines drop it
-
-
-def render(site_name: str, monkeypatch, **kw) -> str:
-    monkeypatch.setenv("USER", "alice")
-    monkeypatch.setenv("HOME", "/home/alice")
-    site = load_site(site_name)
-    spec = build_spec(site, nodes=kw.pop("nodes", 2), workdir=Path("/home/alice/project"),
-                      python=site.environment.python or "/opt/venv/bin/python", **kw)
-    return render_sbatch(spec).replace(str(PROJECT_ROOT), "{PROJECT}")
+from hpc.login.render import preamble_lines
+from hpc.login.site import load_site
+from hpc.login.spec import build_spec
+from login_helpers import render
 
 
 def test_trainer_args_are_quoted_and_default_config_added(monkeypatch):
@@ -46,3 +34,16 @@ def test_preamble_is_the_network_table(monkeypatch):
     assert "export NCCL_IB_GID_INDEX=3" in lines
     assert "export NCCL_IB_HCA='^mlx5_bond_0'" in lines
     assert "export NCCL_SOCKET_IFNAME=bond0" in lines
+
+
+def test_dry_run_prints_the_script_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """Nothing is submitted either: the unit tier refuses every process, sbatch included."""
+    from hpc.login.submit import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["--site", "local", "--nodes", "2", "--dry-run"])
+    out, err = capsys.readouterr()
+    assert e.value.code == 0, err
+    assert out.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in out
+    assert list(tmp_path.iterdir()) == []

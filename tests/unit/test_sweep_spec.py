@@ -1,17 +1,15 @@
 """Sweeps and chains at submit time: the task table, the rendered array script, and bad input (one line, exit 2)."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from hpc.login.dependency import DependencyError, parse_after
 from hpc.node.contract import METRICS_FILE
-from hpc.login.site import load_site
 from hpc.login.slurm_query import Job, expand_indices
-from hpc.login.spec import build_spec
 from hpc.login.sweep import SweepError, build_sweep, split_values, write_table
 from hpc.login.sweep_report import sweep_table, task_runs
+from train_helpers import TINY
 
 
 def test_tasks_are_the_cartesian_product_in_order():
@@ -55,12 +53,6 @@ def test_slurm_index_lists():
     assert expand_indices("[0-2,5]") == [0, 1, 2, 5]
 
 
-def sweep_spec(monkeypatch, *sweep: str, **kw):
-    monkeypatch.setenv("USER", "alice")
-    return build_spec(load_site("local"), nodes=1, workdir=Path("/home/alice/project"), python="python", job_name="lr",
-                      sweep=sweep, args=["--config", "tiny.yaml"], **kw)
-
-
 def test_a_different_sweep_under_one_name_is_refused(tmp_path):
     write_table(build_sweep(["seed=1,2"], None), "lr", tmp_path)
     write_table(build_sweep(["seed=1,2"], None), "lr", tmp_path)  # the same sweep again: its tasks resume
@@ -82,3 +74,20 @@ def test_tasks_sorted_by_final_eval_loss_else_loss(tmp_path):
     lines = sweep_table(runs).splitlines()
     assert lines[0].split() == ["TASK", "STATE", "RESTARTS", "OVERRIDES", "STEP", "LOSS", "EVAL_LOSS", "TOKENS/S"]
     assert lines[2].split()[:7] == ["5_1", "COMPLETED", "0", "seed=2", "2", "3", "1.5"]
+
+
+def test_dry_run_prints_the_script_and_the_task_table(tmp_path, monkeypatch, capsys):
+    from hpc.login.submit import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["--site", "local", "--nodes", "1", "--job-name", "lr", "--sweep", "optim.lr=1e-4,3e-4", "--sweep", "micro_batch=1,2",
+              "--max-parallel", "2", "--dry-run", "--", "--config", str(TINY)])
+    out, err = capsys.readouterr()
+    assert e.value.code == 0, err
+    assert out.startswith("#!/bin/bash") and "#SBATCH --array=0-3%2\n" in out
+    assert f"#   2  optim.lr=3e-4 micro_batch=1  ->  {tmp_path}/jobs/lr/2-optim.lr=3e-4_micro_batch=1" in out
+    table = err.splitlines()
+    assert table[0] == "4 array tasks (--array=0-3%2):"
+    assert table[4].split() == ["2", "optim.lr=3e-4", "micro_batch=1", f"{tmp_path}/jobs/lr/2-optim.lr=3e-4_micro_batch=1"]
+    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing

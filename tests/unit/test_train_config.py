@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 
 import pytest
 
 from hpc.train.config import SHAPES, ConfigError, ParallelConfig, apply_overrides, load_config
 from hpc.train.parallel import ParallelDims, WorldEnv
 from train_helpers import ROOT, TINY
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_shipped_configs_validate():

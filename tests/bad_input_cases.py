@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "hpc" / "train" / "configs" / "tiny.yaml")
 HUGE = "9" * 5000
 UNICODE_DIGIT = "\u0663"  # ARABIC-INDIC DIGIT THREE: str.isdigit() says yes, Slurm says no
@@ -694,10 +694,100 @@ def generate_cases() -> list[Case]:
 
 TOKENIZER_FILES = {f"m/{p.name}": p.read_text() for p in (ROOT / "hpc" / "train" / "assets" / "tokenizer").iterdir() if p.is_file()}
 
+# ---------------------------------------------------------------- whole messages, once checked by the process tiers
+
+SWEEP_BAD = [
+    (["--sweep", "optim.lrr=1e-4,3e-4"], "--sweep optim.lrr: not a config key (optim has: lr, betas, weight_decay, eps)"),
+    (["--sweep", "optim=1,2"], "--sweep optim: optim is a section, not a value"),
+    (["--sweep", "optim.lr="], "--sweep 'optim.lr=': an empty value"),
+    (["--sweep", "optim.lr=1", "--sweep", "optim.lr=2"], "--sweep optim.lr: given twice"),
+    (["--sweep", "micro_batch=2,3"], "--sweep task [1] micro_batch=3: trainer:"),
+    (["--max-parallel", "2"], "--max-parallel: limits the tasks of a sweep"),
+    (["--sweep", "seed=1,2", "--max-parallel", "0"], "argument --max-parallel: 0 is out of range: allowed 1..100000"),
+    (["--after", "12x"], "--after '12x': expected JOB[:ok|any|notok]"),
+    (["--after", "12:later"], "'later' is not one of ok, any, notok"),
+    (["--sweep", "seed=1,2", "--wait"], "--wait follows one job"),
+]
+
+SUBMIT_BAD = [
+    (["--site", "nosuch", "--nodes", "1"], "site 'nosuch' not found"),
+    (["--site", "local", "--nodes", "1", "--partition", "gpu"], "--partition: site local: partition 'gpu' is not in the profile; allowed: debug, low, high"),
+    (["--site", "local", "--nodes", "5"], "--nodes 5: partition debug of site local has at most 4 nodes"),
+    (["--site", "local", "--nodes", "1", "--time", "3:00:00"], "--time 3:00:00: partition debug allows at most 02:00:00"),
+    (["--site", "local", "--nodes", "1", "--time", "soon"], "--time: time 'soon' is not a Slurm time"),
+    (["--site", "local", "--nodes", "1", "--gpus-per-node", "3"], "--gpus-per-node 3: partition debug allows 1 to 2"),
+    (["--site", "local", "--nodes", "1", "--", "missing.py"], "script missing.py does not exist"),
+    (["--site", "local", "--nodes", "1", "--signal", "KILL"], "--signal: signal 'KILL' is not allowed; allowed: USR1, USR2, TERM"),
+    (["--site", "local", "--nodes", "1", "--time", "2", "--signal-lead", "120"], "--signal-lead 120: must be shorter than the time limit (120 s)"),
+    (["--site", "local", "--nodes", "1", "--max-requeues", "-1"], "argument --max-requeues: -1 is out of range: allowed 0..100000"),
+    (["--site", "local", "--nodes", "1", "--time", "UNLIMITED"], "--time UNLIMITED: partition debug allows at most 02:00:00"),
+    (["--site", "local", "--nodes", "1", "--job-name", "a\\b"], "--job-name: a backslash cannot be given to Slurm exactly"),
+    (["--site", "local", "--nodes", "1", "--job-name", "n" * 201], "--job-name: 201 characters; at most 200"),
+    (["--site", "local", "--nodes", "2", "--", "optim.lr=abc"], "trainer: "),
+    (["--site", "local", "--nodes", "2", "--", "no.such.key=1"], "unknown key no"),
+    (["--site", "local", "--nodes", "2", "--", "parallel.tp=3"], "trainer: parallel.tp=3 must divide"),
+    (["--site", "local", "--nodes", "2", "--", "--config", "/nonexistent.yaml"], "trainer: --config /nonexistent.yaml: cannot read (No such file or directory)"),
+    (["--site", "local", "--nodes", "2", "--", "--config"], "trainer: --config needs a file"),
+    (["--site", "local", "--nodes", "1", "--", "/"], "trainer: trainer argument '/' is neither --config FILE nor"),
+    (["--site", "local", "--nodes", "2", "--", "data.path=/no/such.jsonl"], "trainer: data.path: /no/such.jsonl does not exist"),
+    (["--site", "local", "--nodes", "2", "--", "data.tokenizer=/tmp"], "trainer: tokenizer: /tmp is not a Hugging Face tokenizer"),
+]
+
+
+def message_cases() -> list[Case]:
+    """Pure argument errors named by their whole message (the process tiers keep one process per command for the
+    process's side: exit 2, one line, no traceback)."""
+    c: list[Case] = []
+    for i, (flags, message) in enumerate(SWEEP_BAD):  # --emit: nothing may be written; --wait: nothing submitted
+        tail = [] if "--wait" in flags else ["--emit", "{T}/job.sbatch"]
+        c.append(Case(f"msg-sweep-{i}", SUBMIT, ["--site", "local", "--nodes", "1", *flags, *tail, "--", "--config", TINY], message))
+    for i, (args, message) in enumerate(SUBMIT_BAD):  # no --dry-run: past the checks it would submit
+        c.append(Case(f"msg-submit-{i}", SUBMIT, args, message))
+    c.append(Case("msg-submit-launcher", SUBMIT, ["--site", "local", "--nodes", "2", "--launcher", "mpirun", "--", "x.py"],
+                  "hpc.login.submit: error: --launcher mpirun: allowed: srun, torchrun, accelerate"))
+    c.append(Case("msg-submit-accelerate-script", SUBMIT, ["--site", "local", "--nodes", "2", "--launcher", "accelerate", "--",
+                                                           "nosuch.py"], "hpc.login.submit: error: script nosuch.py does not exist"))
+    c.append(Case("msg-jobs-id", "hpc.login.jobs", ["status", "12x"], "hpc.login.jobs status: error: argument job: '12x' is not a job id"))
+    for i, (args, message) in enumerate((
+            (["--site", "local", "--nodes", "2", "--model", "8B"], "site local: partition debug has no gpu_memory_gb"),
+            (["--site", "ib-h200", "--nodes", "2", "--model", "9B"], "--model 9B: allowed"),
+            (["--site", "ib-h200", "--nodes", "0", "--model", "8B"], "argument --nodes: 0 is out of range: allowed 1..100000"))):
+        c.append(Case(f"msg-plan-{i}", "hpc.login.plan", args, message))
+    for i, (args, message) in enumerate((
+            (["--nodes", "5"], "--nodes 5: partition debug of site local has at most 4 nodes"),
+            (["--nodes", "1", "--min-fraction", "2"], "argument --min-fraction: 2 is out of range: allowed (0, 1]"),
+            (["--nodes", "1", "--min-bytes", "4096", "--max-bytes", "1024"], "--min-bytes 4096 is larger than --max-bytes 1024"))):
+        c.append(Case(f"msg-preflight-{i}", "hpc.login.preflight", ["--site", "local", *args], message))
+    # the trainer's layout, from the environment torchrun gives rank 1, before any process group
+    for i, (world, local, local_rank, overrides, message) in enumerate((
+            (4, 4, 1, ["parallel.tp=4"], "parallel.tp=4 must divide the model's num_key_value_heads=2 (allowed: [1, 2])"),
+            (4, 4, 1, ["parallel.dp=3", "parallel.tp=1"], "parallel.dp=3 x parallel.tp=1 = 3 must equal WORLD_SIZE=4"),
+            (4, 1, 0, ["parallel.tp=2"], "parallel.tp=2 must divide the ranks per node LOCAL_WORLD_SIZE=1"),
+            (4, 4, 1, ["optim.lrr=1"], "unknown key optim.lrr"),
+            (1, 1, 0, [], "environment RANK=1: allowed 0 to 0 (WORLD_SIZE=1)"),
+            (4, 8, 1, [], "environment LOCAL_WORLD_SIZE=8: allowed 1 to 4 (WORLD_SIZE=4)"),
+            (4, 1, 1, [], "environment LOCAL_RANK=1: allowed 0 to 0 (LOCAL_WORLD_SIZE=1)"),
+            (0, 1, 0, [], "environment WORLD_SIZE=0: allowed at least 1"))):
+        env = {"RANK": "1", "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(local),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29995"}
+        c.append(Case(f"msg-train-layout-{i}", "hpc.train", ["--config", TINY, *overrides], message, env=env))
+    c.append(Case("msg-train-fp8-cpu", "hpc.train", ["--config", TINY, "fp8.enabled=true", "log.dir={T}/log"],
+                  "hpc.train: error: fp8.enabled=true needs a CUDA GPU of compute capability 8.9 or newer (H100, H200, L40S, ...); "
+                  "this run is on cpu"))
+    c.append(Case("msg-prepare-stream", "hpc.train.prepare", ["--config", TINY], "data.pack=stream"))
+    c.append(Case("msg-submit-slurm-conf-missing", SUBMIT, ["--site", "{T}/p.yaml", "--nodes", "1", "--time", "5", "--", "{T}/s.py"],
+                  "submission.slurm_conf /no/such/slurm.conf does not exist", env={"SLURM_CONF": None},
+                  files={"p.yaml": site_yaml(**{"submission.slurm_conf": "/no/such/slurm.conf"}), **SCRIPT}))
+    c.append(Case("msg-submit-emit-dir", SUBMIT, ["--site", "local", "--nodes", "1", "--emit", "{T}"], "Is a directory"))
+    c.append(Case("msg-submit-site-unset-var", SUBMIT, ["--site", "{T}/site.yaml", "--nodes", "1", "--dry-run"],
+                  "paths.job_dir: '$HPC_TEST_UNSET/jobs' uses $HPC_TEST_UNSET, which is not set",
+                  files={"site.yaml": site_yaml(**{"paths.job_dir": "$HPC_TEST_UNSET/jobs"})}))
+    return c
+
 
 def all_cases() -> list[Case]:
     cases = (number_cases() + config_cases() + trainer_cases() + submit_cases() + site_cases() + plan_cases()
-             + preflight_cases() + jobs_cases() + launch_cases() + generate_cases())
+             + preflight_cases() + jobs_cases() + launch_cases() + generate_cases() + message_cases())
     ids = [c.id for c in cases]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     assert not dup, f"duplicate case ids: {dup}"
