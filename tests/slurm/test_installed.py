@@ -13,11 +13,11 @@ pytestmark = pytest.mark.slurm
 
 def test_installed_package_trains_on_the_cluster(slurm, tmp_path):
     bin_dir = install_wheel(build_wheel(tmp_path / "build"), tmp_path / "venv")
-    package_root = subprocess.run([str(bin_dir / "python"), "-c", "import train, pathlib; print(pathlib.Path(train.__file__).parent.parent)"],
+    train_dir = subprocess.run([str(bin_dir / "python"), "-c", "import hpc.train, pathlib; print(pathlib.Path(hpc.train.__file__).parent)"],
                                   cwd=tmp_path, env=installed_env(), check=True, capture_output=True, text=True).stdout.strip()
     work = tmp_path / "work"
     work.mkdir()
-    tiny = f"{package_root}/train/configs/tiny.yaml"
+    tiny = f"{train_dir}/configs/tiny.yaml"
     r = subprocess.run([str(bin_dir / "hpc-submit"), "--site", "local", "--nodes", "1", "--job-name", "installed", "--wait",
                         "--", "--config", tiny, "steps=6", "log.log_every=3"],
                        cwd=work, env=installed_env(**slurm), capture_output=True, text=True, timeout=600)
