@@ -28,7 +28,8 @@ def test_the_slow_rank_is_named_with_its_node(tmp_path):
 
 def test_a_clean_run_names_nobody(tmp_path):
     run = tmp_path / "clean"
-    out = finish(launch(2, run, "steps=20", *WINDOW), run)
+    # 30%, as on the local cluster: two ranks sharing two cores with the rest of the suite differ by more than 10%
+    out = finish(launch(2, run, "steps=20", *WINDOW, "straggler.threshold=0.3"), run)
     records = metrics(run)
     assert "[straggler]" not in out and not any("stragglers" in r for r in records.values())
     overhead = records[20]["straggler_overhead_s"]
