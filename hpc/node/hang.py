@@ -7,8 +7,9 @@ did not, with their nodes (gathered once at setup, `gather_nodes`):
 
     [hang] a collective timed out after step 42 (after 20 s): rank 3 on n2 did not arrive (ranks 0-2 did)
 
-It may also mark their nodes bad (``HPC_BAD_NODE_MARKS``, set by the batch script): the script then requeues the job
-without them. On GPU NCCL's own watchdog ends the process at the timeout; its flight recorder dumps every rank's last
+After a timeout it also marks their nodes bad (``HPC_BAD_NODE_MARKS``, set by the batch script): the script then
+requeues the job without them. A collective that failed because a peer's process ended (its host closed the
+connections: the node answered, the program failed) names the missing ranks the same way but marks no node. On GPU NCCL's own watchdog ends the process at the timeout; its flight recorder dumps every rank's last
 collectives into the run's log directory instead (`flight_recorder_env`).
 """
 from __future__ import annotations
@@ -43,13 +44,21 @@ def gather_nodes(group=None) -> list[str]:
     return nodes
 
 
-def is_timeout(error: BaseException) -> bool:
-    """Whether a collective's error means a peer did not take part: a timeout, or a peer that left it."""
+PEER_ENDED = ("connection closed", "connection reset", "broken pipe")  # gloo's words when a peer's process ended
+
+
+def collective_failure(error: BaseException) -> str | None:
+    """Why a collective failed: "timeout" (a peer did not take part in time: stopped, hung, or gone with its node),
+    "peer ended" (a peer's process ended and its host closed the connections: the node itself answered), or None
+    for any other error."""
     import torch.distributed as dist
 
     text = str(error).lower()
-    return isinstance(error, dist.DistError) or any(w in text for w in ("timed out", "timeout", "connection closed",
-                                                                         "connection reset", "broken pipe"))
+    if any(w in text for w in PEER_ENDED):
+        return "peer ended"
+    if isinstance(error, dist.DistError) or "timed out" in text or "timeout" in text:
+        return "timeout"
+    return None
 
 
 def post_arrival(store, rank: int, world: int, grace_s: float = GRACE_S,
@@ -100,9 +109,11 @@ def missing_text(missing: list[int], nodes: list[str]) -> str:
 
 
 def hang_line(where: str, elapsed_s: float, arrived: list[int] | None, nodes: list[str],
-              environ: Mapping[str, str] = os.environ) -> str:
-    """The one line that says who did not arrive (``arrived`` None: the store did not answer)."""
-    head = f"[hang] a collective timed out {where} (after {elapsed_s:.0f} s)"
+              environ: Mapping[str, str] = os.environ, peer_ended: bool = False) -> str:
+    """The one line that says who did not arrive (``arrived`` None: the store did not answer; ``peer_ended``: the
+    collective failed because a peer's process ended, not on a timeout)."""
+    head = (f"[hang] a collective failed {where}, a peer's process having ended" if peer_ended
+            else f"[hang] a collective timed out {where}") + f" (after {elapsed_s:.0f} s)"
     if arrived is None:
         store = f"{environ.get(MASTER_ADDR_VAR, '?')}:{environ.get(MASTER_PORT_VAR, '?')}"
         return (f"{head}: the rendezvous store at {store} did not answer either; its host (rank 0's process on "

@@ -13,10 +13,11 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import torch.distributed as dist
 
 from hpc.node.hang import post_arrival
-from train_helpers import launch
+from train_helpers import ROOT, clean_env, launch
 
 TIMEOUT_S = 10
 
@@ -65,7 +66,7 @@ def test_a_stopped_rank_is_named_and_the_run_ends(tmp_path, monkeypatch):
     assert t_end - t_stop < TIMEOUT_S + 60, out[-3000:]
     events = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r.get("event") == "hang"]
     assert events == [{"step": 3, "event": "hang", "elapsed_s": events[0]["elapsed_s"],
-                       "missing": [{"rank": 2, "node": socket.gethostname()}], "arrived": [0, 1]}]
+                       "missing": [{"rank": 2, "node": socket.gethostname()}], "arrived": [0, 1], "peer_ended": False}]
     print(f"\n[hang] fault -> named line {t_named - t_stop:.1f} s, fault -> run ended {t_end - t_stop:.1f} s "
           f"(HPC_DIST_TIMEOUT_S={TIMEOUT_S})")
 
@@ -87,3 +88,24 @@ def test_a_stopped_store_host_is_noticed_within_the_store_timeout():
     finally:
         host.kill()
         host.wait()
+
+
+@pytest.mark.parametrize("mode, kind", [("ended", "peer ended"), ("stopped", "timeout")])
+def test_gloo_s_errors_tell_a_peer_that_ended_from_one_that_timed_out(mode, kind):
+    """Only a timeout marks a node bad: a peer whose process ended (its host closed the connections) is named, but its
+    node answered. gloo's own errors, from a real pair of ranks."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           str(ROOT / "tests" / "scripts" / "collective_failure.py"), mode, "3"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out = ""
+        for line in proc.stdout:
+            out += line
+            if line.startswith("[collective_failure]"):
+                break
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the stopped rank too
+        proc.wait()
+    line = next((l for l in out.splitlines() if l.startswith("[collective_failure]")), "")
+    assert line.startswith(f"[collective_failure] {kind}: "), out[-3000:]

@@ -40,6 +40,8 @@ def test_the_line_names_the_missing_with_their_nodes():
     assert missing_text([2, 4, 5, 6, 7], nodes) == "rank 2 on n2, ranks 4-7 on n3"
     assert hang_line("after step 42", 20.2, [0, 1, 2], nodes[:4]) == \
         "[hang] a collective timed out after step 42 (after 20 s): rank 3 on n2 did not arrive (ranks 0-2 did)"
+    assert hang_line("after step 42", 1.2, [0, 1, 2], nodes[:4], peer_ended=True) == ("[hang] a collective failed after "
+        "step 42, a peer's process having ended (after 1 s): rank 3 on n2 did not arrive (ranks 0-2 did)")
     env = {"MASTER_ADDR": "n1", "MASTER_PORT": "29500"}
     assert "the rendezvous store at n1:29500 did not answer either" in hang_line("after step 1", 10, None, nodes, env)
 
