@@ -15,7 +15,6 @@ collectives into the run's log directory instead (`flight_recorder_env`).
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from datetime import timedelta
@@ -23,16 +22,12 @@ from pathlib import Path
 from typing import Mapping, MutableMapping
 
 from hpc.node.contract import BAD_NODE_MARKS_VAR, FLIGHT_RECORDER_DIR, MASTER_ADDR_VAR, MASTER_PORT_VAR
+from hpc.node.slurm_env import node_name
 
 ARRIVED_KEY = "hpc-hang-arrived-{rank}"
 STORE_TIMEOUT_S = 5.0  # the store answers within this or is taken to be gone
 GRACE_S = 5.0  # how long the arrived wait for the others to time out too (they do within a second or two)
 FLIGHT_RECORDER_ENTRIES = 2000  # collectives per rank NCCL's flight recorder keeps
-
-
-def node_name(environ: Mapping[str, str] = os.environ) -> str:
-    """This node's name as Slurm knows it (the host name outside Slurm)."""
-    return environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def gather_nodes(group=None) -> list[str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from typing import Optional
 
 from hpc.node.cli import Parser
 from hpc.node.contract import EXIT_FAILED
+from hpc.node.slurm_env import node_name
 
 DEFAULT_MIN_FRACTION = 0.8  # a GPU below this fraction of the profile's matmul or copy rate fails
 DCGM_TIMEOUT_S = 300
@@ -240,7 +240,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.gpus < 1 or not 0 < a.min_fraction <= 1:
         p.error("--gpus must be at least 1 and --min-fraction in (0, 1]")
-    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    node = node_name()
     found = node_findings(a.gpus, read_smi(a.nvidia_smi_q), a.matmul_tflops, a.copy_gbps, a.min_fraction)
     for f in found:
         print(f.line(node), flush=True)

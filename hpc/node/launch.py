@@ -22,7 +22,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from hpc.node.contract import (
 )
 from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
 from hpc.node.netcheck import check_node, dist_timeout_s
-from hpc.node.slurm_env import derive
+from hpc.node.slurm_env import derive, node_name
 
 PROG = LAUNCH_MODULE
 
@@ -49,7 +48,7 @@ def prepare(launcher: Launcher, command: Sequence[str], gpus_per_node: Optional[
     env.setdefault(DIST_TIMEOUT_VAR, str(DEFAULT_DIST_TIMEOUT_S))
     dist_timeout_s(env)
     net = check_node(env)
-    node = environ.get("SLURMD_NODENAME") or socket.gethostname()
+    node = node_name(environ)
     print(
         f"[launch] {node} job {info.job_id} restart {info.restart_count}: "
         + (f"{launcher.name} x{info.local_world_size} " if launcher.per_node else
@@ -179,7 +178,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         container = shlex.split(a.container or "")
     except ValueError as e:
         p.error(f"--container {shown(a.container)}: not shell words ({e})")
-    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    node = node_name()
     if a.rank and a.container:
         p.error("--container is for the task's launcher, not for one --rank")
     if a.rank:

@@ -27,6 +27,7 @@ from hpc.node.cli import Parser, number, path_text, whole
 from hpc.node.contract import LOCAL_RANK_VAR, NETWORK_VAR_PREFIXES, PREFLIGHT_RESULT
 from hpc.node.health import DEFAULT_MIN_FRACTION, node_findings, read_smi
 from hpc.node.netcheck import bound_every_group, check_node, dist_timeout_s, hca_ports, interfaces
+from hpc.node.slurm_env import node_name
 
 DEFAULT_SIZES = {"cuda": (8 << 10, 1 << 30), "cpu": (4 << 10, 16 << 20)}
 DEFAULT_ITERS = {"cuda": (20, 5), "cpu": (5, 2)}
@@ -86,7 +87,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     iters, warmup = (a.iters, 2) if a.iters else DEFAULT_ITERS[kind]
 
     me = {"rank": rank, "node_rank": int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "0"))),
-          "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+          "node": node_name(),
           "facts": node_facts(a) if local_rank == 0 else None}
     everyone: list = [None] * world
     dist.all_gather_object(everyone, me)

@@ -2,7 +2,9 @@
 read for a launcher (`hpc.node.launcher`: a task per GPU, or a task per node that starts the node's ranks)."""
 from __future__ import annotations
 
+import os
 import re
+import socket
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
@@ -32,6 +34,11 @@ SLURM_VARS: dict[str, tuple[str, ...]] = {
 PORT_BASE = 15000
 PORT_SPAN = 17000
 
+
+
+def node_name(environ: Mapping[str, str] = os.environ) -> str:
+    """This node's name as Slurm knows it (the host name outside Slurm)."""
+    return environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 class RankError(HpcError):
     """The environment cannot give a consistent rank layout; the message says what to change."""
