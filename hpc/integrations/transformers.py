@@ -29,15 +29,13 @@ class RequeueCallback(TrainerCallback):
     def __init__(self, environ=os.environ):
         self.stop = StopFlag(environ)
         self.stopped_at: int | None = None
-        self._group = None
 
     def _world(self) -> int:
         return dist.get_world_size() if dist.is_initialized() else 1
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if dist.is_initialized() and self._group is None:
-            self._group = dist.new_group(backend="gloo")  # host-side: the agreement never waits for the GPU
-            self.stop.join(self._group)
+        if dist.is_initialized() and self.stop.group is None:
+            self.stop.join(dist.new_group(backend="gloo"))  # host-side: the agreement never waits for the GPU
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step >= state.max_steps:  # the last step: training ends here anyway, and is done
@@ -51,8 +49,8 @@ class RequeueCallback(TrainerCallback):
                       flush=True)
 
     def on_save(self, args, state, control, **kwargs):
-        if self._group is not None:
-            dist.barrier(group=self._group)  # every rank has written its part
+        if self.stop.group is not None:
+            dist.barrier(group=self.stop.group)  # every rank has written its part
         path = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         if args.should_save and path.is_dir():
             mark_complete(path, state.global_step, self._world())
@@ -60,8 +58,8 @@ class RequeueCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.stopped_at is None:
             return
-        if self._group is not None:
-            dist.barrier(group=self._group)  # the marker is written before any rank reports the stop
+        if self.stop.group is not None:
+            dist.barrier(group=self.stop.group)  # the marker is written before any rank reports the stop
         self.stop.ignore_further()
         if state.is_world_process_zero:
             print(f"[requeue] stopped at step {self.stopped_at} of {state.max_steps} after {self.stop.received}, "

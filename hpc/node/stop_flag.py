@@ -12,8 +12,11 @@ Slurm may send the pre-stop signal up to a minute early) and by `hpc.integration
 """
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import signal
+import time
 from pathlib import Path
 
 from hpc.node.contract import STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR, stop_signals
@@ -24,7 +27,7 @@ class StopFlag:
 
     def __init__(self, environ=os.environ):
         self.received: str | None = None
-        self._group = None
+        self.group = None
         self._notice = environ.get(STOP_NOTICE_VAR)
         self._signals = stop_signals(environ)
         for sig in self._signals:
@@ -47,8 +50,22 @@ class StopFlag:
         return self.received is not None
 
     def join(self, group) -> None:
-        """The (gloo) process group that `agreed` reduces over."""
-        self._group = group
+        """The (gloo) process group that `agreed` reduces over; released at interpreter exit."""
+        self.group = group
+        atexit.register(self._release_group)
+
+    def _release_group(self) -> None:
+        """At exit, while Python is still whole: destroy this flag's group and give the gloo worker threads of
+        groups other objects still hold (DDP's) a moment to let go of their last finished collective. A worker
+        that does so once finalization has begun needs the GIL it can no longer take, and torch aborts the
+        process ("terminate called without an active exception": exit 134 where the script exited 0 or 75)."""
+        import torch.distributed as dist
+
+        if self.group is not None and dist.is_initialized():
+            dist.destroy_process_group(self.group)  # local for gloo: joins its threads once unreferenced
+        self.group = None
+        gc.collect()
+        time.sleep(0.2)
 
     def ignore_further(self) -> None:
         """Ignore stop signals from now on: the run has decided (a late notice during
@@ -65,5 +82,5 @@ class StopFlag:
         if not dist.is_initialized():
             return self.noticed()
         flag = torch.tensor([int(self.noticed())])
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
         return bool(flag.item())

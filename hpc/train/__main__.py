@@ -126,8 +126,9 @@ def _take_lease(directory, job_name: str, rank: int):
 if __name__ == "__main__":
     code = main()
     # Everything is written, the trackers closed and the process group destroyed. Leave without the interpreter's
-    # teardown: in it torch 2.13 now and then aborts ("terminate called without an active exception", a thread's
-    # destructor), which would turn this exit code (0 done, 75 stopped: requeue) into 134.
+    # teardown: in it torch 2.13 now and then aborts ("terminate called without an active exception": a gloo worker
+    # thread letting go of its last collective cannot take the GIL), which would turn this exit code (0 done,
+    # 75 stopped: requeue) into 134.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

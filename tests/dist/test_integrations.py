@@ -105,3 +105,27 @@ def test_a_script_that_ignores_the_notice_is_told_once_with_the_line_that_helps(
     log = run(1, "-c", NO_CATCH)
     assert log.count("got SIGUSR2, the notice to save and stop, but the script does not catch it") == 1
     assert "trainer.add_callback(RequeueCallback())" in log and "trained on" in log
+
+
+def test_the_stop_flag_releases_its_gloo_group_at_exit(tmp_path):
+    """At exit, while Python is still whole, the flag destroys its group: it leaves torch's registry and its gloo
+    worker threads end (one still letting go of a collective once finalization has begun aborts the process)."""
+    code = f"""
+import os
+import torch.distributed as dist
+from hpc.node.stop_flag import StopFlag
+threads = lambda: len(os.listdir("/proc/self/task"))
+dist.init_process_group("gloo", init_method="file://{tmp_path / 'store'}", rank=0, world_size=1)
+before = threads()
+flag = StopFlag({{}})
+flag.join(dist.new_group(backend="gloo"))
+assert not flag.agreed()
+during = threads()
+flag._release_group()
+print(before, during, threads(), flag.group, len(dist.distributed_c10d._world.pg_map))
+"""
+    r = subprocess.run([PYTHON, "-c", code], cwd=ROOT, env=clean_env(PYTHONPATH=str(ROOT)), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    before, during, after, group, groups = r.stdout.split()
+    assert int(during) > int(before) == int(after) and group == "None" and groups == "1"

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -67,6 +68,11 @@ def main() -> None:
     acc.print(f"[accelerate_train] {acc.num_processes} processes, {acc.distributed_type}, reduce {reduced:g}, loss {loss:.4f}")
     acc.wait_for_everyone()  # no process tears its connections down while a peer still uses them
     acc.end_training()
+    # torch 2.13 with gloo: a worker thread that lets go of the last finished collective once interpreter finalization
+    # has begun cannot take the GIL and aborts the process (exit 134, now and then on a busy machine); this script's
+    # work is written, so it leaves without the teardown (hpc.integrations wait for those threads at exit instead)
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -49,9 +49,9 @@ def main() -> None:
     print(f"[torchrun_train] rank {rank}/{world} all_reduce {t.item():g}", flush=True)
     dist.barrier()  # no rank tears its connections down while a peer still uses them
     dist.destroy_process_group()
-    # torch 2.13 on CPU: a process that trained with DDP aborts now and then at interpreter exit ("terminate called
-    # without an active exception", exit 134; about 1 run of 4 ranks in 20 here, none without DDP); this script's work
-    # is done and written, so it leaves without the interpreter's teardown
+    # torch 2.13 with gloo: a worker thread that lets go of the last finished collective once interpreter finalization
+    # has begun cannot take the GIL and aborts the process (exit 134, now and then on a busy machine); this script's
+    # work is written, so it leaves without the teardown (hpc.integrations wait for those threads at exit instead)
     sys.stdout.flush()
     os._exit(0)
 
