@@ -56,22 +56,23 @@ def collective_failure(error: BaseException) -> str | None:
     return None
 
 
-def post_arrival(store, rank: int, world: int, grace_s: float = GRACE_S,
-                 store_timeout_s: float = STORE_TIMEOUT_S) -> list[int] | None:
-    """Post this rank's arrival and return the ranks that arrived within ``grace_s`` (sooner once all did); None when
-    the store does not answer. A TCPStore whose host is stopped may block a read for ever, whatever its timeout: the
-    talk runs in a thread of its own, given up after the grace and the store's timeout."""
-    found: list[list[int]] = []
+def post_arrival(store, rank: int, world: int, failure: str = "timeout", grace_s: float = GRACE_S,
+                 store_timeout_s: float = STORE_TIMEOUT_S) -> dict[int, str] | None:
+    """Post this rank's arrival with how its collective failed (`collective_failure`) and return each rank that
+    arrived within ``grace_s`` (sooner once all did) with its failure; None when the store does not answer. A
+    TCPStore whose host is stopped may block a read for ever, whatever its timeout: the talk runs in a thread of its
+    own, given up after the grace and the store's timeout."""
+    found: list[dict[int, str]] = []
 
     def talk() -> None:
         try:
             store.set_timeout(timedelta(seconds=store_timeout_s))
-            store.set(ARRIVED_KEY.format(rank=rank), "1")
+            store.set(ARRIVED_KEY.format(rank=rank), failure)
             deadline = time.monotonic() + grace_s
             while True:
                 arrived = [r for r in range(world) if store.check([ARRIVED_KEY.format(rank=r)])]
                 if len(arrived) == world or time.monotonic() >= deadline:
-                    found.append(arrived)
+                    found.append({r: store.get(ARRIVED_KEY.format(rank=r)).decode() for r in arrived})
                     return
                 time.sleep(0.2)
         except Exception:  # the store's errors are RuntimeErrors of several kinds; any of them: it does not answer
@@ -117,6 +118,32 @@ def hang_line(where: str, elapsed_s: float, arrived: list[int] | None, nodes: li
     if not missing:
         return f"{head}: every rank arrived at the timeout (a collective of a subgroup, or ranks in different collectives)"
     return f"{head}: {missing_text(missing, nodes)} did not arrive ({ranks_text(arrived)} did)"
+
+
+def name_the_missing(where: str, elapsed_s: float, rank: int, nodes: list[str], failure: str, store=None,
+                     grace_s: float = GRACE_S) -> tuple[list[int] | None, list[int], bool]:
+    """After a collective failed with ``failure`` (`collective_failure`): post this rank's arrival; the lowest rank
+    that arrived (each rank, when the store does not answer) prints the hang line and, after a timeout, marks the
+    missing ranks' nodes bad. It was a timeout when any rank that arrived timed out: the first rank to give up on a
+    stopped peer tears its connections down, and ranks waiting on it then see "connection closed" instead. Returns
+    the ranks that arrived (None: the store did not answer), the missing ones, and whether a peer's process ended.
+    ``store``: torch.distributed's default store unless given."""
+    import torch.distributed as dist
+
+    world = len(nodes)
+    store = store if store is not None else dist.distributed_c10d._get_default_store()
+    found = post_arrival(store, rank, world, failure, grace_s=grace_s)
+    arrived = sorted(found) if found is not None else None
+    missing = [r for r in range(world) if arrived is not None and r not in arrived]
+    peer_ended = all(f == "peer ended" for f in (found.values() if found is not None else [failure]))
+    if arrived is None or rank == arrived[0]:
+        print(hang_line(where, elapsed_s, arrived, nodes, peer_ended=peer_ended), flush=True)
+        bad = sorted({nodes[r] for r in missing})
+        if bad and not peer_ended:  # a process that ended (a crash) says nothing of its node
+            marked = mark_bad_nodes(bad)
+            if marked:
+                print(f"[hang] marked {', '.join(bad)} bad in {marked}", flush=True)
+    return arrived, missing, peer_ended
 
 
 def mark_bad_nodes(nodes: list[str], environ: Mapping[str, str] = os.environ) -> Path | None:

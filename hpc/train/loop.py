@@ -25,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hpc.node.cli import HpcError
 from hpc.node.contract import EXIT_FAILED, RUN_CONFIG
-from hpc.node.hang import collective_failure, gather_nodes, hang_line, mark_bad_nodes, post_arrival
+from hpc.node.hang import collective_failure, gather_nodes, mark_bad_nodes, name_the_missing
 from hpc.train import adapters, checkpoint, resume
 from hpc.train.config import ConfigError, TrainConfig
 from hpc.train.data.prepared import open_prepared, split_rows
@@ -410,7 +410,7 @@ class Trainer:
             failure = collective_failure(e)
             if failure is None:
                 raise
-            raise self._report_hang(peer_ended=failure == "peer ended") from None
+            raise self._report_hang(failure) from None
         saved_at = self._saved_at
         if saved_at != self.step:  # the steps since the last save, saved below
             self._check_steps(weights=True)
@@ -481,24 +481,15 @@ class Trainer:
             print(f"[straggler] step {self.step}: stopping with a checkpoint for {self.stopped_for}; "
                   f"{', '.join(nodes)} {where}", flush=True)
 
-    def _report_hang(self, peer_ended: bool) -> CollectiveTimedOut:
-        """A collective timed out (or failed as a peer's process ended): post this rank's arrival, let the lowest rank
-        that arrived name those that did not and, after a timeout, mark their nodes bad; returns the error that fails
-        the run."""
+    def _report_hang(self, failure: str) -> CollectiveTimedOut:
+        """A collective failed (``failure``: `collective_failure`'s "timeout" or "peer ended"): post this rank's arrival,
+        let the lowest rank that arrived name those that did not and, after a timeout, mark their nodes bad; returns
+        the error that fails the run."""
         elapsed = time.monotonic() - self._step_started
-        world = dist.get_world_size()
-        arrived = post_arrival(dist.distributed_c10d._get_default_store(), self.rank, world)
-        line = hang_line(f"after step {self.step}", elapsed, arrived, self.nodes, peer_ended=peer_ended)
-        if arrived is None or self.rank == min(arrived):
-            print(line, flush=True)
-            missing = [r for r in range(world) if arrived is not None and r not in arrived]
-            if missing and not peer_ended:  # a process that ended (a crash) says nothing of its node
-                marked = mark_bad_nodes(sorted({self.nodes[r] for r in missing}))
-                if marked:
-                    print(f"[hang] marked {', '.join(sorted({self.nodes[r] for r in missing}))} bad in {marked}", flush=True)
-            if self.rank == 0:
-                self.metrics.event({"step": self.step, "event": "hang", "elapsed_s": round(elapsed, 1),
-                                    "missing": [{"rank": r, "node": self.nodes[r]} for r in missing],
-                                    "arrived": arrived, "peer_ended": peer_ended})
+        arrived, missing, peer_ended = name_the_missing(f"after step {self.step}", elapsed, self.rank, self.nodes, failure)
+        if self.rank == 0:
+            self.metrics.event({"step": self.step, "event": "hang", "elapsed_s": round(elapsed, 1),
+                                "missing": [{"rank": r, "node": self.nodes[r]} for r in missing],
+                                "arrived": arrived, "peer_ended": peer_ended})
         what = "failed as a peer's process ended" if peer_ended else "timed out"
         return CollectiveTimedOut(f"stopped: a collective {what} after step {self.step} (the [hang] line says who was missing)")

@@ -10,7 +10,8 @@ import torch.distributed as dist
 
 from hpc.login.site import load_site
 from hpc.login.trainer_job import trainer_job
-from hpc.node.hang import flight_recorder_env, hang_line, mark_bad_nodes, missing_text, post_arrival, ranks_text
+from hpc.node.hang import (flight_recorder_env, hang_line, mark_bad_nodes, missing_text, name_the_missing, post_arrival,
+                           ranks_text)
 from hpc.train.config import ConfigError, load_config
 
 TINY = str(Path(__file__).resolve().parents[2] / "hpc" / "train" / "configs" / "tiny.yaml")
@@ -26,12 +27,28 @@ def test_the_arrived_wait_the_grace_and_leave_early_once_all_posted():
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
     t0 = time.monotonic()
-    assert post_arrival(store, 0, 3, grace_s=1.0) == [0]  # nobody else came: the whole grace
-    assert post_arrival(store, 2, 3, grace_s=1.0) == [0, 2]
+    assert post_arrival(store, 0, 3, grace_s=1.0) == {0: "timeout"}  # nobody else came: the whole grace
+    assert post_arrival(store, 2, 3, "peer ended", grace_s=1.0) == {0: "timeout", 2: "peer ended"}
     assert 2.0 <= time.monotonic() - t0 < 3.5
     t0 = time.monotonic()
-    assert post_arrival(store, 1, 3, grace_s=30.0) == [0, 1, 2]  # all posted: no wait
+    assert post_arrival(store, 1, 3, grace_s=30.0) == {0: "timeout", 1: "timeout", 2: "peer ended"}  # all posted: no wait
     assert time.monotonic() - t0 < 1.0
+
+
+@pytest.mark.parametrize("others, marked", [("timeout", True), ("peer ended", False)])
+def test_a_timeout_of_any_rank_that_arrived_makes_it_a_hang(tmp_path, monkeypatch, capsys, others, marked):
+    """Rank 0 saw "connection closed" (rank 1, giving up on the stopped rank 2 first, tore its connections down):
+    rank 1's timeout makes it a hang that marks rank 2's node; when every rank that arrived saw a peer end, it is a
+    crash, named, with no node marked."""
+    monkeypatch.setenv("HPC_BAD_NODE_MARKS", str(tmp_path / "marks"))
+    store = dist.TCPStore("127.0.0.1", free_port(), is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
+    post_arrival(store, 1, 3, others, grace_s=0.0)
+    arrived, missing, peer_ended = name_the_missing("after step 7", 12.0, 0, ["n1", "n2", "n3"], "peer ended", store,
+                                                    grace_s=0.5)
+    assert (arrived, missing, peer_ended) == ([0, 1], [2], not marked)
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line == hang_line("after step 7", 12.0, [0, 1], ["n1", "n2", "n3"], peer_ended=not marked)
+    assert (tmp_path / "marks" / "n3").exists() == marked
 
 
 def test_the_line_names_the_missing_with_their_nodes():
