@@ -46,7 +46,7 @@ class Requeue:
         self.accelerator, self.directory, self.keep_last = accelerator, Path(directory), keep_last
         self.stop = StopFlag(environ)
         if dist.is_initialized():
-            self.stop.join(dist.new_group(backend="gloo"))  # host-side: the agreement never waits for the GPU
+            self.stop.join_all(environ)
         self.batches_seen = 0
         self._saved: int | None = None
 
@@ -107,7 +107,7 @@ class Requeue:
     def stop_if_noticed(self, step: int) -> None:
         """After each optimizer step: when any rank got a stop signal, all save ``step`` together (unless just
         saved) and the process exits with EXIT_STOPPED, so the batch script requeues the job."""
-        if not self.stop.agreed():
+        if not self.stop.agreed(step):
             return
         if self._saved != step:
             self.save(step)

@@ -27,7 +27,7 @@ class RequeueCallback(TrainerCallback):
     (hpc.node.launch keeps a notice that came before)."""
 
     def __init__(self, environ=os.environ):
-        self.stop = StopFlag(environ)
+        self.stop, self.environ = StopFlag(environ), environ
         self.stopped_at: int | None = None
 
     def _world(self) -> int:
@@ -35,12 +35,12 @@ class RequeueCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if dist.is_initialized() and self.stop.group is None:
-            self.stop.join(dist.new_group(backend="gloo"))  # host-side: the agreement never waits for the GPU
+            self.stop.join_all(self.environ)
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step >= state.max_steps:  # the last step: training ends here anyway, and is done
             return
-        if self.stopped_at is None and self.stop.agreed():
+        if self.stopped_at is None and self.stop.agreed(state.global_step):
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True

@@ -19,7 +19,7 @@ import signal
 import time
 from pathlib import Path
 
-from hpc.node.contract import STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR, stop_signals
+from hpc.node.contract import DIST_TIMEOUT_VAR, STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR, stop_signals
 
 
 class StopFlag:
@@ -28,6 +28,8 @@ class StopFlag:
     def __init__(self, environ=os.environ):
         self.received: str | None = None
         self.group = None
+        self.nodes: list[str] = []  # each rank's node, by rank, when a failed agreement names the missing (join_all)
+        self._agreed_at = time.monotonic()
         self._notice = environ.get(STOP_NOTICE_VAR)
         self._signals = stop_signals(environ)
         for sig in self._signals:
@@ -54,6 +56,21 @@ class StopFlag:
         self.group = group
         atexit.register(self._release_group)
 
+    def join_all(self, environ=os.environ) -> None:
+        """For users' scripts: a gloo group of all ranks (timeout ``HPC_DIST_TIMEOUT_S`` where hpc.node.launch set it)
+        to agree over, and each rank's node, so that an agreement that times out names the ranks that did not arrive
+        and marks their nodes bad (collective: every rank calls it at the same point)."""
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        from hpc.node.hang import gather_nodes
+        from hpc.node.netcheck import dist_timeout_s
+
+        timeout = timedelta(seconds=dist_timeout_s(environ)) if DIST_TIMEOUT_VAR in environ else None
+        self.join(dist.new_group(backend="gloo", timeout=timeout))  # host-side: never waits for the GPU
+        self.nodes = gather_nodes(self.group)
+
     def _release_group(self) -> None:
         """At exit, while Python is still whole: destroy this flag's group and give the gloo worker threads of
         groups other objects still hold (DDP's) a moment to let go of their last finished collective. A worker
@@ -73,14 +90,25 @@ class StopFlag:
         for sig in self._signals:
             signal.signal(sig, signal.SIG_IGN)
 
-    def agreed(self) -> bool:
+    def agreed(self, step: int | None = None) -> bool:
         """True on every rank when any rank got a stop signal (one tiny host-side all_reduce; none on a single
-        process outside a process group)."""
+        process outside a process group). After ``join_all``, an agreement that times out or fails as a peer's
+        process ended first names the missing ranks (`hpc.node.hang`), then raises."""
         import torch
         import torch.distributed as dist
 
         if not dist.is_initialized():
             return self.noticed()
         flag = torch.tensor([int(self.noticed())])
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+        try:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
+        except (RuntimeError, dist.DistError) as e:
+            from hpc.node.hang import collective_failure, name_the_missing
+
+            failure = collective_failure(e) if self.nodes else None
+            if failure is not None:
+                where = f"after step {step}" if step is not None else "at the stop agreement"
+                name_the_missing(where, time.monotonic() - self._agreed_at, dist.get_rank(), self.nodes, failure)
+            raise
+        self._agreed_at = time.monotonic()
         return bool(flag.item())

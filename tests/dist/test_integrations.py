@@ -29,10 +29,10 @@ def free_port() -> int:
 
 
 def run(nproc: int, script: str | Path, *args: str, wrapped: bool = True, record: Path | None = None,
-        accelerate: bool = False) -> str:
+        accelerate: bool = False, code: int = 0, **env: str) -> str:
     """The script on ``nproc`` processes (torchrun --standalone, or accelerate launch on CPU as
-    hpc.node.launcher.Accelerate starts it), each behind hpc.node.launch --rank when ``wrapped``; its output (the
-    run must exit 0)."""
+    hpc.node.launcher.Accelerate starts it), each behind hpc.node.launch --rank when ``wrapped``, with ``env`` added;
+    its output (the run must exit with ``code``)."""
     rank = [PYTHON, "-u", "-m", "hpc.node.launch", "--rank", "--"] if wrapped else []
     if nproc == 1:
         launcher = []
@@ -42,11 +42,12 @@ def run(nproc: int, script: str | Path, *args: str, wrapped: bool = True, record
                     f"--main_process_port={free_port()}", "--no_python"]
     else:
         launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--no-python"]
-    env = clean_env(PYTHONPATH=str(ROOT), ACCELERATE_USE_CPU="true", **({"HPC_STOP_RECORD": str(record)} if record else {}))
+    env = clean_env(PYTHONPATH=str(ROOT), ACCELERATE_USE_CPU="true", **({"HPC_STOP_RECORD": str(record)} if record else {}),
+                    **env)
     r = subprocess.run([*launcher, *rank, PYTHON, str(script), *args], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=300)
     out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-4000:]
+    assert r.returncode == code, out[-4000:]
     return out
 
 
@@ -96,6 +97,17 @@ def test_accelerate_loop_stops_at_the_notice_saves_and_resumes_exactly(tmp_path)
     assert f"[requeue] resumed from {cut / 'checkpoints' / f'step-{stop:08d}'} (step {stop}, batch {stop})" in log
     assert [r["step"] for r in losses(cut)] == list(range(1, 16))
     assert losses(cut) == losses(base)
+
+
+def test_a_hung_rank_is_named_and_its_node_marked_by_the_stop_agreement(tmp_path):
+    """Rank 1 stops itself (SIGSTOP) after step 3: rank 0 times out in the agreement after that step
+    (HPC_DIST_TIMEOUT_S), names rank 1 and its node, marks the node bad for the batch script, and fails."""
+    marks = tmp_path / "marks"
+    log = run(2, ACCELERATE, "--out", str(tmp_path / "out"), "--hang-rank", "1", "--hang-at", "3", wrapped=False,
+              code=1, HPC_DIST_TIMEOUT_S="6", HPC_BAD_NODE_MARKS=str(marks), SLURMD_NODENAME="n-hung")
+    assert "[hang] a collective timed out after step 3 (after " in log
+    assert "s): rank 1 on n-hung did not arrive (rank 0 did)" in log and f"[hang] marked n-hung bad in {marks}" in log
+    assert sorted(p.name for p in marks.iterdir()) == ["n-hung"]
 
 
 NO_CATCH = "import os, signal, time; os.kill(os.getppid(), signal.SIGUSR2); time.sleep(2); print('trained on')"

@@ -2,13 +2,16 @@
 matters), AdamW, a schedule and a shuffled loader over several epochs.
 
     accelerate launch ... accelerate_requeue.py --out DIR [--steps N] [--notice-at STEP --notice-to self|parent]
+                                                [--hang-rank R --hang-at STEP]
 
 The main process appends {"step", "loss"} per step to OUT/losses.jsonl; ``--notice-at``: after that step rank 0
-sends the pre-stop signal to itself or to its parent (hpc.node.launch), as Slurm would.
+sends the pre-stop signal to itself or to its parent (hpc.node.launch), as Slurm would; ``--hang-rank``: after
+``--hang-at`` that rank stops itself (SIGSTOP), as a hung process or a node gone would, so the others time out.
 """
 import argparse
 import json
 import os
+import signal
 from pathlib import Path
 
 import torch
@@ -25,6 +28,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=15)
     p.add_argument("--notice-at", type=int)
     p.add_argument("--notice-to", choices=("self", "parent"), default="self")
+    p.add_argument("--hang-rank", type=int)
+    p.add_argument("--hang-at", type=int)
     a = p.parse_args()
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
     requeue = Requeue(accelerator, Path(a.out) / "checkpoints")
@@ -57,6 +62,8 @@ def main() -> None:
             break
         if step == a.notice_at and accelerator.is_main_process:
             os.kill(os.getpid() if a.notice_to == "self" else os.getppid(), prestop_signal(os.environ))
+        if step == a.hang_at and accelerator.process_index == a.hang_rank:
+            os.kill(os.getpid(), signal.SIGSTOP)
         requeue.stop_if_noticed(step)
     accelerator.end_training()
 
