@@ -9,8 +9,9 @@ did not, with their nodes (gathered once at setup, `gather_nodes`):
 
 After a timeout it also marks their nodes bad (``HPC_BAD_NODE_MARKS``, set by the batch script): the script then
 requeues the job without them. A collective that failed because a peer's process ended (its host closed the
-connections: the node answered, the program failed) names the missing ranks the same way but marks no node. On GPU NCCL's own watchdog ends the process at the timeout; its flight recorder dumps every rank's last
-collectives into the run's log directory instead (`flight_recorder_env`).
+connections: the node answered, the program failed) names the missing ranks the same way but marks no node. On GPU
+NCCL's own watchdog ends the process at the timeout; its flight recorder dumps every rank's last collectives into
+the run's log directory instead (`flight_recorder_env`).
 """
 from __future__ import annotations
 

@@ -35,10 +35,10 @@ PORT_BASE = 15000
 PORT_SPAN = 17000
 
 
-
 def node_name(environ: Mapping[str, str] = os.environ) -> str:
     """This node's name as Slurm knows it (the host name outside Slurm)."""
     return environ.get("SLURMD_NODENAME") or socket.gethostname()
+
 
 class RankError(HpcError):
     """The environment cannot give a consistent rank layout; the message says what to change."""

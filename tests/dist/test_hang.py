@@ -17,7 +17,7 @@ import pytest
 import torch.distributed as dist
 
 from hpc.node.hang import post_arrival
-from train_helpers import ROOT, clean_env, launch
+from train_helpers import ROOT, clean_env, free_port, launch
 
 TIMEOUT_S = 10
 
@@ -72,9 +72,7 @@ def test_a_stopped_rank_is_named_and_the_run_ends(tmp_path, monkeypatch):
 
 
 def test_a_stopped_store_host_is_noticed_within_the_store_timeout():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     host = subprocess.Popen([sys.executable, "-c", "import sys, time, datetime, torch.distributed as d; "
                              f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False); "
                              "print('up', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)

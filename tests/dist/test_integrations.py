@@ -7,7 +7,6 @@ bit, to the same run uninterrupted, and the same final weights. A script that do
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from pathlib import Path
 
@@ -16,16 +15,10 @@ from safetensors.torch import load_file
 
 from conftest import PYTHON, ROOT
 from hpc.integrations.checkpoints import newest_complete_checkpoint
-from train_helpers import clean_env, tiny_hf_chat
+from train_helpers import clean_env, free_port, tiny_hf_chat
 
 SCRIPTS = ROOT / "tests" / "scripts"
 TRL, ACCELERATE = SCRIPTS / "trl_sft.py", SCRIPTS / "accelerate_requeue.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(nproc: int, script: str | Path, *args: str, wrapped: bool = True, record: Path | None = None,

@@ -1,9 +1,7 @@
 """Who is missing at a hang: the arrival protocol on a real TCPStore, the line, and
 the settings that lead to a node's exclusion (the trainer's straggler.stop_after, the profile's key for it)."""
-import socket
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import torch.distributed as dist
@@ -13,14 +11,8 @@ from hpc.login.trainer_job import trainer_job
 from hpc.node.hang import (flight_recorder_env, hang_line, mark_bad_nodes, missing_text, name_the_missing, post_arrival,
                            ranks_text)
 from hpc.train.config import ConfigError, load_config
+from train_helpers import TINY, free_port
 
-TINY = str(Path(__file__).resolve().parents[2] / "hpc" / "train" / "configs" / "tiny.yaml")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_arrived_wait_the_grace_and_leave_early_once_all_posted():
@@ -74,9 +66,9 @@ def test_marks_and_flight_recorder_paths(tmp_path):
 
 
 def test_straggler_exclusion_settings(tmp_path):
-    assert load_config(TINY, []).straggler.stop_after == 0
+    assert load_config(str(TINY), []).straggler.stop_after == 0
     with pytest.raises(ConfigError, match=r"straggler.stop_after=2 .*preemption.exclude_stragglers_after.* below straggler.windows=3"):
-        load_config(TINY, ["straggler.stop_after=2"])
+        load_config(str(TINY), ["straggler.stop_after=2"])
     site = load_site("local")
     assert not any(a.startswith("straggler.stop_after=") for a in trainer_job([], site, tmp_path, tmp_path).args())
     site = site.model_copy(update={"preemption": site.preemption.model_copy(update={"exclude_stragglers_after": 4})})
