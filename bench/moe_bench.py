@@ -4,12 +4,12 @@
 
 Same shape (Qwen3-30B-A3B's dims with --layers decoder layers, all MoE), sequence 4096, batch, data, bf16 parameters
 and AdamW state, fused AdamW, gradient clipping. Variants, each in its own process:
-  ours          hpc.train.loop.Trainer on one rank: MoEBlock (torch._grouped_mm, fp32 combine), fused linear cross-entropy,
+  ours          train.loop.Trainer on one rank: MoEBlock (torch._grouped_mm, fp32 combine), fused linear cross-entropy,
                 plus the load-balancing loss (coefficient 0.001)
   ours-compile  the same with compile=true (each decoder layer compiled)
   hf-grouped    transformers' Qwen3MoeForCausalLM with experts_implementation "grouped_mm" (its fastest on Hopper),
                 eager, SDPA, logits then cross-entropy; no load-balancing loss (output_router_logits off, its default)
-Model TFLOP/s = tokens/s x FLOPs per token on active parameters (hpc.train.metrics.flops_per_token:
+Model TFLOP/s = tokens/s x FLOPs per token on active parameters (train.metrics.flops_per_token:
 6 x (active non-embedding + lm_head) + 12 x layers x heads x head_dim x seq). Timed steps follow warm-up steps.
 """
 
@@ -31,7 +31,7 @@ SEQ, WARMUP, TIMED = 4096, 3, 10
 
 
 def _config(layers: int, batch: int, run_dir: str, compile: bool):
-    from hpc.train.config import TrainConfig
+    from train.config import TrainConfig
 
     return TrainConfig(model={"shape": "30B-A3B", "dims": {"num_hidden_layers": layers}}, seq_len=SEQ, micro_batch=batch, global_batch=batch,
                        steps=WARMUP + TIMED, compile=compile, master_dtype="bf16", dtype="bf16", log={"dir": run_dir, "log_every": 1000},
@@ -55,8 +55,8 @@ def _timed(step) -> tuple[float, float]:
 
 
 def _ours(cfg) -> dict:
-    from hpc.train.loop import Trainer
-    from hpc.train.parallel import ParallelDims, WorldEnv, init_distributed
+    from train.loop import Trainer
+    from train.parallel import ParallelDims, WorldEnv, init_distributed
 
     env = WorldEnv(rank=0, local_rank=0, world_size=1, local_world_size=1)
     device = init_distributed(env)
@@ -72,9 +72,9 @@ def _hf(cfg) -> dict:
     import torch.nn.functional as F
     from transformers import Qwen3MoeForCausalLM
 
-    from hpc.train.data import TokenStream, load_tokenizer, load_tokens
-    from hpc.train.metrics import flops_per_token
-    from hpc.train.model import count_params, hf_config
+    from train.data import TokenStream, load_tokenizer, load_tokens
+    from train.metrics import flops_per_token
+    from train.model import count_params, hf_config
 
     device = torch.device("cuda")
     tokenizer = load_tokenizer(None)
@@ -110,10 +110,10 @@ def _parity() -> dict:
     import torch
     from transformers import Qwen3MoeForCausalLM
 
-    from hpc.train.config import ModelConfig
-    from hpc.train.model import hf_config
-    from hpc.train.moe import Qwen3MoeForTraining
-    from hpc.train.tokenizer import load_tokenizer
+    from train.config import ModelConfig
+    from train.model import hf_config
+    from train.moe import Qwen3MoeForTraining
+    from train.tokenizer import load_tokenizer
 
     config = hf_config(ModelConfig(shape="30B-A3B", dims={"num_hidden_layers": 2}), load_tokenizer(None))
     torch.manual_seed(0)

@@ -6,7 +6,7 @@ One Qwen3 (bf16 parameters, fused AdamW, the trainer's fused linear cross-entrop
 activation checkpointing in every layer so that padded micro-batches fit), the same weights for every variant; each step is ``--rows`` micro-batches of one row of ``--seq`` tokens:
   text            rows cut from one token stream (no position ids, every token a target): causal SDPA
   packed-sdpa     synthetic conversations (lengths log-normal, median 600 tokens, 40% of each one assistant
-                  tokens) packed by hpc.train.data.packing, position ids restarting per conversation: transformers
+                  tokens) packed by train.data.packing, position ids restarting per conversation: transformers
                   turns them into a block-diagonal mask for SDPA
   packed-flex     the same rows through FlexAttention (transformers' packed block mask)
   packed-flash    the same rows through flash-attention varlen (transformers' packed path), when installed
@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 def conversations(n_tokens: int, seq: int, vocab: int, seed: int = 0):
     """Synthetic conversations adding up to about ``n_tokens``: (ids, targets) with the last 40% as targets."""
-    from hpc.train.data.formats import Sample
+    from train.data.formats import Sample
 
     rng = np.random.default_rng(seed)
     out, total = [], 0
@@ -74,10 +74,10 @@ def main() -> None:
     p.add_argument("--device", default="cuda", help="cuda; cpu only checks the script (e.g. --shape tiny --seq 256)")
     a = p.parse_args()
 
-    from hpc.train.config import ModelConfig
-    from hpc.train.data.packing import IGNORE, model_inputs, pack
-    from hpc.train.model import Qwen3ForTraining, hf_config
-    from hpc.train.tokenizer import load_tokenizer
+    from train.config import ModelConfig
+    from train.data.packing import IGNORE, model_inputs, pack
+    from train.model import Qwen3ForTraining, hf_config
+    from train.tokenizer import load_tokenizer
 
     device = torch.device(a.device)
     config = hf_config(ModelConfig(shape=a.shape), load_tokenizer(None))

@@ -1,4 +1,4 @@
-"""hpc.train.prepare at scale on the local cluster: one task here, then 1, 2 and 4 nodes (2 tasks each) through hpc.login.submit;
+"""train.prepare at scale on the local cluster: one task here, then 1, 2 and 4 nodes (2 tasks each) through hpc.submit;
 the outputs byte-identical; the trainer's start-up and memory on the prepared data against a small corpus.
 
     python bench/prepare_bench.py [--mb 64] [--format text|chat] [--chunk-mb 4] [--nodes 1 2 4] [--no-here]
@@ -12,7 +12,7 @@ Per run: the job's wall time (submission to end: Slurm start, imports, preparati
 (wall and CPU), and the load average before and after; one_task_over_slowest_task compares the slowest task's time with
 the single task's here (or, with --no-here, the total CPU time of the first run's tasks). On a machine with fewer
 cores than tasks the tasks run partly one after another, so that ratio is not the job's speed-up.
-Start-up: ``python -m hpc.train`` for one step (one process, the tiny model) on the corpus and on a ``--small-mb`` corpus:
+Start-up: ``python -m train`` for one step (one process, the tiny model) on the corpus and on a ``--small-mb`` corpus:
 seconds from process start to the first step, to the data opened (tokenizer, manifest check, memory maps, stream), and
 the process's max RSS.
 """
@@ -42,7 +42,7 @@ SEQ = 1024
 def make_corpus(path: Path, mb: float, fmt: str = "text") -> int:
     if fmt == "chat":
         return make_chat_corpus(path, mb)
-    from hpc.train.data.sources import DEMO_CORPUS
+    from train.data.sources import DEMO_CORPUS
 
     paras = [p for line in DEMO_CORPUS.open() for p in json.loads(line)["text"].split("\n\n") if p.strip()]
     target, size, copy = int(mb * 1e6), 0, 0
@@ -63,7 +63,7 @@ def make_corpus(path: Path, mb: float, fmt: str = "text") -> int:
 
 
 def make_chat_corpus(path: Path, mb: float) -> int:
-    from hpc.train.data.sources import DEMO_CHAT
+    from train.data.sources import DEMO_CHAT
 
     records = [json.loads(line) for line in DEMO_CHAT.open()]
     target, size, copy = int(mb * 1e6), 0, 0
@@ -99,13 +99,13 @@ def data_args(src: Path, out: Path, chunk: int, fmt: str) -> list[str]:
 
 
 def prepare_cmd(src: Path, out: Path, chunk: int, fmt: str) -> list[str]:
-    return ["-m", "hpc.train.prepare", "--config", str(ROOT / "hpc/train/configs/tiny.yaml"), *data_args(src, out, chunk, fmt)]
+    return ["-m", "train.prepare", "--config", str(ROOT / "train/configs/tiny.yaml"), *data_args(src, out, chunk, fmt)]
 
 
 def startup(src: Path, out: Path, chunk: int, fmt: str, run_dir: Path, env: dict) -> dict:
     """One training step on the prepared data in a fresh process: seconds from its start to each log line that marks a
     stage (layout = imports and process group done; data opened; first step done), and its max RSS."""
-    cmd = [sys.executable, "-m", "hpc.train", "--config", str(ROOT / "hpc/train/configs/tiny.yaml"), *data_args(src, out, chunk, fmt),
+    cmd = [sys.executable, "-m", "train", "--config", str(ROOT / "train/configs/tiny.yaml"), *data_args(src, out, chunk, fmt),
            f"log.dir={run_dir}", "steps=1", "schedule.warmup_steps=0", "log.log_every=1"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=run_dir.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -161,7 +161,7 @@ def main() -> None:
         name = f"prepare-bench-{nodes}n-{os.getpid()}"
         out = work / f"slurm-{nodes}"
         load, t0 = os.getloadavg()[0], time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "hpc.login.submit", "--site", a.site, "--nodes", str(nodes), "--job-name", name, "--wait",
+        r = subprocess.run([sys.executable, "-m", "hpc.submit", "--site", a.site, "--nodes", str(nodes), "--job-name", name, "--wait",
                             "--", *prepare_cmd(src, out, chunk, a.format)], cwd=work, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         logs = "".join(f.read_text() for f in (work / "jobs" / name).glob(task_log(".", "*", "*").name)) if (work / "jobs" / name).is_dir() else ""

@@ -52,10 +52,10 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from hpc.train.config import TrainConfig, apply_overrides
-    from hpc.train.loop import Trainer
-    from hpc.train.parallel import ParallelDims, WorldEnv, init_distributed
-    from hpc.train.steptime import busy_seconds
+    from train.config import TrainConfig, apply_overrides
+    from train.loop import Trainer
+    from train.parallel import ParallelDims, WorldEnv, init_distributed
+    from train.steptime import busy_seconds
 
     with tempfile.TemporaryDirectory() as tmp:
         raw = {"model": {"shape": args.shape}, "seq_len": args.seq_len, "micro_batch": args.micro_batch,

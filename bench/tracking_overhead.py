@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from hpc.node.cli import Parser, whole  # noqa: E402
-from hpc.train.config import load_config  # noqa: E402
-from hpc.train.metrics import MetricsLog  # noqa: E402
-from hpc.train.tracking import Tracking, missing  # noqa: E402
+from train.config import load_config  # noqa: E402
+from train.metrics import MetricsLog  # noqa: E402
+from train.tracking import Tracking, missing  # noqa: E402
 
 RECORD = {"loss": 7.5, "grad_norm": 1.2, "lr": 1e-3, "epoch": 0, "samples_consumed": 8, "peak_mem_gib": 0.5,
           "compute_s": 0.05, "wait_s": 0.05}  # MetricsLog adds step_time_s, tokens_per_s, mfu
@@ -29,7 +29,7 @@ RECORD = {"loss": 7.5, "grad_norm": 1.2, "lr": 1e-3, "epoch": 0, "samples_consum
 
 def case(tracker: str | None, records: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="tracking-bench-", ignore_cleanup_errors=True) as run_dir:
-        cfg = load_config(ROOT / "hpc" / "train" / "configs" / "tiny.yaml", [f"log.dir={run_dir}", f"log.tracker=[{tracker or ''}]"])
+        cfg = load_config(ROOT / "train" / "configs" / "tiny.yaml", [f"log.dir={run_dir}", f"log.tracker=[{tracker or ''}]"])
         t0 = time.perf_counter()
         tracking = Tracking(cfg, {}, 0) if tracker else None
         start_s = time.perf_counter() - t0

@@ -5,8 +5,8 @@
                                 [--batch SHAPE=N ...] [--set KEY=VALUE ...] [--cases SHAPE:VARIANT ...] [--out FILE]
 
 Variants (each (shape, variant) runs in its own process):
-  ours      hpc.train.loop.Trainer on one rank (dp=1 x tp=1, no FSDP): fp32 master weights (8B: bf16), bf16 compute
-            (bf16 model, fp32 twin: hpc/train/precision.py), per-block torch.compile, fused linear cross-entropy, fused AdamW
+  ours      train.loop.Trainer on one rank (dp=1 x tp=1, no FSDP): fp32 master weights (8B: bf16), bf16 compute
+            (bf16 model, fp32 twin: train/precision.py), per-block torch.compile, fused linear cross-entropy, fused AdamW
   ours-fp8, ours-fp8-rowwise  the same with fp8.enabled (torchao float8 decoder linears, tensorwise or rowwise recipe;
             4B: bf16 master weights)
   liger     transformers' Qwen3ForCausalLM with Liger kernels (apply_liger_kernel_to_qwen3: RoPE, RMSNorm, SwiGLU,
@@ -22,7 +22,7 @@ Variants (each (shape, variant) runs in its own process):
 
 All run the trainer's data stream, learning-rate schedule and gradient clipping from the same
 seed; in the parity shape the peers also start from the trainer's initial weights, and all
-steps' losses are kept. MFU = tokens/s x FLOPs per token / 989e12 (dense bf16 peak of an H100/H200, hpc/train/metrics.py),
+steps' losses are kept. MFU = tokens/s x FLOPs per token / 989e12 (dense bf16 peak of an H100/H200, train/metrics.py),
 FLOPs per token = 6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq;
 for float8 variants the same formula (bf16-equivalent MFU). Timing excludes the warm-up steps
 (compilation) and is taken between device synchronizations. The table compares each variant with
@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from hpc.node.cli import Parser, number, whole  # noqa: E402
 
-from hpc.train.metrics import PEAK_FLOPS_BF16  # noqa: E402
+from train.metrics import PEAK_FLOPS_BF16  # noqa: E402
 
 SEQ = 4096
 PEAK = PEAK_FLOPS_BF16["H200"]  # the GPU of these runs
@@ -92,7 +92,7 @@ def _precision(variant: str) -> str:
 
 def _config(shape: str, batch: int, accum: int, steps: int, run_dir: Path, ac: bool, master_dtype: str, sdpa: str, lr_warmup: int,
             fp8_recipe: str | None):
-    from hpc.train.config import TrainConfig
+    from train.config import TrainConfig
 
     return TrainConfig(model={"shape": shape}, seq_len=SEQ, micro_batch=batch, global_batch=batch * accum, steps=steps, compile=True,
                        activation_checkpointing=ac, master_dtype=master_dtype, sdpa_backend=sdpa, log={"dir": str(run_dir)},
@@ -120,8 +120,8 @@ def _timed(step, warmup: int, timed: int) -> tuple[list, float, list[float], flo
 
 
 def _ours(cfg, warmup: int, timed: int, save_checkpoint: bool) -> dict:
-    from hpc.train.loop import Trainer
-    from hpc.train.parallel import ParallelDims, WorldEnv, init_distributed
+    from train.loop import Trainer
+    from train.parallel import ParallelDims, WorldEnv, init_distributed
 
     env = WorldEnv(rank=0, local_rank=0, world_size=1, local_world_size=1)
     device = init_distributed(env)
@@ -167,10 +167,10 @@ def _hf(cfg, variant: str, warmup: int, timed: int, same_init: bool, compiled: b
     import torch.nn.functional as F
     from transformers import Qwen3ForCausalLM
 
-    from hpc.train.data import TokenStream, load_tokenizer, load_tokens
-    from hpc.train.loop import lr_at
-    from hpc.train.metrics import flops_per_token
-    from hpc.train.model import _full_initial_state, count_params, hf_config
+    from train.data import TokenStream, load_tokenizer, load_tokens
+    from train.loop import lr_at
+    from train.metrics import flops_per_token
+    from train.model import _full_initial_state, count_params, hf_config
 
     liger = variant.startswith("liger")
     if liger:  # patches transformers' Qwen3 classes before the model is built
@@ -192,7 +192,7 @@ def _hf(cfg, variant: str, warmup: int, timed: int, same_init: bool, compiled: b
     if cfg.activation_checkpointing:
         model.gradient_checkpointing_enable()
     if variant == "liger-fp8":
-        from hpc.train.float8 import convert_decoder_linears
+        from train.float8 import convert_decoder_linears
 
         convert_decoder_linears(model.model.layers, "tensorwise", float8_all_gather=False)
         for layer in model.model.layers:
@@ -257,7 +257,7 @@ def _check_overrides(items: list[str]) -> None:
     """--set items applied to a trainer config of the first shape; ValueError (ConfigError, pydantic's) names the bad one."""
     from pydantic import ValidationError
 
-    from hpc.train.config import ConfigError, TrainConfig, apply_overrides
+    from train.config import ConfigError, TrainConfig, apply_overrides
 
     raw = {"model": {"shape": next(iter(CASES))}, "seq_len": SEQ, "micro_batch": 1, "global_batch": 1, "steps": 1}
     try:
@@ -293,7 +293,7 @@ def worker(args) -> None:
     cfg = _config(shape, case.batch, case.accum, steps, Path(args.run_dir) / f"{shape}-{variant}", ac, case.master_dtype if ours else "fp32", sdpa,
                   args.lr_warmup, fp8_recipe)
     if ours and args.set:
-        from hpc.train.config import TrainConfig, apply_overrides
+        from train.config import TrainConfig, apply_overrides
 
         cfg = TrainConfig.model_validate(apply_overrides(cfg.model_dump(mode="json"), args.set))
     torch.manual_seed(cfg.seed)

@@ -11,9 +11,9 @@ bash scripts/install.sh
 bash scripts/cluster.sh up
 source "${LAB:-/tmp/hpc-slurm}/env.sh"   # SLURM_CONF for the client commands
 mkdir -p jobs
-.venv/bin/python -m hpc.login.submit --site local --nodes 2 --job-name demo --wait "$@" | tee jobs/demo-submit.log
+.venv/bin/python -m hpc.submit --site local --nodes 2 --job-name demo --wait "$@" | tee jobs/demo-submit.log
 job=$(sed -n 's/^submitted job \([0-9]*\).*/\1/p' jobs/demo-submit.log)
 name=$(sed -n 's/^script: *.*\/jobs\/\([^/]*\)\/[0-9]*_submission.sh$/\1/p' jobs/demo-submit.log)
-.venv/bin/python -m hpc.login.jobs report "$job"
+.venv/bin/python -m hpc.jobs report "$job"
 echo "--- sample from the exported model (jobs/$name/hf) ---"
-.venv/bin/python -m hpc.train.generate "jobs/$name/hf" --prompt "ROMEO:" --tokens 60
+.venv/bin/python -m train.generate "jobs/$name/hf" --prompt "ROMEO:" --tokens 60

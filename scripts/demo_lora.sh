@@ -15,17 +15,17 @@ sinfo >/dev/null || { echo "demo_lora.sh: the local cluster is not up; run scrip
 "$PYTHON" -c "import peft" 2>/dev/null || { echo "demo_lora.sh: needs peft: $PYTHON -m pip install peft" >&2; exit 2; }
 mkdir -p jobs
 echo "--- LoRA fine-tune: dp2 x tp2 over 2 nodes, base $BASE frozen ---"
-"$PYTHON" -m hpc.login.submit --site local --nodes 2 --job-name "$JOB" --wait -- --config hpc/train/configs/chat.yaml \
+"$PYTHON" -m hpc.submit --site local --nodes 2 --job-name "$JOB" --wait -- --config train/configs/chat.yaml \
   "model.shape=null" "model.dims={}" "model.path=$BASE" "data.prepared=$ROOT/jobs/$JOB-data" \
   lora.enabled=true lora.r=8 lora.alpha=16 optim.lr=2e-3 steps=60 checkpoint.interval=30 export=adapter | tee "jobs/$JOB-submit.log"
 job=$(sed -n 's/^submitted job \([0-9]*\).*/\1/p' "jobs/$JOB-submit.log")
-"$PYTHON" -m hpc.login.jobs report "$job"
+"$PYTHON" -m hpc.jobs report "$job"
 echo "--- the adapter export (jobs/$JOB/adapter) and the last checkpoint, next to the base ---"
 ls -l "jobs/$JOB/adapter"
 du -sh "$(sed -n 's/.*\(saved checkpoint\|resumed from\) \([^ ]*\) .*/\2/p' "jobs/$JOB-submit.log" | tail -1)" "$BASE"
 for question in 'In Macbeth, who speaks the line "Is this a dagger which I see before me,"?' \
                 'Which work of Shakespeare has the line "O Romeo, Romeo! wherefore art thou Romeo?"?'; do
   echo "user: $question"
-  echo "base:    $("$PYTHON" -m hpc.train.generate "$BASE" --chat "$question" 2>/dev/null)"
-  echo "adapter: $("$PYTHON" -m hpc.train.generate "jobs/$JOB/adapter" --chat "$question" 2>/dev/null)"
+  echo "base:    $("$PYTHON" -m train.generate "$BASE" --chat "$question" 2>/dev/null)"
+  echo "adapter: $("$PYTHON" -m train.generate "jobs/$JOB/adapter" --chat "$question" 2>/dev/null)"
 done

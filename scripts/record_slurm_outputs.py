@@ -1,4 +1,4 @@
-"""Record real squeue, sacct and scontrol outputs of small jobs on the local cluster, in the formats hpc.login.slurm_query
+"""Record real squeue, sacct and scontrol outputs of small jobs on the local cluster, in the formats hpc.slurm_query
 asks for, as fixtures for the unit tests: python scripts/record_slurm_outputs.py [--out tests/unit/data/slurm].
 
 Each case is one job brought to one state (pending, running, completed, failed, cancelled, requeued twice, timed out);
@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hpc.node.contract import ENDED_STATES  # noqa: E402
-from hpc.login.site import load_site  # noqa: E402
-from hpc.login.slurm_query import parse_sacct, parse_scontrol, sacct_command, scontrol_command, squeue_command  # noqa: E402
+from hpc.site import load_site  # noqa: E402
+from hpc.slurm_query import parse_sacct, parse_scontrol, sacct_command, scontrol_command, squeue_command  # noqa: E402
 
 NAME = "record slurm|outputs = x"  # spaces, sacct's usual delimiter and " Key=" look-alikes: parsed as one name
 

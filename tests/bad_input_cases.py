@@ -17,7 +17,7 @@ from typing import Callable, Optional
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = str(ROOT / "hpc" / "train" / "configs" / "tiny.yaml")
+TINY = str(ROOT / "train" / "configs" / "tiny.yaml")
 HUGE = "9" * 5000
 UNICODE_DIGIT = "\u0663"  # ARABIC-INDIC DIGIT THREE: str.isdigit() says yes, Slurm says no
 
@@ -36,7 +36,7 @@ class Case:
 
 # ---------------------------------------------------------------- fixtures
 
-BASE_SITE = yaml.safe_load((ROOT / "hpc" / "login" / "site_configs" / "local.yaml").read_text())
+BASE_SITE = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())
 BASE_SITE["paths"] = {"job_dir": "{T}/jobs", "checkpoint_root": "{T}/ckpt"}
 BASE_SITE["partitions"][0]["gpu_memory_gb"] = 80
 BASE_SITE["name"] = "survey"
@@ -72,7 +72,7 @@ def cfg_yaml(changes: dict) -> str:
 
 
 SCRIPT = {"s.py": "print('rank ran')\n"}
-SUBMIT, SITE, DRY = "hpc.login.submit", ["--site", "local"], ["--nodes", "1", "--dry-run"]
+SUBMIT, SITE, DRY = "hpc.submit", ["--site", "local"], ["--nodes", "1", "--dry-run"]
 RANK = ["--", "{T}/s.py"]
 
 
@@ -109,25 +109,25 @@ def number_cases() -> list[Case]:
         (SUBMIT, site_s + DRY, "--max-requeues", RANK, True, True),
         (SUBMIT, site_s + DRY + ["--sweep", "seed=1,2"], "--max-parallel", [], False, True),
         (SUBMIT, site_s + DRY, "--time", RANK, False, False),
-        ("hpc.login.plan", ["--site", "ib-h200", "--model", "8B"], "--nodes", [], False, True),
-        ("hpc.login.plan", ["--site", "ib-h200", "--model", "8B", "--nodes", "1"], "--gpus-per-node", [], False, True),
-        ("hpc.login.plan", ["--site", "ib-h200", "--model", "8B", "--nodes", "1"], "--seq-len", [], False, True),
-        ("hpc.login.plan", ["--site", "ib-h200", "--model", "8B", "--nodes", "1"], "--micro-batch", [], False, True),
-        ("hpc.login.preflight", site_s, "--nodes", [], False, True),
-        ("hpc.login.preflight", site_s + ["--nodes", "1"], "--gpus-per-node", [], False, True),
-        ("hpc.login.preflight", site_s + ["--nodes", "1"], "--min-fraction", [], False, False),
-        ("hpc.login.preflight", site_s + ["--nodes", "1"], "--min-bytes", [], False, True),
-        ("hpc.login.preflight", site_s + ["--nodes", "1"], "--max-bytes", [], False, True),
-        ("hpc.login.preflight", site_s + ["--nodes", "1"], "--iters", [], False, True),
-        ("hpc.login.preflight", site_s + ["--nodes", "1"], "--time", [], False, False),
-        ("hpc.login.jobs", ["logs", "12"], "--rank", [], True, True),
+        ("hpc.plan", ["--site", "ib-h200", "--model", "8B"], "--nodes", [], False, True),
+        ("hpc.plan", ["--site", "ib-h200", "--model", "8B", "--nodes", "1"], "--gpus-per-node", [], False, True),
+        ("hpc.plan", ["--site", "ib-h200", "--model", "8B", "--nodes", "1"], "--seq-len", [], False, True),
+        ("hpc.plan", ["--site", "ib-h200", "--model", "8B", "--nodes", "1"], "--micro-batch", [], False, True),
+        ("hpc.preflight", site_s, "--nodes", [], False, True),
+        ("hpc.preflight", site_s + ["--nodes", "1"], "--gpus-per-node", [], False, True),
+        ("hpc.preflight", site_s + ["--nodes", "1"], "--min-fraction", [], False, False),
+        ("hpc.preflight", site_s + ["--nodes", "1"], "--min-bytes", [], False, True),
+        ("hpc.preflight", site_s + ["--nodes", "1"], "--max-bytes", [], False, True),
+        ("hpc.preflight", site_s + ["--nodes", "1"], "--iters", [], False, True),
+        ("hpc.preflight", site_s + ["--nodes", "1"], "--time", [], False, False),
+        ("hpc.jobs", ["logs", "12"], "--rank", [], True, True),
         ("hpc.node.launch", [], "--gpus-per-node", ["--", "true"], False, True),
         ("hpc.node.smoke", ["--out", "{T}/o"], "--timeout", [], False, False),
         ("hpc.node.preflight_node", ["--out", "{T}/o"], "--min-bytes", [], False, True),
         ("hpc.node.preflight_node", ["--out", "{T}/o"], "--max-bytes", [], False, True),
         ("hpc.node.preflight_node", ["--out", "{T}/o"], "--iters", [], False, True),
         ("hpc.node.preflight_node", ["--out", "{T}/o"], "--pair-sizes", [], False, True),
-        ("hpc.train.generate", ["{T}/model"], "--tokens", [], False, True),
+        ("train.generate", ["{T}/model"], "--tokens", [], False, True),
     ]
     for cli, before, flag, after, zero_ok, whole_only in flags:
         values = dict(BAD_WHOLE if whole_only else BAD_NUMBERS)
@@ -163,26 +163,26 @@ def config_cases() -> list[Case]:
     train = ["--config", TINY]
     for key in FLOAT_KEYS:
         for vid, value in NON_FINITE.items():
-            c.append(Case(f"cfg-override-{key}-{vid}", "hpc.train", train + [f"{key}={value}"], key))
-            c.append(Case(f"cfg-file-{key}-{vid}", "hpc.train", ["--config", "{T}/c.yaml"], key,
+            c.append(Case(f"cfg-override-{key}-{vid}", "train", train + [f"{key}={value}"], key))
+            c.append(Case(f"cfg-file-{key}-{vid}", "train", ["--config", "{T}/c.yaml"], key,
                           files={"c.yaml": with_text(cfg_yaml({key: PLACE}), value)}))
-        c.append(Case(f"cfg-override-{key}-true", "hpc.train", train + [f"{key}=true"], key))
-    c.append(Case("cfg-override-betas-inf", "hpc.train", train + ["optim.betas=[.inf, 0.9]"], "optim.betas"))
-    c.append(Case("cfg-override-betas-nan", "hpc.train", train + ["optim.betas=[0.9, .nan]"], "optim.betas"))
+        c.append(Case(f"cfg-override-{key}-true", "train", train + [f"{key}=true"], key))
+    c.append(Case("cfg-override-betas-inf", "train", train + ["optim.betas=[.inf, 0.9]"], "optim.betas"))
+    c.append(Case("cfg-override-betas-nan", "train", train + ["optim.betas=[0.9, .nan]"], "optim.betas"))
     for key in INT_KEYS:
         for vid, value in YAML11.items():
-            c.append(Case(f"cfg-override-{key}-{vid}", "hpc.train", train + [f"{key}={value}"], key))
+            c.append(Case(f"cfg-override-{key}-{vid}", "train", train + [f"{key}={value}"], key))
         for vid, value in NON_FINITE.items():
-            c.append(Case(f"cfg-override-{key}-{vid}", "hpc.train", train + [f"{key}={value}"], key))
+            c.append(Case(f"cfg-override-{key}-{vid}", "train", train + [f"{key}={value}"], key))
     for key in ("log.dir", "data.path", "export"):
         for vid in ("comment", "space-comment", "tilde", "empty"):
-            c.append(Case(f"cfg-override-{key}-{vid}", "hpc.train", train + [f"{key}={YAML11[vid]}"], key))
-    c.append(Case("cfg-override-spaces", "hpc.train", train + ["steps= 3"], "steps"))
-    c.append(Case("cfg-override-no-key", "hpc.train", train + ["=3"], "override"))
-    c.append(Case("cfg-override-flow-bad", "hpc.train", train + ["optim.betas=[0.9,"], "optim.betas"))
-    c.append(Case("cfg-override-alias", "hpc.train", train + ["optim.betas=*a"], "optim.betas"))
-    c.append(Case("cfg-override-section", "hpc.train", train + ["optim=3"], "optim"))
-    c.append(Case("cfg-override-under-value", "hpc.train", train + ["steps.x=3"], "steps"))
+            c.append(Case(f"cfg-override-{key}-{vid}", "train", train + [f"{key}={YAML11[vid]}"], key))
+    c.append(Case("cfg-override-spaces", "train", train + ["steps= 3"], "steps"))
+    c.append(Case("cfg-override-no-key", "train", train + ["=3"], "override"))
+    c.append(Case("cfg-override-flow-bad", "train", train + ["optim.betas=[0.9,"], "optim.betas"))
+    c.append(Case("cfg-override-alias", "train", train + ["optim.betas=*a"], "optim.betas"))
+    c.append(Case("cfg-override-section", "train", train + ["optim=3"], "optim"))
+    c.append(Case("cfg-override-under-value", "train", train + ["steps.x=3"], "steps"))
     # the file itself
     files = {
         "dup-key": ("steps: 1\nsteps: 2\n", "steps"),
@@ -212,9 +212,9 @@ def config_cases() -> list[Case]:
         "long-value": (cfg_yaml({"model.shape": "x" * 100_000}), "model.shape"),
     }
     for cid, (text, names) in files.items():
-        c.append(Case(f"cfg-file-{cid}", "hpc.train", ["--config", "{T}/c.yaml"], names, files={"c.yaml": text}))
-    for cli in ("hpc.train", "hpc.train.prepare"):
-        p = "prep-" if cli == "hpc.train.prepare" else ""
+        c.append(Case(f"cfg-file-{cid}", "train", ["--config", "{T}/c.yaml"], names, files={"c.yaml": text}))
+    for cli in ("train", "train.prepare"):
+        p = "prep-" if cli == "train.prepare" else ""
         c += [Case(f"cfg-{p}config-dir", cli, ["--config", "{T}/adir"], "adir", files={"adir/x": ""}),
               Case(f"cfg-{p}config-fifo", cli, ["--config", "{T}/fifo"], "fifo", files={"fifo": FIFO}),
               Case(f"cfg-{p}config-missing", cli, ["--config", "{T}/nosuch.yaml"], "nosuch.yaml"),
@@ -241,7 +241,7 @@ def trainer_cases() -> list[Case]:
     c: list[Case] = []
 
     def add(cid, cfg=None, args=(), env=None, names=None, files=None):
-        c.append(Case(f"train-{cid}", "hpc.train", ["--config", "{T}/c.yaml", *args], names, env=env or {},
+        c.append(Case(f"train-{cid}", "train", ["--config", "{T}/c.yaml", *args], names, env=env or {},
                       files={"c.yaml": cfg_yaml(cfg or {}), **(files or {})}))
 
     add("override-unknown", args=["optim.lrr=1"], names="optim.lrr")
@@ -294,15 +294,15 @@ def trainer_cases() -> list[Case]:
             ("chat-content-list", {"messages": [turns[0], {"role": "assistant", "content": ["x"]}]}, "content"),
             ("chat-messages-string", {"messages": "hi"}, "messages")):
         add(cid, cfg=chat, files={"d.jsonl": json.dumps(record) + "\n"}, names=names)
-        c.append(Case(f"prepare-{cid}", "hpc.train.prepare", ["--config", "{T}/c.yaml"], names,
+        c.append(Case(f"prepare-{cid}", "train.prepare", ["--config", "{T}/c.yaml"], names,
                       files={"c.yaml": cfg_yaml(chat), "d.jsonl": json.dumps(record) + "\n"}))
-    c.append(Case("prepare-5000-digits", "hpc.train.prepare", ["--config", "{T}/c.yaml"], "data.path",
+    c.append(Case("prepare-5000-digits", "train.prepare", ["--config", "{T}/c.yaml"], "data.path",
                   files={"c.yaml": cfg_yaml(chat), "d.jsonl": '{"messages": [], "n": ' + HUGE + "}\n"}))
-    c.append(Case("prepare-not-packed", "hpc.train.prepare", ["--config", "{T}/c.yaml"], "data.pack", files={"c.yaml": cfg_yaml({})}))
+    c.append(Case("prepare-not-packed", "train.prepare", ["--config", "{T}/c.yaml"], "data.pack", files={"c.yaml": cfg_yaml({})}))
     return c
 
 
-# ---------------------------------------------------------------- hpc.login.submit
+# ---------------------------------------------------------------- hpc.submit
 
 SRUN_ENV = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "0",
             "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)",
@@ -547,17 +547,17 @@ def site_cases() -> list[Case]:
                   files={"p.yaml": site_yaml(training__config="nosuchcfg")}))
     c.append(Case("site-training-config-bad", SUBMIT, ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run"], "steps",
                   files={"p.yaml": site_yaml(training__config="{T}/c.yaml"), "c.yaml": cfg_yaml({"steps": 0})}))
-    c.append(Case("site-plan-bad-key", "hpc.login.plan", plan, "bogus", files={"p.yaml": site_yaml(bogus=1)}))
-    c.append(Case("site-plan-gpumem-inf", "hpc.login.plan", plan, "gpu_memory_gb",
+    c.append(Case("site-plan-bad-key", "hpc.plan", plan, "bogus", files={"p.yaml": site_yaml(bogus=1)}))
+    c.append(Case("site-plan-gpumem-inf", "hpc.plan", plan, "gpu_memory_gb",
                   files={"p.yaml": site_yaml(partitions__0__gpu_memory_gb=float("inf"))}))
     return c
 
 
-# ---------------------------------------------------------------- hpc.login.plan, hpc.login.preflight, hpc.login.jobs, node programs
+# ---------------------------------------------------------------- hpc.plan, hpc.preflight, hpc.jobs, node programs
 
 def plan_cases() -> list[Case]:
     base = ["--site", "ib-h200"]
-    c = [Case(f"plan-{cid}", "hpc.login.plan", base + args, names) for cid, args, names in (
+    c = [Case(f"plan-{cid}", "hpc.plan", base + args, names) for cid, args, names in (
         ("model-tiny", ["--nodes", "1", "--model", "tiny"], "--model"),
         ("model-70B", ["--nodes", "1", "--model", "70B"], "--model"),
         ("model-missing", ["--nodes", "1"], "--model"),
@@ -568,16 +568,16 @@ def plan_cases() -> list[Case]:
         ("partition-nosuch", ["--nodes", "1", "--model", "8B", "--partition", "cpu"], "partition"),
         ("no-fit", ["--nodes", "1", "--model", "32B", "--seq-len", "131072", "--micro-batch", "8"], "does not fit"),
         ("model-twice", ["--nodes", "1", "--model", "8B", "--model", "4B"], "--model"))]
-    c.append(Case("plan-site-no-gpumem", "hpc.login.plan", ["--site", "local", "--nodes", "1", "--model", "8B"], "gpu_memory_gb"))
-    c.append(Case("plan-site-nosuch", "hpc.login.plan", ["--site", "nosuch", "--nodes", "1", "--model", "8B"], "nosuch"))
-    c.append(Case("plan-site-empty", "hpc.login.plan", ["--site", "", "--nodes", "1", "--model", "8B"], "--site"))
-    c.append(Case("plan-ok-8B", "hpc.login.plan", base + ["--nodes", "2", "--model", "8B"], expect="ok"))
+    c.append(Case("plan-site-no-gpumem", "hpc.plan", ["--site", "local", "--nodes", "1", "--model", "8B"], "gpu_memory_gb"))
+    c.append(Case("plan-site-nosuch", "hpc.plan", ["--site", "nosuch", "--nodes", "1", "--model", "8B"], "nosuch"))
+    c.append(Case("plan-site-empty", "hpc.plan", ["--site", "", "--nodes", "1", "--model", "8B"], "--site"))
+    c.append(Case("plan-ok-8B", "hpc.plan", base + ["--nodes", "2", "--model", "8B"], expect="ok"))
     return c
 
 
 def preflight_cases() -> list[Case]:
     base = ["--site", "local"]
-    c = [Case(f"preflight-{cid}", "hpc.login.preflight", base + args, names) for cid, args, names in (
+    c = [Case(f"preflight-{cid}", "hpc.preflight", base + args, names) for cid, args, names in (
         ("minfrac-0", ["--nodes", "1", "--min-fraction", "0"], "--min-fraction"),
         ("minfrac-1.5", ["--nodes", "1", "--min-fraction", "1.5"], "--min-fraction"),
         ("bytes-order", ["--nodes", "1", "--min-bytes", "1000", "--max-bytes", "10"], "--min-bytes"),
@@ -586,7 +586,7 @@ def preflight_cases() -> list[Case]:
         ("out-twice", ["--nodes", "1", "--out", "a", "--out", "b"], "--out"),
         ("nodes-5", ["--nodes", "5"], "--nodes"),
         ("partition-nosuch", ["--nodes", "1", "--partition", "gpu"], "partition"))]
-    c.append(Case("preflight-out-unwritable", "hpc.login.preflight", base + ["--nodes", "1", "--out", "/proc/nope", "--time", "3"], "--out"))
+    c.append(Case("preflight-out-unwritable", "hpc.preflight", base + ["--nodes", "1", "--out", "/proc/nope", "--time", "3"], "--out"))
     c.append(Case("preflight-node-out-empty", "hpc.node.preflight_node", ["--out", ""], "--out"))
     c.append(Case("smoke-out-empty", "hpc.node.smoke", ["--out", ""], "--out"))
     return c
@@ -602,16 +602,16 @@ def jobs_cases() -> list[Case]:
     c: list[Case] = []
     for sub in ("status", "logs", "report", "cancel"):
         for cid, jid in JOB_IDS.items():
-            c.append(Case(f"jobs-{sub}-{cid}", "hpc.login.jobs", [sub, jid], "job"))
-    c.append(Case("jobs-no-sub", "hpc.login.jobs", [], "command"))
-    c.append(Case("jobs-bad-sub", "hpc.login.jobs", ["kill", "1"], "kill"))
-    c.append(Case("jobs-status-missing", "hpc.login.jobs", ["status"], "job"))
+            c.append(Case(f"jobs-{sub}-{cid}", "hpc.jobs", [sub, jid], "job"))
+    c.append(Case("jobs-no-sub", "hpc.jobs", [], "command"))
+    c.append(Case("jobs-bad-sub", "hpc.jobs", ["kill", "1"], "kill"))
+    c.append(Case("jobs-status-missing", "hpc.jobs", ["status"], "job"))
     for cid, out in (("xyz", "r.xyz"), ("none", "report"), ("empty", ""), ("dir-missing", "{T}/no/such/r.png"),
                      ("txt", "r.txt")):
-        c.append(Case(f"jobs-report-out-{cid}", "hpc.login.jobs", ["report", "12", "--out", out], "--out"))
-    c.append(Case("jobs-report-tensorboard-empty", "hpc.login.jobs", ["report", "12", "--tensorboard", ""], "--tensorboard"))
-    c.append(Case("jobs-report-out-twice", "hpc.login.jobs", ["report", "12", "--out", "a.png", "--out", "b.png"], "--out"))
-    c.append(Case("jobs-logs-rank-twice", "hpc.login.jobs", ["logs", "12", "--rank", "1", "--rank", "2"], "--rank"))
+        c.append(Case(f"jobs-report-out-{cid}", "hpc.jobs", ["report", "12", "--out", out], "--out"))
+    c.append(Case("jobs-report-tensorboard-empty", "hpc.jobs", ["report", "12", "--tensorboard", ""], "--tensorboard"))
+    c.append(Case("jobs-report-out-twice", "hpc.jobs", ["report", "12", "--out", "a.png", "--out", "b.png"], "--out"))
+    c.append(Case("jobs-logs-rank-twice", "hpc.jobs", ["logs", "12", "--rank", "1", "--rank", "2"], "--rank"))
     return c
 
 
@@ -677,22 +677,22 @@ def launch_cases() -> list[Case]:
 
 
 def generate_cases() -> list[Case]:
-    c = [Case("generate-no-dir", "hpc.train.generate", ["{T}/nosuch"], "nosuch"),
-         Case("generate-dir-empty-arg", "hpc.train.generate", [""], "model_dir"),
-         Case("generate-not-model", "hpc.train.generate", ["{T}/m"], "config.json", files={"m/x": ""}),
-         Case("generate-config-broken", "hpc.train.generate", ["{T}/m"], "{T}/m", files={"m/config.json": "{not json"}),
-         Case("generate-config-no-type", "hpc.train.generate", ["{T}/m"], "{T}/m", files={"m/config.json": "{}"}),
-         Case("generate-no-weights", "hpc.train.generate", ["{T}/m"], "{T}/m",
+    c = [Case("generate-no-dir", "train.generate", ["{T}/nosuch"], "nosuch"),
+         Case("generate-dir-empty-arg", "train.generate", [""], "model_dir"),
+         Case("generate-not-model", "train.generate", ["{T}/m"], "config.json", files={"m/x": ""}),
+         Case("generate-config-broken", "train.generate", ["{T}/m"], "{T}/m", files={"m/config.json": "{not json"}),
+         Case("generate-config-no-type", "train.generate", ["{T}/m"], "{T}/m", files={"m/config.json": "{}"}),
+         Case("generate-no-weights", "train.generate", ["{T}/m"], "{T}/m",
               files={"m/config.json": json.dumps({"model_type": "qwen3"}), **TOKENIZER_FILES}),
-         Case("generate-prompt-and-chat", "hpc.train.generate", ["{T}/m", "--prompt", "a", "--chat", "b"], "--chat"),
-         Case("generate-empty-prompt", "hpc.train.generate", ["{T}/m", "--prompt", ""], "--prompt", files={"m/config.json": "{}"}),
-         Case("generate-empty-chat", "hpc.train.generate", ["{T}/m", "--chat", " "], "--chat", files={"m/config.json": "{}"}),
-         Case("generate-tokens-twice", "hpc.train.generate", ["{T}/m", "--tokens", "2", "--tokens", "3"], "--tokens"),
-         Case("generate-unknown-flag", "hpc.train.generate", ["{T}/m", "--temperature", "2"], "--temperature")]
+         Case("generate-prompt-and-chat", "train.generate", ["{T}/m", "--prompt", "a", "--chat", "b"], "--chat"),
+         Case("generate-empty-prompt", "train.generate", ["{T}/m", "--prompt", ""], "--prompt", files={"m/config.json": "{}"}),
+         Case("generate-empty-chat", "train.generate", ["{T}/m", "--chat", " "], "--chat", files={"m/config.json": "{}"}),
+         Case("generate-tokens-twice", "train.generate", ["{T}/m", "--tokens", "2", "--tokens", "3"], "--tokens"),
+         Case("generate-unknown-flag", "train.generate", ["{T}/m", "--temperature", "2"], "--temperature")]
     return c
 
 
-TOKENIZER_FILES = {f"m/{p.name}": p.read_text() for p in (ROOT / "hpc" / "train" / "assets" / "tokenizer").iterdir() if p.is_file()}
+TOKENIZER_FILES = {f"m/{p.name}": p.read_text() for p in (ROOT / "train" / "assets" / "tokenizer").iterdir() if p.is_file()}
 
 # ---------------------------------------------------------------- whole messages, once checked by the process tiers
 
@@ -744,20 +744,20 @@ def message_cases() -> list[Case]:
     for i, (args, message) in enumerate(SUBMIT_BAD):  # no --dry-run: past the checks it would submit
         c.append(Case(f"msg-submit-{i}", SUBMIT, args, message))
     c.append(Case("msg-submit-launcher", SUBMIT, ["--site", "local", "--nodes", "2", "--launcher", "mpirun", "--", "x.py"],
-                  "hpc.login.submit: error: --launcher mpirun: allowed: srun, torchrun, accelerate"))
+                  "hpc.submit: error: --launcher mpirun: allowed: srun, torchrun, accelerate"))
     c.append(Case("msg-submit-accelerate-script", SUBMIT, ["--site", "local", "--nodes", "2", "--launcher", "accelerate", "--",
-                                                           "nosuch.py"], "hpc.login.submit: error: script nosuch.py does not exist"))
-    c.append(Case("msg-jobs-id", "hpc.login.jobs", ["status", "12x"], "hpc.login.jobs status: error: argument job: '12x' is not a job id"))
+                                                           "nosuch.py"], "hpc.submit: error: script nosuch.py does not exist"))
+    c.append(Case("msg-jobs-id", "hpc.jobs", ["status", "12x"], "hpc.jobs status: error: argument job: '12x' is not a job id"))
     for i, (args, message) in enumerate((
             (["--site", "local", "--nodes", "2", "--model", "8B"], "site local: partition debug has no gpu_memory_gb"),
             (["--site", "ib-h200", "--nodes", "2", "--model", "9B"], "--model 9B: allowed"),
             (["--site", "ib-h200", "--nodes", "0", "--model", "8B"], "argument --nodes: 0 is out of range: allowed 1..100000"))):
-        c.append(Case(f"msg-plan-{i}", "hpc.login.plan", args, message))
+        c.append(Case(f"msg-plan-{i}", "hpc.plan", args, message))
     for i, (args, message) in enumerate((
             (["--nodes", "5"], "--nodes 5: partition debug of site local has at most 4 nodes"),
             (["--nodes", "1", "--min-fraction", "2"], "argument --min-fraction: 2 is out of range: allowed (0, 1]"),
             (["--nodes", "1", "--min-bytes", "4096", "--max-bytes", "1024"], "--min-bytes 4096 is larger than --max-bytes 1024"))):
-        c.append(Case(f"msg-preflight-{i}", "hpc.login.preflight", ["--site", "local", *args], message))
+        c.append(Case(f"msg-preflight-{i}", "hpc.preflight", ["--site", "local", *args], message))
     # the trainer's layout, from the environment torchrun gives rank 1, before any process group
     for i, (world, local, local_rank, overrides, message) in enumerate((
             (4, 4, 1, ["parallel.tp=4"], "parallel.tp=4 must divide the model's num_key_value_heads=2 (allowed: [1, 2])"),
@@ -770,11 +770,11 @@ def message_cases() -> list[Case]:
             (0, 1, 0, [], "environment WORLD_SIZE=0: allowed at least 1"))):
         env = {"RANK": "1", "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(local),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29995"}
-        c.append(Case(f"msg-train-layout-{i}", "hpc.train", ["--config", TINY, *overrides], message, env=env))
-    c.append(Case("msg-train-fp8-cpu", "hpc.train", ["--config", TINY, "fp8.enabled=true", "log.dir={T}/log"],
-                  "hpc.train: error: fp8.enabled=true needs a CUDA GPU of compute capability 8.9 or newer (H100, H200, L40S, ...); "
+        c.append(Case(f"msg-train-layout-{i}", "train", ["--config", TINY, *overrides], message, env=env))
+    c.append(Case("msg-train-fp8-cpu", "train", ["--config", TINY, "fp8.enabled=true", "log.dir={T}/log"],
+                  "train: error: fp8.enabled=true needs a CUDA GPU of compute capability 8.9 or newer (H100, H200, L40S, ...); "
                   "this run is on cpu"))
-    c.append(Case("msg-prepare-stream", "hpc.train.prepare", ["--config", TINY], "data.pack=stream"))
+    c.append(Case("msg-prepare-stream", "train.prepare", ["--config", TINY], "data.pack=stream"))
     c.append(Case("msg-submit-slurm-conf-missing", SUBMIT, ["--site", "{T}/p.yaml", "--nodes", "1", "--time", "5", "--", "{T}/s.py"],
                   "submission.slurm_conf /no/such/slurm.conf does not exist", env={"SLURM_CONF": None},
                   files={"p.yaml": site_yaml(**{"submission.slurm_conf": "/no/such/slurm.conf"}), **SCRIPT}))

@@ -25,7 +25,7 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict
 def wait_job(job_id: str, timeout: float = 300) -> str:
     """Block until Slurm reports a final state for the job; returns it."""
     from hpc.node.contract import ENDED_STATES
-    from hpc.login.slurm_query import job_state
+    from hpc.slurm_query import job_state
 
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -56,7 +56,7 @@ def job_nodes(job_id: str) -> list[str]:
     """The nodes Slurm gave the job, in order (other jobs may hold any node, so tests never assume n1, n2)."""
     import hostlist
 
-    from hpc.login.slurm_query import scontrol_fields
+    from hpc.slurm_query import scontrol_fields
 
     return hostlist.expand_hostlist(scontrol_fields(job_id)["NodeList"])
 
@@ -79,7 +79,7 @@ def slurm_task_env(**extra: str) -> dict:
 @pytest.fixture(scope="module")
 def tok():
     """The demo chat tokenizer."""
-    from hpc.train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+    from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
 
     return load_tokenizer(str(DEMO_CHAT_TOKENIZER_DIR))
 
@@ -88,7 +88,7 @@ def tok():
 def source(tmp_path_factory) -> Path:
     """The first data_helpers.LINES chats of the demo chat data, as a file."""
     from data_helpers import LINES
-    from hpc.train.data.sources import DEMO_CHAT
+    from train.data.sources import DEMO_CHAT
 
     path = tmp_path_factory.mktemp("src") / "chat.jsonl"
     with DEMO_CHAT.open() as f:

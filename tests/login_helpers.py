@@ -6,17 +6,17 @@ from pathlib import Path
 import yaml
 
 from conftest import ROOT
-from hpc.login.render import render_sbatch
-from hpc.login.site import SHIPPED_SITE_DIR, load_site
-from hpc.login.spec import PROJECT_ROOT, build_spec
+from hpc.render import render_sbatch
+from hpc.site import SHIPPED_SITE_DIR, load_site
+from hpc.spec import PROJECT_ROOT, build_spec
 
 SITES = sorted(p.stem for p in SHIPPED_SITE_DIR.glob("*.yaml"))
 TEST_SITES = sorted(str(p) for p in (ROOT / "tests" / "sites").glob("*.yaml"))  # profiles for tests only
 HOSTILE = "x; touch /tmp/owned $(id) `id` 'q\" $HOME"  # a backslash is refused: #SBATCH lines drop it
 WORKDIR = Path("/home/alice/project")
-_TINY = "{PROJECT}/hpc/train/configs/tiny.yaml"
+_TINY = "{PROJECT}/train/configs/tiny.yaml"
 
-# One line per golden case: NAME -> the hpc.login.submit command line ({WORK}: the directory it runs in, {PROJECT}: the checkout).
+# One line per golden case: NAME -> the hpc.submit command line ({WORK}: the directory it runs in, {PROJECT}: the checkout).
 CASES = {
     **{site: ["--site", site, "--nodes", "2"] for site in SITES},  # srun, per profile (roce-h100: pyxis); the planner's layout on GPU sites
     "local-torchrun": ["--site", "local", "--nodes", "2", "--launcher", "torchrun"],
@@ -34,7 +34,7 @@ CASES = {
 
 
 def command_line(name: str, workdir: Path) -> list[str]:
-    """The golden case NAME's hpc.login.submit arguments, run from ``workdir``."""
+    """The golden case NAME's hpc.submit arguments, run from ``workdir``."""
     return [a.replace("{WORK}", str(workdir.resolve())).replace("{PROJECT}", str(ROOT)) for a in CASES[name]]
 
 

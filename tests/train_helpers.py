@@ -1,4 +1,4 @@
-"""Launch the real trainer entry point (`python -m hpc.train`, alone or under torchrun) and read what it wrote
+"""Launch the real trainer entry point (`python -m train`, alone or under torchrun) and read what it wrote
 (metrics, tracker records)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ROOT / "hpc" / "train" / "configs" / "tiny.yaml"
+TINY = ROOT / "train" / "configs" / "tiny.yaml"
 # torchao lives apart from the venv (scripts/install.sh puts it in .extras/fp8): installed there, it would print
 # warnings in every process of the suite that imports transformers.
 FP8_SITE = ROOT / ".extras" / "fp8"
@@ -28,9 +28,9 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def train_cmd(nproc: int, *overrides: str, config: Path = TINY) -> list[str]:
-    """`python -m hpc.train` for one process, `torchrun --standalone` for several."""
+    """`python -m train` for one process, `torchrun --standalone` for several."""
     launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    return [*launcher, "-m", "hpc.train", "--config", str(config), *overrides]
+    return [*launcher, "-m", "train", "--config", str(config), *overrides]
 
 
 def launch(nproc: int, run_dir: Path, *overrides: str) -> subprocess.Popen:
@@ -67,8 +67,8 @@ def tiny_hf_chat(out: Path, rows: int = 64) -> tuple[Path, Path]:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from hpc.train.data.sources import DEMO_CHAT
-    from hpc.train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+    from train.data.sources import DEMO_CHAT
+    from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
 
     model, data = out / "qwen3-tiny", out / "chat.jsonl"
     tok = load_tokenizer(str(DEMO_CHAT_TOKENIZER_DIR))
@@ -88,7 +88,7 @@ def save_tiny_hf(out: Path, seed: int = 0) -> Path:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from hpc.train.tokenizer import DEMO_TOKENIZER_DIR, load_tokenizer
+    from train.tokenizer import DEMO_TOKENIZER_DIR, load_tokenizer
 
     config = Qwen3Config(vocab_size=2048, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # what the wheel is built from: the packages and the metadata (a copy, so the build leaves nothing in the checkout)
-SOURCES = ("hpc", "pyproject.toml", "README.md")
+SOURCES = ("hpc", "train", "sbatch_templates", "site_configs", "pyproject.toml", "README.md")
 
 
 def build_wheel(dest: Path) -> Path:

@@ -14,7 +14,7 @@ EXIT_FAILED = 1  # an error in the run; never requeued
 EXIT_BAD_INPUT = 2  # config, data or wiring; one line on stderr; never requeued
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped by a notice with a checkpoint of the stop step saved: requeue me
 
-# Variables the batch script exports for the nodes (hpc/login/render.py writes them, the nodes read them).
+# Variables the batch script exports for the nodes (hpc/render.py writes them, the nodes read them).
 JOB_NAME_VAR = "HPC_JOB_NAME"  # the exact job name: owner of the job's directories
 JOB_DIR_VAR = "HPC_JOB_DIR"  # the job directory (logs, metrics.jsonl); for scripts of your own
 STOP_SIGNAL_VAR = "HPC_STOP_SIGNAL"  # the pre-stop signal Slurm sends
@@ -32,7 +32,7 @@ LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR = "LOCAL_RANK", "LOCAL_WORLD_SIZE"
 NODE_RANK_VAR, GROUP_RANK_VAR = "NODE_RANK", "GROUP_RANK"
 MASTER_ADDR_VAR, MASTER_PORT_VAR = "MASTER_ADDR", "MASTER_PORT"
 
-# NCCL's and gloo's network settings: the login side sets them from the profile (hpc/login/network.py), each node checks
+# NCCL's and gloo's network settings: the login side sets them from the profile (hpc/network.py), each node checks
 # them before the rank program starts (netcheck.py).
 NCCL_SOCKET_IFNAME_VAR = "NCCL_SOCKET_IFNAME"
 GLOO_SOCKET_IFNAME_VAR = "GLOO_SOCKET_IFNAME"
@@ -72,7 +72,7 @@ PREPARED_MANIFEST = "manifest.json"  # prepared data's manifest, written when ev
 UNHEALTHY_MARKS = ".unhealthy-{job_id}-{restart}"  # in the job directory: one empty file per bad node (failed hpc.node.health,
 # missing at a collective timeout, a persistent straggler); the batch script requeues the job without them
 FLIGHT_RECORDER_DIR = "nccl-trace"  # in the trainer's log.dir: NCCL flight recorder dumps, one file per rank
-PREFLIGHT_RESULT = "node-{job_id}.json"  # hpc.node.preflight_node's measurements, read by hpc.login.preflight
+PREFLIGHT_RESULT = "node-{job_id}.json"  # hpc.node.preflight_node's measurements, read by hpc.preflight
 
 
 CHECKPOINT_PREFIX = "step-"

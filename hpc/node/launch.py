@@ -11,7 +11,7 @@ CMD stays alive through stop signals and turns its clean stop (exit 75) into exi
 a stop record (`hpc.node.contract`), so a stop never reads as a failure on any launcher.
 It also passes each stop signal it gets on to CMD as the notice file (``HPC_STOP_NOTICE``),
 which `hpc.node.stop_flag` reads, and says in the log when CMD does not catch the signal.
-With ``--container`` (apptainer, singularity or a command prefix; `hpc.login.container`) this
+With ``--container`` (apptainer, singularity or a command prefix; `hpc.container`) this
 runs on the host and starts the container's command with CMD (or torchrun / accelerate)
 behind it, so the stop record and the requeue stay outside the container.
 """

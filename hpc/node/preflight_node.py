@@ -6,7 +6,7 @@
 Gathers each node's facts (interfaces, HCA ports, GPUs, NCCL/gloo settings, hpc.node.health's findings), then
 sweeps all_reduce bus bandwidth (nccl on GPUs, gloo on CPU) over all ranks, over
 each node's ranks, and over every pair of nodes, one pair at a time. Rank 0 writes
-DIR/node-<job id>.json; `python -m hpc.login.preflight` submits this and reads it.
+DIR/node-<job id>.json; `python -m hpc.preflight` submits this and reads it.
 """
 from __future__ import annotations
 

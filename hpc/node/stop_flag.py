@@ -7,7 +7,7 @@ flags over a gloo group of their own (a host-side collective: it never waits for
 GPU), so they stop after the same step, save one checkpoint together and exit with
 `hpc.node.contract.EXIT_STOPPED`. A notice that reached the rank before it caught the
 signals is not lost: ``hpc.node.launch`` leaves it in the notice file (``HPC_STOP_NOTICE``).
-Used by ``python -m hpc.train`` (installed first thing, before the heavy imports, because
+Used by ``python -m train`` (installed first thing, before the heavy imports, because
 Slurm may send the pre-stop signal up to a minute early) and by `hpc.integrations`.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Chat fine-tuning end to end through `python -m hpc.train`: the loss is the mean over the global batch's loss tokens,
+"""Chat fine-tuning end to end through `python -m train`: the loss is the mean over the global batch's loss tokens,
 so the same data gives the same loss under one process, dp2 x tp2 and any gradient accumulation; the held-out
 evaluation changes neither the training nor a resumed run; bad chat data is one line and exit 2 on every rank."""
 
@@ -23,7 +23,7 @@ TOL = 1e-5
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
     out = tmp_path_factory.mktemp("prepared") / "data"
-    proc = subprocess.run([sys.executable, "-m", "hpc.train.prepare", "--config", "hpc/train/configs/tiny.yaml", *CHAT, f"data.prepared={out}"],
+    proc = subprocess.run([sys.executable, "-m", "train.prepare", "--config", "train/configs/tiny.yaml", *CHAT, f"data.prepared={out}"],
                           cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return out
@@ -79,19 +79,19 @@ def test_bad_chat_data_is_one_line_and_exit_2_on_every_rank(tmp_path):
     run = tmp_path / "run"
     proc = subprocess.run(train_cmd(2, *CHAT, "micro_batch=1", f"data.path={data}", f"log.dir={run}"), cwd=ROOT,
                           env=clean_env(HPC_DIST_TIMEOUT_S="20"), capture_output=True, text=True, timeout=120)
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("hpc.train: error:")]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("train: error:")]
     assert proc.returncode != 0 and "Timed out" not in proc.stderr
     assert len(errors) == 2 and all(f"{data}:2 has no assistant turn" in e for e in errors), proc.stderr[-3000:]
     single = subprocess.run(train_cmd(1, *CHAT, "micro_batch=1", f"data.path={data}", f"log.dir={tmp_path / 'one'}"), cwd=ROOT,
                             env=clean_env(), capture_output=True, text=True, timeout=120)
-    assert single.returncode == 2 and single.stderr.strip().splitlines()[-1].startswith("hpc.train: error: data.messages_field")
+    assert single.returncode == 2 and single.stderr.strip().splitlines()[-1].startswith("train: error: data.messages_field")
 
 
 @pytest.mark.parametrize("pack", ["documents", "stream"])
 def test_unprepared_data_is_prepared_by_the_job_without_waiting_at_a_collective(tmp_path, pack):
     """Rank 0 tokenizes a 17 MB corpus (one chunk: all its work) far longer than the 4 s collective timeout; rank 1
     polls for the manifest (or the token cache) instead of waiting at a barrier, and the job trains."""
-    from hpc.train.data.sources import DEMO_CORPUS
+    from train.data.sources import DEMO_CORPUS
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(DEMO_CORPUS.read_text() * 8)  # one chunk (below) whose tokenizing outlasts the timeout on a quiet machine too
@@ -107,8 +107,8 @@ def test_unprepared_data_is_prepared_by_the_job_without_waiting_at_a_collective(
 
 
 @pytest.mark.parametrize("override,message", [
-    ("data.tokenizer=hpc/train/assets/tokenizer", "data.tokenizer: hpc/train/assets/tokenizer has no chat template"),
-    ("seq_len=32", "was prepared with another seq_len (was 64, now 32); run python -m hpc.train.prepare"),
+    ("data.tokenizer=train/assets/tokenizer", "data.tokenizer: train/assets/tokenizer has no chat template"),
+    ("seq_len=32", "was prepared with another seq_len (was 64, now 32); run python -m train.prepare"),
 ])
 def test_no_chat_template_or_stale_prepared_data_is_one_line_exit_2(prepared, tmp_path, override, message):
     proc = subprocess.run(train_cmd(1, *CHAT, "micro_batch=8", f"data.prepared={prepared}", f"log.dir={tmp_path}", override),

@@ -1,4 +1,4 @@
-"""No mistake or fault costs a run its checkpoints, through the real `python -m hpc.train` on CPU: a resubmission with
+"""No mistake or fault costs a run its checkpoints, through the real `python -m train` on CPU: a resubmission with
 other settings is refused in one line with nothing renamed; a load that fails for another reason than damage (an
 injected out-of-memory error) fails the start with nothing set aside; a damaged checkpoint is set aside and the older
 one loads; when nothing loads, only checkpoint.restart=fresh starts over; one live run per checkpoint directory; a
@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, LEASE_FILE
-from hpc.train.checkpoint import step_dir
+from train.checkpoint import step_dir
 from train_helpers import ROOT, clean_env, metrics, save_tiny_hf, start_endless, train_cmd
 
 SAVED = ("steps=6", "checkpoint.interval=3", "checkpoint.keep_last=5", "schedule.warmup_steps=2")
@@ -62,7 +62,7 @@ def test_a_resubmission_with_other_settings_is_refused_with_nothing_renamed_and_
     changed = run(run_dir, *SAVED[1:], "steps=9", "model.dims.hidden_size=128", "master_dtype=bf16")
     assert changed.returncode == EXIT_BAD_INPUT, changed.stdout[-2000:] + changed.stderr[-2000:]
     [line] = error_lines(changed)
-    assert line.startswith(f"hpc.train: error: checkpoint.dir {run_dir / 'checkpoints'}: step-00000006 was written with other settings:")
+    assert line.startswith(f"train: error: checkpoint.dir {run_dir / 'checkpoints'}: step-00000006 was written with other settings:")
     assert "master_dtype \"fp32\" (saved) vs \"bf16\" (now); model.dims.hidden_size 64 (saved) vs 128 (now)" in line
     assert "checkpoint.restart=fresh" in line
     assert listing(run_dir) == before  # nothing renamed, trimmed or written
@@ -174,7 +174,7 @@ def test_a_model_path_whose_safetensors_do_not_fit_its_config_is_one_line(hf_dir
     r = run(tmp_path / "r", "model.shape=null", f"model.path={bad}", "steps=2", "schedule.warmup_steps=1")
     assert r.returncode == EXIT_BAD_INPUT, r.stderr[-2000:]
     [line] = error_lines(r)
-    assert line == f"hpc.train: error: model.path: {bad}: its safetensors do not fit its config.json: {want}"
+    assert line == f"train: error: model.path: {bad}: its safetensors do not fit its config.json: {want}"
     assert not list((tmp_path / "r").glob("checkpoints/step-*")) and not (tmp_path / "r" / "metrics.jsonl").exists()
 
 
@@ -195,7 +195,7 @@ def test_every_process_group_of_the_trainer_is_bounded_by_the_dist_timeout(tmp_p
         "        backend = pg._get_backend(__import__('torch').device('cpu'))\n"
         "        out[c10d._world.pg_names.get(pg, '?')] = backend.options._timeout.total_seconds()\n"
         "    open(os.environ['PROBE_OUT'] + f\".{os.environ['RANK']}\", 'w').write(json.dumps(out))\n"
-        "import hpc.train.loop as loop\n"
+        "import train.loop as loop\n"
         "orig = loop.Trainer.run\n"
         "def run(self, *a, **k):\n    report()\n    return orig(self, *a, **k)\n"
         "loop.Trainer.run = run\n")

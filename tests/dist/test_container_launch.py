@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import run_cli, slurm_task_env
-from hpc.login.render import launch_argv, render_sbatch
+from hpc.render import launch_argv, render_sbatch
 from login_helpers import WORKDIR, profile, spec_for
 
 def test_command_prefix_fills_placeholders_and_is_quoted(tmp_path, monkeypatch):
@@ -28,14 +28,14 @@ def test_command_prefix_fills_placeholders_and_is_quoted(tmp_path, monkeypatch):
 
 
 def test_container_flag_needs_a_runtime_and_a_place_for_the_image(tmp_path):
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--container", "pt.sif", "--dry-run", "--", "-m", "hpc.node.smoke")
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--container", "pt.sif", "--dry-run", "--", "-m", "hpc.node.smoke")
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr == ("hpc.login.submit: error: --container pt.sif: site local has no container section for partition debug "
+    assert r.stderr == ("hpc.submit: error: --container pt.sif: site local has no container section for partition debug "
                         "(add container: with a runtime to the profile)\n")
     path = profile(tmp_path, {"runtime": "command", "command": ["env", "--"]})
-    r = run_cli("-m", "hpc.login.submit", "--site", str(path), "--nodes", "1", "--container", "x", "--dry-run", "--", "-m", "hpc.node.smoke")
+    r = run_cli("-m", "hpc.submit", "--site", str(path), "--nodes", "1", "--container", "x", "--dry-run", "--", "-m", "hpc.node.smoke")
     assert r.returncode == 2
-    assert r.stderr == "hpc.login.submit: error: --container x: runtime command of this profile has no {image} in its command, so an image has no place\n"
+    assert r.stderr == "hpc.submit: error: --container x: runtime command of this profile has no {image} in its command, so an image has no place\n"
 
 
 RANK_PROGRAM = """

@@ -1,4 +1,4 @@
-"""FP8 training (hpc/train/float8.py) as processes on CPU: emulated float8 under dp2 x tp2 (TP, FSDP2 with float8
+"""FP8 training (train/float8.py) as processes on CPU: emulated float8 under dp2 x tp2 (TP, FSDP2 with float8
 all-gather) against one process (fp8 without a GPU, one line and exit 2, is checked in process: tests/bad_input_cases.py)."""
 
 from __future__ import annotations

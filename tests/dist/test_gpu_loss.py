@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hpc.train.loss import linear_cross_entropy
+from train.loss import linear_cross_entropy
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 

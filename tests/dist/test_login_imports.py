@@ -1,18 +1,18 @@
-"""The login side imports no torch, transformers or numpy: ``hpc.login.submit --dry-run`` (with and without the
-planner), ``hpc.login.plan`` and ``hpc.login.jobs``, run one after another in one fresh interpreter."""
+"""The login side imports no torch, transformers or numpy: ``hpc.submit --dry-run`` (with and without the
+planner), ``hpc.plan`` and ``hpc.jobs``, run one after another in one fresh interpreter."""
 import json
 import os
 
 from conftest import ROOT, run_cli
 
 HEAVY = ("torch", "transformers", "numpy")
-TINY = str(ROOT / "hpc" / "train" / "configs" / "tiny.yaml")
+TINY = str(ROOT / "train" / "configs" / "tiny.yaml")
 RUNS = {
-    "submit local --dry-run": ("hpc.login.submit", ["--site", "local", "--nodes", "1", "--dry-run"]),
-    "submit ib-h200 --dry-run (planner)": ("hpc.login.submit", ["--site", "ib-h200", "--nodes", "2", "--dry-run", "--",
+    "submit local --dry-run": ("hpc.submit", ["--site", "local", "--nodes", "1", "--dry-run"]),
+    "submit ib-h200 --dry-run (planner)": ("hpc.submit", ["--site", "ib-h200", "--nodes", "2", "--dry-run", "--",
                                                                  "--config", TINY, "global_batch=32"]),
-    "plan": ("hpc.login.plan", ["--site", "ib-h200", "--nodes", "4", "--model", "8B"]),
-    "jobs list": ("hpc.login.jobs", ["list"]),
+    "plan": ("hpc.plan", ["--site", "ib-h200", "--nodes", "4", "--model", "8B"]),
+    "jobs list": ("hpc.jobs", ["list"]),
 }
 PROBE = """
 import contextlib, importlib, io, json, sys
@@ -26,7 +26,7 @@ for name, (module, argv) in runs.items():
         except SystemExit as e:
             code = e.code
     seen[name] = {"code": code, "out": out.getvalue(), "heavy": [m for m in heavy if m in sys.modules]}
-import hpc.train.data.formats  # the probe itself: the data formats import numpy
+import train.data.formats  # the probe itself: the data formats import numpy
 seen["control"] = {"heavy": [m for m in heavy if m in sys.modules]}
 print(json.dumps(seen))
 """

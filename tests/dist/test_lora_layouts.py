@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hpc.train.data.sources import DEMO_CORPUS
+from train.data.sources import DEMO_CORPUS
 from train_helpers import clean_env, finish, launch, metrics, seed_checkpoint, train_cmd
 
 STEPS = 6
@@ -75,6 +75,6 @@ def test_checkpoint_of_another_rank_is_refused_in_one_line(runs, tmp_path):
     cmd = train_cmd(1, f"log.dir={tmp_path}", *LORA, "lora.r=8")
     proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("hpc.train: error")]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("train: error")]
     assert len(errors) == 1 and "lora.r 4 (saved) vs 8 (now)" in errors[0] and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert (tmp_path / "checkpoints" / "step-00000003" / "meta.json").is_file(), "the checkpoint stays where it was"

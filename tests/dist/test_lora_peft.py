@@ -17,13 +17,13 @@ import torch.nn.functional as F
 import peft
 from transformers import AutoModelForCausalLM
 
-from hpc.train.adapters import PEFT_PREFIX, is_adapter_key
-from hpc.train.config import load_config
-from hpc.train.generate import generate
-from hpc.train.data.sources import DEMO_CORPUS
-from hpc.train.loop import Trainer, lr_at
-from hpc.train.parallel import ParallelDims, WorldEnv, init_distributed
-from hpc.train.tokenizer import DEMO_TOKENIZER_DIR, load_tokenizer
+from train.adapters import PEFT_PREFIX, is_adapter_key
+from train.config import load_config
+from train.generate import generate
+from train.data.sources import DEMO_CORPUS
+from train.loop import Trainer, lr_at
+from train.parallel import ParallelDims, WorldEnv, init_distributed
+from train.tokenizer import DEMO_TOKENIZER_DIR, load_tokenizer
 from train_helpers import ROOT, TINY, metrics, save_tiny_hf
 
 
@@ -122,7 +122,7 @@ def test_trainer_lora_equals_peft_lora_for_20_steps_and_exports_for_peft(trainer
         merged = AutoModelForCausalLM.from_pretrained(export / "merged", dtype=torch.float32)
         torch.testing.assert_close(merged(input_ids=ids).logits, ours, rtol=1e-4, atol=1e-4)
         assert not torch.allclose(AutoModelForCausalLM.from_pretrained(hf_base, dtype=torch.float32)(input_ids=ids).logits, ours, atol=1e-3)
-    # hpc.train.generate loads the adapter directory onto its base (adapter_config.json's base_model_name_or_path)
+    # train.generate loads the adapter directory onto its base (adapter_config.json's base_model_name_or_path)
     assert adapter_cfg["base_model_name_or_path"] == str(hf_base)
     assert generate(export, "ROMEO:", tokens=8) == generate(export / "merged", "ROMEO:", tokens=8)
 
@@ -142,7 +142,7 @@ def test_qlora_nf4_base_trains_like_lora_on_the_dequantized_base(tmp_path, hf_ba
     monkeypatch.syspath_prepend(str(ROOT / ".extras" / "fp8"))
     from torchao.dtypes.nf4tensor import NF4Tensor, to_nf4
 
-    from hpc.train.adapters import nf4_scaler_block
+    from train.adapters import nf4_scaler_block
 
     dequant = tmp_path / "dequant"
     model = AutoModelForCausalLM.from_pretrained(hf_base, dtype=torch.float32)

@@ -1,4 +1,4 @@
-"""Expert parallelism end to end through `python -m hpc.train`, every run starting from one HF Qwen3-MoE directory
+"""Expert parallelism end to end through `python -m train`, every run starting from one HF Qwen3-MoE directory
 (transformers' per-expert files; each rank reads the experts it holds): ep1 (one process), ep2 x dp4 (experts also
 FSDP-sharded over 2 ranks), ep4 x dp4, and ep2 x dp2 x tp2 with activation checkpointing resumed from the ep1 run's
 checkpoint give the same losses for 20 steps; resuming that checkpoint in the same layout is bitwise; the first step's
@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from hpc.train.data import DataConfig, TokenStream, load_tokenizer, load_tokens
+from train.data import DataConfig, TokenStream, load_tokenizer, load_tokens
 from train_helpers import finish, launch, metrics, seed_checkpoint
 
 STEPS, SAVE_AT = 20, 10

@@ -1,4 +1,4 @@
-"""hpc.train.prepare as processes: three concurrent tasks write the bytes of one; bad input is one line, exit 2."""
+"""train.prepare as processes: three concurrent tasks write the bytes of one; bad input is one line, exit 2."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hpc.train.data.prepared import prepare
+from train.data.prepared import prepare
 from train_helpers import ROOT, TINY, clean_env
 from data_helpers import LINES, SEQ, cfg, tree
 
 
 def cli(out: Path, source: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
-    args = [sys.executable, "-m", "hpc.train.prepare", "--config", str(TINY), "data.format=chat", f"data.path={source}",
+    args = [sys.executable, "-m", "train.prepare", "--config", str(TINY), "data.format=chat", f"data.path={source}",
             "data.chunk_bytes=16384", f"seq_len={SEQ}", f"data.prepared={out}", *extra]
     return subprocess.Popen(args, cwd=ROOT, env=clean_env(**(env or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -41,4 +41,4 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path):
     bad.write_text(json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": 7}]}) + "\n")
     out, err = (proc := cli(tmp_path / "p", bad)).communicate(timeout=120)
     assert proc.returncode == 2 and err.strip().count("\n") == 0
-    assert err.startswith(f"hpc.train.prepare: error: data.messages_field (messages): {bad}:1 turn 1 (assistant) has content of type int")
+    assert err.startswith(f"train.prepare: error: data.messages_field (messages): {bad}:1 turn 1 (assistant) has content of type int")

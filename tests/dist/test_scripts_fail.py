@@ -23,8 +23,8 @@ for a in "$@"; do
   fi
 done
 case "$*" in
-  *hpc.login.submit*) echo "submitted job 7"; echo "[wait] job 7 finished: COMPLETED" ;;
-  *hpc.train.generate*) echo "Macbeth." ;;
+  *hpc.submit*) echo "submitted job 7"; echo "[wait] job 7 finished: COMPLETED" ;;
+  *train.generate*) echo "Macbeth." ;;
 esac
 """
 
@@ -122,8 +122,8 @@ def test_demo_chat_succeeds_when_every_step_does(demo, tmp_path):
 
 
 @pytest.mark.parametrize("fail_on,message,calls_made", [
-    ("hpc.train.prepare", "demo_chat.sh: the prepare job failed (exit 1)", 1),
-    ("hpc.train.generate", "demo_chat.sh: the exported model did not answer (hpc.train.generate exit 1)", 4),
+    ("train.prepare", "demo_chat.sh: the prepare job failed (exit 1)", 1),
+    ("train.generate", "demo_chat.sh: the exported model did not answer (train.generate exit 1)", 4),
 ])
 def test_demo_chat_fails_when_a_step_fails(demo, tmp_path, fail_on, message, calls_made):
     script, env = demo

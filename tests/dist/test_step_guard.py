@@ -1,5 +1,5 @@
 """A run whose loss turns non-finite stops with one line, exit 1, before it saves any step from there on
-(the real `python -m hpc.train` on CPU, one process and dp2 under torchrun)."""
+(the real `python -m train` on CPU, one process and dp2 under torchrun)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from hpc.node.contract import EXIT_FAILED
-from hpc.train.checkpoint import complete_checkpoints
+from train.checkpoint import complete_checkpoints
 from train_helpers import ROOT, clean_env, metrics, train_cmd
 
 
@@ -20,9 +20,9 @@ def test_a_loss_turning_non_finite_stops_the_run_before_it_is_saved(tmp_path, np
     proc = subprocess.run(train_cmd(nproc, f"log.dir={run_dir}", "optim.lr=1e30", *overrides), cwd=ROOT, env=clean_env(),
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == EXIT_FAILED, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("hpc.train: error:")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("train: error:")]
     assert len(lines) == 1, proc.stderr[-3000:]  # rank 0's line (torchrun adds its own report of the failed ranks)
-    found = re.fullmatch(r"hpc.train: error: step (\d+): the (loss|gradient norm) turned non-finite \(nan or inf\); the run stops "
+    found = re.fullmatch(r"train: error: step (\d+): the (loss|gradient norm) turned non-finite \(nan or inf\); the run stops "
                          r"without saving any step from \1 on \(lower optim.lr, set grad_clip, or check the data: seq_len, "
                          r"data.overlong\)", lines[0])
     assert found, lines[0]

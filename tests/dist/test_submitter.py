@@ -1,4 +1,4 @@
-"""hpc.login.submitter against fake Slurm clients on PATH (tests/slurm_fakes.py): submit hands sbatch the dry run's
+"""hpc.submitter against fake Slurm clients on PATH (tests/slurm_fakes.py): submit hands sbatch the dry run's
 script and returns the job id sbatch printed; sbatch's refusals are one line; follow reports each state through to
 the end, from slurmctld and then from accounting."""
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import GOLDEN_WORKDIR, assert_golden
-from hpc.login import submit as submit_cli
-from hpc.login.render import render_sbatch
-from hpc.login.spec import SpecError
-from hpc.login.submitter import follow, submit
+from hpc import submit as submit_cli
+from hpc.render import render_sbatch
+from hpc.spec import SpecError
+from hpc.submitter import follow, submit
 from login_helpers import command_line
 from slurm_fakes import RECORDED, FakeSlurm
 
@@ -68,9 +68,9 @@ def test_the_command_line_submits_what_its_dry_run_prints_and_waits_for_the_end(
 
 
 @pytest.mark.parametrize("answer, line", [
-    ((1, REFUSED), "hpc.login.submit: error: sbatch refused the job: sbatch: error: Batch job submission failed: "
+    ((1, REFUSED), "hpc.submit: error: sbatch refused the job: sbatch: error: Batch job submission failed: "
                    "Requested node configuration is not available"),
-    ((0, "sbatch: warning: something\n"), 'hpc.login.submit: error: sbatch printed no job id: Could not make sense of sbatch '
+    ((0, "sbatch: warning: something\n"), 'hpc.submit: error: sbatch printed no job id: Could not make sense of sbatch '
                                           'output "sbatch: warning: something"'),
 ])
 def test_a_failed_sbatch_is_one_line_exit_2(fake, tmp_path, capsys, answer, line):
@@ -124,5 +124,5 @@ def test_a_module_the_job_s_python_cannot_import_is_refused_before_sbatch(fake, 
         submit_cli.main(["--site", "local", "--nodes", "2", "--", "-m", "no.such.module"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.splitlines()) == 1, err
-    assert err.startswith("hpc.login.submit: error: ") and "-m no.such.module: no such module" in err, err
+    assert err.startswith("hpc.submit: error: ") and "-m no.such.module: no such module" in err, err
     assert fake.calls("sbatch") == [] and not (tmp_path / "work" / "jobs").exists()

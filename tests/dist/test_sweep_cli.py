@@ -3,7 +3,7 @@ and the dry run's task table are checked in process: tests/bad_input_cases.py, t
 import subprocess
 
 from conftest import run_cli
-from hpc.login.render import render_sbatch
+from hpc.render import render_sbatch
 from login_helpers import sweep_spec
 
 
@@ -26,6 +26,6 @@ def test_the_case_table_gives_each_task_its_overrides_quoted(monkeypatch, tmp_pa
 
 
 def test_a_sweep_of_a_non_trainer_command_is_refused(tmp_path):
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--sweep", "seed=1,2", "--dry-run", "--", "-m", "hpc.node.smoke",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--sweep", "seed=1,2", "--dry-run", "--", "-m", "hpc.node.smoke",
                 cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.strip() == "hpc.login.submit: error: --sweep: sweeps trainer overrides; -m hpc.node.smoke is not the trainer"
+    assert r.returncode == 2 and r.stderr.strip() == "hpc.submit: error: --sweep: sweeps trainer overrides; -m hpc.node.smoke is not the trainer"

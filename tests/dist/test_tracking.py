@@ -20,7 +20,7 @@ pytest.importorskip("wandb")
 from mlflow.tracking import MlflowClient  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-from hpc.train.tracking import wandb_records, wandb_run_files  # noqa: E402
+from train.tracking import wandb_records, wandb_run_files  # noqa: E402
 
 STEPS = 6
 OVERRIDES = (f"steps={STEPS}", "checkpoint.interval=3", "checkpoint.keep_last=3", "log.log_every=2",
@@ -124,13 +124,13 @@ def test_tensorboard_rewrites_the_repeated_steps(resumed_run):
 
 def test_tracker_not_installed_is_one_line_exit_2(tmp_path):
     """A configured tracker whose package is missing (here hidden from import) stops every rank at config validation."""
-    hide = "import sys; sys.modules['wandb'] = None; from hpc.train.__main__ import main; sys.exit(main())"
+    hide = "import sys; sys.modules['wandb'] = None; from train.__main__ import main; sys.exit(main())"
     run = tmp_path / "run"
     r = subprocess.run([sys.executable, "-c", hide, "--config", str(TINY), f"log.dir={run}", "log.tracker=[mlflow, wandb]"],
                        cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
-        f"hpc.train: error: {TINY} (with overrides log.dir={run} log.tracker=[mlflow, wandb]): "
+        f"train: error: {TINY} (with overrides log.dir={run} log.tracker=[mlflow, wandb]): "
         "log.tracker: wandb is not installed; pip install 'hpc-train[wandb]'"]
     assert not run.exists()
 
@@ -158,9 +158,9 @@ def test_wandb_run_file_reader_across_blocks(tmp_path, monkeypatch):
 def test_steps_a_tracker_missed_are_sent_at_the_next_start(tmp_path, monkeypatch):
     """An attempt whose trackers stopped after step 5 while metrics.jsonl went on to the checkpoint at step 8: the next
     start (resume_step 8) sends steps 6-8 from metrics.jsonl, and only those, to the same runs."""
-    from hpc.train.config import load_config
-    from hpc.train.metrics import MetricsLog
-    from hpc.train.tracking import Tracking
+    from train.config import load_config
+    from train.metrics import MetricsLog
+    from train.tracking import Tracking
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")

@@ -13,4 +13,4 @@ def test_entry_point_needs_a_rendezvous_for_several_ranks():
     proc = subprocess.run(train_cmd(1), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "hpc.train: error: environment WORLD_SIZE=2 but MASTER_ADDR is not set: start the ranks with torchrun or hpc.node.launch"]
+        "train: error: environment WORLD_SIZE=2 but MASTER_ADDR is not set: start the ranks with torchrun or hpc.node.launch"]

@@ -1,4 +1,4 @@
-"""End to end through `python -m hpc.train`: dp2 x tp2 equals one process, resume is exact, checkpoints reshard, export loads.
+"""End to end through `python -m train`: dp2 x tp2 equals one process, resume is exact, checkpoints reshard, export loads.
 
 Six launches share one module fixture (each costs ~15 s of imports on 2 cores; pairs run
 concurrently): A = dp2 x tp2 for 20 steps (checkpoints at 10 and 20, written in the background
@@ -102,7 +102,7 @@ def test_training_starts_from_exported_hf_directory(runs):
     """model.path loads the weights exactly: the first step's loss equals the HF model's loss on the same batch."""
     from transformers import AutoModelForCausalLM
 
-    from hpc.train.data import DataConfig, TokenStream, load_tokenizer, load_tokens
+    from train.data import DataConfig, TokenStream, load_tokenizer, load_tokens
 
     hf, run = runs["dirs"]["A"] / "hf", runs["dirs"]["from_export"]
     model = AutoModelForCausalLM.from_pretrained(hf)

@@ -1,4 +1,4 @@
-"""Ways a run could lose work, through the real `python -m hpc.train` on CPU: done is not stopped, a stop
+"""Ways a run could lose work, through the real `python -m train` on CPU: done is not stopped, a stop
 notice is acted on at the next step whatever the logging cadence, a checkpoint that fails to load is set
 aside, a save that fails leaves the previous checkpoints intact, and a directory of another job is refused."""
 
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED
-from hpc.train.checkpoint import complete_checkpoints, step_dir
+from train.checkpoint import complete_checkpoints, step_dir
 from train_helpers import ROOT, clean_env, metrics, start_endless, train_cmd
 
 
@@ -87,7 +87,7 @@ def test_a_save_on_a_full_disk_fails_in_one_line_and_keeps_the_previous_checkpoi
     finally:
         subprocess.run(["umount", str(disk)], check=True)
     assert r.returncode == EXIT_FAILED, r.stdout[-2000:] + r.stderr[-2000:]
-    errors = [line for line in r.stderr.splitlines() if line.startswith("hpc.train: error:")]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("train: error:")]
     assert len(errors) == 1 and "checkpoint of step" in errors[0] and "MiB free in" in errors[0], r.stderr[-3000:]
     assert errors[0].endswith("the previous checkpoints are kept")
     assert "Traceback" not in r.stderr
@@ -100,5 +100,5 @@ def test_directories_of_another_job_are_refused_before_training(tmp_path):
     other = run(tmp_path / "r", "steps=4", "schedule.warmup_steps=1", HPC_JOB_NAME="exp_1")
     assert other.returncode == EXIT_BAD_INPUT
     assert other.stderr.strip().splitlines() == [
-        f"hpc.train: error: log.dir {tmp_path / 'r'} belongs to job 'exp 1' (its .owner.json); this job is 'exp_1': pick another job name or directory"]
+        f"train: error: log.dir {tmp_path / 'r'} belongs to job 'exp 1' (its .owner.json); this job is 'exp_1': pick another job name or directory"]
     assert max(metrics(tmp_path / "r")) == 2

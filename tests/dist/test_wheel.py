@@ -17,10 +17,10 @@ SCRIPTS = ("hpc-submit", "hpc-jobs", "hpc-preflight", "hpc-plan", "hpc-train", "
 def installed(tmp_path_factory):
     base = tmp_path_factory.mktemp("wheel")
     bin_dir = install_wheel(build_wheel(base), base / "venv")
-    where = subprocess.run([str(bin_dir / "python"), "-c", "import hpc.train; print(hpc.__file__); print(hpc.train.__file__)"],
+    where = subprocess.run([str(bin_dir / "python"), "-c", "import hpc, train; print(hpc.__file__); print(train.__file__)"],
                            cwd=base, env=installed_env(), check=True, capture_output=True, text=True).stdout.split()
     package_root = Path(where[0]).parent.parent
-    assert package_root.is_relative_to(base / "venv") and Path(where[1]).parent.parent.parent == package_root, where
+    assert package_root.is_relative_to(base / "venv") and Path(where[1]).parent.parent == package_root, where
     return bin_dir, package_root
 
 
@@ -37,16 +37,16 @@ def test_console_scripts_are_installed(installed):
 
 
 def test_installed_dry_run_is_the_checkouts(installed, tmp_path):
-    """`hpc-submit` and `python -m hpc.login.submit` of the installed package, from a directory of their own, print the
+    """`hpc-submit` and `python -m hpc.submit` of the installed package, from a directory of their own, print the
     checkout's script: the same text but for the interpreter and where the package lives."""
     bin_dir, package_root = installed
     argv = ("--site", "local", "--nodes", "1", "--dry-run")
-    in_tree = run_cli("-m", "hpc.login.submit", *argv, cwd=tmp_path)
+    in_tree = run_cli("-m", "hpc.submit", *argv, cwd=tmp_path)
     assert in_tree.returncode == 0, in_tree.stderr
-    for command in (("hpc-submit",), ("python", "-m", "hpc.login.submit")):
+    for command in (("hpc-submit",), ("python", "-m", "hpc.submit")):
         r = run_installed(bin_dir, *command, *argv, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
-        assert str(package_root / "hpc" / "train" / "configs" / "demo.yaml") in r.stdout
+        assert str(package_root / "train" / "configs" / "demo.yaml") in r.stdout
         text = r.stdout.replace(str(bin_dir / "python"), PYTHON).replace(str(package_root), str(ROOT))
         assert text == in_tree.stdout
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
@@ -54,7 +54,7 @@ def test_installed_dry_run_is_the_checkouts(installed, tmp_path):
 
 def test_users_profiles_on_the_search_path(installed, tmp_path):
     bin_dir, _ = installed
-    profile = yaml.safe_load((ROOT / "hpc" / "login" / "site_configs" / "ib-h200.yaml").read_text())
+    profile = yaml.safe_load((ROOT / "site_configs" / "ib-h200.yaml").read_text())
     work, xdg = tmp_path / "work", tmp_path / "xdg" / "hpc" / "sites"
     for d, name in ((work, "here"), (xdg, "mine")):
         d.mkdir(parents=True)

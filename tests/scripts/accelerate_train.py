@@ -4,7 +4,7 @@
 
 Every process writes DIR/rank-<R>.json (world size, rank, node, the summed
 reduce of rank+1 and a checksum of the trained weights, which DDP keeps equal
-on every rank); under hpc.login.submit the main process appends one metrics line per
+on every rank); under hpc.submit the main process appends one metrics line per
 step to $HPC_JOB_DIR/metrics.jsonl, where the trainer writes its metrics too.
 """
 import argparse

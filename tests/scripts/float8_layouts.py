@@ -4,7 +4,7 @@
 
 Builds the tiny Qwen3 on the meta device, converts the decoder linears to float8 (tensorwise,
 emulated; float8 all-gather where dp > 1), then tensor parallel and FSDP2 exactly as
-``hpc.train.parallel.parallelize`` orders them, loads the seeded initial weights and takes two
+``train.parallel.parallelize`` orders them, loads the seeded initial weights and takes two
 AdamW steps on a fixed batch, the weights' float8 scales precomputed after each as the trainer does. Rank 0 writes the losses and the float8 module count to FILE.
 """
 
@@ -17,10 +17,10 @@ import torch
 import torch.distributed as dist
 from transformers import Qwen3Config
 
-from hpc.train.config import ModelConfig, ParallelConfig
-from hpc.train.float8 import convert_decoder_linears, precompute_weight_scales
-from hpc.train.model import build_meta_model, load_initial_weights
-from hpc.train.parallel import ParallelDims, WorldEnv, build_mesh, parallelize
+from train.config import ModelConfig, ParallelConfig
+from train.float8 import convert_decoder_linears, precompute_weight_scales
+from train.model import build_meta_model, load_initial_weights
+from train.parallel import ParallelDims, WorldEnv, build_mesh, parallelize
 
 
 def main() -> None:

@@ -18,10 +18,10 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from torch.distributed.tensor import DTensor
 from transformers import Qwen3Config
 
-from hpc.train.data.formats import Sample
-from hpc.train.data.packing import IGNORE, START, TARGET, model_inputs, pack
-from hpc.train.model import build_meta_model, materialize
-from hpc.train.parallel import ParallelDims, build_mesh, parallelize
+from train.data.formats import Sample
+from train.data.packing import IGNORE, START, TARGET, model_inputs, pack
+from train.model import build_meta_model, materialize
+from train.parallel import ParallelDims, build_mesh, parallelize
 
 SEQ = 32
 

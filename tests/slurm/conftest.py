@@ -16,7 +16,7 @@ def slurm() -> dict[str, str]:
     """The local cluster (scripts/cluster.sh up), shared by the whole test session."""
     import yaml
 
-    conf = yaml.safe_load((ROOT / "hpc" / "login" / "site_configs" / "local.yaml").read_text())["submission"]["slurm_conf"]
+    conf = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())["submission"]["slurm_conf"]
     os.environ["SLURM_CONF"] = conf
     if shutil.which("sbatch") is None or not Path(conf).is_file():
         pytest.fail("the local Slurm cluster is not up: run `bash scripts/cluster.sh up` (scripts/test.sh does)")

@@ -12,7 +12,7 @@ from pathlib import Path
 from safetensors.torch import load_file
 
 from conftest import run_cli, wait_job
-from hpc.login.slurm_query import scontrol_fields
+from hpc.slurm_query import scontrol_fields
 from train_helpers import TINY
 
 # Long enough to still be training at Slurm's next check of signal times (every 30 s) after the time limit is
@@ -26,7 +26,7 @@ SIGNAL_LEAD_S = 100
 def submit(cwd: Path, name: str, road: str = "srun", *flags: str, site: str = "local", trainer: tuple[str, ...] = ()) -> str:
     """Submit the test job (2 nodes, dp2 x tp2) on ``road`` (srun, emitted, torchrun, accelerate); returns its id."""
     launcher = road if road in ("torchrun", "accelerate") else "srun"
-    args = ["-m", "hpc.login.submit", "--site", site, "--nodes", "2", "--job-name", name, "--max-requeues", "20",
+    args = ["-m", "hpc.submit", "--site", site, "--nodes", "2", "--job-name", name, "--max-requeues", "20",
             "--launcher", launcher, "--signal-lead", str(SIGNAL_LEAD_S), *flags]
     script = cwd / f"{name}.sbatch"
     if road == "emitted":

@@ -1,5 +1,5 @@
 """The bad-input cases that need the local cluster (the rest run in-process: tests/unit/test_bad_inputs.py):
-sbatch's own refusals, a live job of the same name, and hpc.login.jobs on a job that exists. Each is one line, exit 2,
+sbatch's own refusals, a live job of the same name, and hpc.jobs on a job that exists. Each is one line, exit 2,
 and queues nothing from its directory."""
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def site_with(tmp_path, **changes) -> str:
 def test_sbatch_refusal_is_one_line_naming_the_option(slurm, tmp_path, option, value):
     (tmp_path / "s.py").write_text("print('ran')\n")
     site = site_with(tmp_path, submission__extra_sbatch={option: value})
-    r = run_cli("-m", "hpc.login.submit", "--site", site, "--nodes", "1", "--gpus-per-node", "1", "--time", "5",
+    r = run_cli("-m", "hpc.submit", "--site", site, "--nodes", "1", "--gpus-per-node", "1", "--time", "5",
                 "--job-name", f"{PREFIX}{option}", "--", str(tmp_path / "s.py"), cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and option in r.stderr, r.stderr
     assert queued(tmp_path) == []
@@ -36,7 +36,7 @@ def test_a_live_job_of_the_same_name_is_refused(slurm, tmp_path):
     held = subprocess.run(["sbatch", "--parsable", "-J", f"{PREFIX}dup", "-N", "1", "-n", "1", "-t", "5", "--hold",
                            "-o", str(tmp_path / "held.out"), "--wrap", "sleep 60"], capture_output=True, text=True, check=True, cwd=tmp_path)
     try:
-        r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--gpus-per-node", "1", "--time", "5",
+        r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--gpus-per-node", "1", "--time", "5",
                     "--job-name", f"{PREFIX}dup", "--", str(tmp_path / "s.py"), cwd=tmp_path)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--job-name" in r.stderr, r.stderr
         assert queued(tmp_path) == [held.stdout.strip().split(";")[0]]  # the held one only
@@ -45,10 +45,10 @@ def test_a_live_job_of_the_same_name_is_refused(slurm, tmp_path):
 
 
 def jobs_in_process(capsys, *args: str) -> tuple[int, str]:
-    """hpc.login.jobs's main(ARGS) in this process: its exit status and stderr."""
+    """hpc.jobs's main(ARGS) in this process: its exit status and stderr."""
     import signal
 
-    from hpc.login.jobs import main
+    from hpc.jobs import main
 
     saved = signal.getsignal(signal.SIGPIPE)
     capsys.readouterr()
@@ -63,7 +63,7 @@ def jobs_in_process(capsys, *args: str) -> tuple[int, str]:
 
 
 def test_jobs_commands_on_a_finished_job(slurm, tmp_path, monkeypatch, capsys):
-    """hpc.login.jobs in process against a real finished job (its process's side: tests/slurm/test_jobs.py)."""
+    """hpc.jobs in process against a real finished job (its process's side: tests/slurm/test_jobs.py)."""
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "jobs" / "fixture"
     out.mkdir(parents=True)

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slurm
 
 
 def submit(tmp_path, name, *flags_and_args) -> str:
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--gpus-per-node", "1", "--job-name", name,
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--gpus-per-node", "1", "--job-name", name,
                 *flags_and_args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     return re.search(r"submitted job (\d+)", r.stdout).group(1)
@@ -30,7 +30,7 @@ def test_train_starts_only_after_prepare_completed(slurm, tmp_path):
                              capture_output=True, text=True, check=True).stdout.strip()
     data = ("data.pack=documents", f"data.prepared={tmp_path / 'prepared'}")
     try:
-        prep = submit(tmp_path, "chain-prepare", "--after", blocker, "--", "-m", "hpc.train.prepare", "--config", str(TINY), *data)
+        prep = submit(tmp_path, "chain-prepare", "--after", blocker, "--", "-m", "train.prepare", "--config", str(TINY), *data)
         train = submit(tmp_path, "chain-train", "--after", prep, "--", "--config", str(TINY), *data, "steps=5", "checkpoint.interval=0")
         fields = subprocess.run(["scontrol", "show", "job", train], capture_output=True, text=True).stdout
     finally:
@@ -44,7 +44,7 @@ def test_train_starts_only_after_prepare_completed(slurm, tmp_path):
 
 def test_test_only_submits_nothing(slurm, tmp_path):
     name = f"chain-testonly-{tmp_path.name}"
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--job-name", name, "--test-only",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", name, "--test-only",
                 "--", "-m", "hpc.node.smoke", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert re.search(r"Job \d+ to start at \S+ using \d+ processors on nodes \S+ in partition debug", r.stdout), r.stdout
@@ -55,8 +55,8 @@ def test_test_only_submits_nothing(slurm, tmp_path):
 
 
 def test_a_dependency_on_no_job_is_refused(slurm, tmp_path):
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--job-name", "chain-nodep", "--after", "987654321:any",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", "chain-nodep", "--after", "987654321:any",
                 "--", "-m", "hpc.node.smoke", cwd=tmp_path)
     assert r.returncode == 2
-    assert r.stderr == "hpc.login.submit: error: --after 987654321: no such job (neither squeue/scontrol nor sacct knows it)\n"
+    assert r.stderr == "hpc.submit: error: --after 987654321: no such job (neither squeue/scontrol nor sacct knows it)\n"
     assert list(tmp_path.iterdir()) == []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_golden, job_nodes, queued, run_cli, wait_job
-from hpc.login.slurm_query import scontrol_fields
+from hpc.slurm_query import scontrol_fields
 from hpc.node.slurm_env import master_port
 from login_helpers import command_line
 
@@ -38,7 +38,7 @@ def check_smoke_records(out: Path, job_id: str, nodes: int = 2, per_node: int = 
 
 def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
     out = tmp_path / "ranks"
-    r = run_cli("-m", "hpc.login.submit", "--wait", *command_line("submitit", tmp_path), cwd=tmp_path)
+    r = run_cli("-m", "hpc.submit", "--wait", *command_line("submitit", tmp_path), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
     assert f"job {job_id} finished: COMPLETED" in r.stdout
@@ -52,13 +52,13 @@ def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
     # the dry run is the submission: --dry-run prints, and --emit writes, exactly the script submitit submitted
     submitted = (tmp_path / "jobs" / "smoke" / f"{job_id}_submission.sh").read_text()
     assert_golden("submitit", submitted, tmp_path)  # the file tests/unit/test_golden.py renders
-    dry = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke", "--dry-run",
+    dry = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke", "--dry-run",
                   "--", "-m", "hpc.node.smoke", "--out", str(out), cwd=tmp_path)
     assert dry.returncode == 0 and dry.stdout == submitted
 
     # the same job written with --emit and submitted by hand with plain sbatch
     out2, script = tmp_path / "ranks2", tmp_path / "job.sbatch"
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "smoke",
                 "--emit", str(script), "--", "-m", "hpc.node.smoke", "--out", str(out2), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert script.read_text() == submitted.replace(str(out), str(out2))
@@ -72,7 +72,7 @@ def test_submit_wait_runs_2x2_ranks_through_submitit(slurm, tmp_path):
 
 def test_torchrun_launcher_one_task_per_node(slurm, tmp_path):
     out = tmp_path / "ranks"
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--wait",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--wait",
                 "--job-name", "smoke-torchrun", "--", "-m", "hpc.node.smoke", "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
@@ -83,7 +83,7 @@ def test_hostile_job_name_is_only_a_name(slurm, tmp_path):
     marker = tmp_path / "owned"
     name = f"x; touch {marker}; $(touch {marker})"
     script = tmp_path / "job.sbatch"
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--job-name", name, "--emit", str(script),
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", name, "--emit", str(script),
                 "--", "-m", "hpc.node.smoke", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path)
@@ -98,7 +98,7 @@ def test_hostile_job_name_is_only_a_name(slurm, tmp_path):
                                    ["--job-name", "a b; c $(d)"]])
 def test_rendered_scripts_pass_sbatch_test_only(slurm, tmp_path, extra):
     script = tmp_path / "job.sbatch"
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--emit", str(script), *extra, cwd=tmp_path)
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--emit", str(script), *extra, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     t = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True, cwd=tmp_path)
     assert t.returncode == 0 and "to start at" in t.stderr, t.stderr
@@ -108,7 +108,7 @@ def test_directories_of_other_jobs_and_bad_places_are_refused(slurm, tmp_path):
     """A directory another job name created is refused before submitting (an --emit path that is a directory and a
     profile path with an unset variable are survey cases: tests/bad_input_cases.py)."""
     before = queued(tmp_path)
-    first = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--job-name", "exp 1",
+    first = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", "exp 1",
                     "--", "-m", "hpc.node.smoke", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     job = re.search(r"submitted job (\d+)", first.stdout).group(1)
@@ -116,7 +116,7 @@ def test_directories_of_other_jobs_and_bad_places_are_refused(slurm, tmp_path):
     before = queued(tmp_path)
     owned = next((tmp_path / "jobs").iterdir())
     assert owned.name.startswith("exp_1-")
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--job-name", "exp_1",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "exp_1",
                 "--", f"log.dir={owned}", cwd=tmp_path)
     assert r.returncode == 2 and "log.dir" in r.stderr and "belongs to job 'exp 1'" in r.stderr, r.stderr
     assert queued(tmp_path) == before

@@ -1,6 +1,6 @@
 """Containers that requeue, on the real local cluster: every rank runs inside a bubblewrap sandbox (the profile's
 ``command`` runtime) that hides Slurm's binaries, its config and munge's socket, so the rank cannot reach Slurm; the
-stop record and the ``scontrol requeue`` happen outside. One job, submitted by ``hpc.login.submit`` with srun (one task per
+stop record and the ``scontrol requeue`` happen outside. One job, submitted by ``hpc.submit`` with srun (one task per
 GPU), is preempted, then requeued with ``scontrol requeue``, then by its time-limit notice, and resumes bitwise equal
 to the uninterrupted baseline each time (the machinery of test_requeue.py).
 """
@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, wait_job
-from hpc.login.site import SHIPPED_SITE_DIR
-from hpc.login.slurm_query import scontrol_fields
+from hpc.site import SHIPPED_SITE_DIR
+from hpc.slurm_query import scontrol_fields
 from slurm.requeue_checks import (
     STEPS, assert_completed, assert_same_as_baseline, batch_log, restarts, resumed_steps, steps_done, submit, time_limit_notice,
     wait_for, wait_resumed,

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import job_nodes
-from hpc.login.slurm_query import scontrol_fields
+from hpc.slurm_query import scontrol_fields
 from slurm.requeue_checks import assert_completed, assert_same_as_baseline, batch_log, restarts, resumed_steps, submit, wait_for
 
 pytestmark = pytest.mark.slurm

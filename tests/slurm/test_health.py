@@ -1,4 +1,4 @@
-"""hpc.login.submit --preflight on the local cluster: hpc.node.health runs on every node of the job before the ranks.
+"""hpc.submit --preflight on the local cluster: hpc.node.health runs on every node of the job before the ranks.
 
 The nodes have no NVIDIA driver; a stand-in ``nvidia-smi`` on the job's PATH (the profile's environment.setup) prints a
 recorded ``nvidia-smi -q``: the faulty recording on the job's second node (SLURM_NODEID 1), or on the node that was the
@@ -23,7 +23,7 @@ def site_with_smi(tmp_path, second_node: str, sticky: bool = False, max_excluded
               if sticky else '[ "$SLURM_NODEID" = 1 ]')
     fake.write_text(f'#!/bin/bash\nif {faulty}; then cat {SMI / second_node}; else cat {SMI / "h100-healthy.txt"}; fi\n')
     fake.chmod(0o755)
-    data = yaml.safe_load((ROOT / "hpc" / "login" / "site_configs" / "local.yaml").read_text())
+    data = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())
     data["environment"]["setup"] = f'export PATH={bin_dir}:"$PATH"'
     data["preemption"] = {"max_excluded_nodes": max_excluded}
     path = tmp_path / "site.yaml"
@@ -35,7 +35,7 @@ def site_with_smi(tmp_path, second_node: str, sticky: bool = False, max_excluded
 @pytest.mark.parametrize("second_node", ["h100-healthy.txt", "h100-faulty.txt"])
 def test_preflight_stops_the_job_on_a_faulty_node(slurm, tmp_path, second_node):
     site = site_with_smi(tmp_path, second_node)
-    r = run_cli("-m", "hpc.login.submit", "--site", str(site), "--nodes", "2", "--preflight", "--time", "5", "--wait",
+    r = run_cli("-m", "hpc.submit", "--site", str(site), "--nodes", "2", "--preflight", "--time", "5", "--wait",
                 "--job-name", f"health-{tmp_path.name}", "--", "-m", "hpc.node.smoke", "--out", str(tmp_path / "ranks"),
                 cwd=tmp_path, timeout=300)
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
@@ -57,7 +57,7 @@ def test_preflight_stops_the_job_on_a_faulty_node(slurm, tmp_path, second_node):
 @pytest.mark.slurm
 def test_a_faulty_node_is_excluded_and_the_job_requeued_elsewhere(slurm, tmp_path):
     site = site_with_smi(tmp_path, "h100-faulty.txt", sticky=True, max_excluded=1)
-    r = run_cli("-m", "hpc.login.submit", "--site", str(site), "--nodes", "2", "--preflight", "--time", "5", "--wait",
+    r = run_cli("-m", "hpc.submit", "--site", str(site), "--nodes", "2", "--preflight", "--time", "5", "--wait",
                 "--job-name", f"exclude-{tmp_path.name}", "--", "-m", "hpc.node.smoke", "--out", str(tmp_path / "ranks"),
                 cwd=tmp_path, timeout=400)
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slurm
 
 def test_installed_package_trains_on_the_cluster(slurm, tmp_path):
     bin_dir = install_wheel(build_wheel(tmp_path / "build"), tmp_path / "venv")
-    train_dir = subprocess.run([str(bin_dir / "python"), "-c", "import hpc.train, pathlib; print(pathlib.Path(hpc.train.__file__).parent)"],
+    train_dir = subprocess.run([str(bin_dir / "python"), "-c", "import train, pathlib; print(pathlib.Path(train.__file__).parent)"],
                                   cwd=tmp_path, env=installed_env(), check=True, capture_output=True, text=True).stdout.strip()
     work = tmp_path / "work"
     work.mkdir()

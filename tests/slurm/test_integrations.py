@@ -22,7 +22,7 @@ def test_trl_script_with_the_callback_is_stopped_requeued_and_completes(slurm, t
     t0 = time.time()
     model, data = tiny_hf_chat(tmp_path, rows=32)
     out = tmp_path / "out"
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--launcher", "accelerate", "--job-name", "trl",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "accelerate", "--job-name", "trl",
                 "--max-requeues", "3", "--", str(ROOT / "tests" / "scripts" / "trl_sft.py"), "--model", str(model),
                 "--data", str(data), "--out", str(out), "--max-steps", str(STEPS), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -56,7 +56,7 @@ def test_a_script_without_the_callback_is_told_in_the_job_log_at_the_notice(slur
     one line that would have saved it; the script trains on and the job ends as it does (here COMPLETED)."""
     script = tmp_path / "plain.py"
     script.write_text(NO_CATCH)
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--job-name", "plain",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--job-name", "plain",
                 "--", str(script), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)

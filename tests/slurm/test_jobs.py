@@ -1,4 +1,4 @@
-"""Users' own accelerate/torchrun scripts across 2 nodes, and hpc.login.jobs, on the real local cluster."""
+"""Users' own accelerate/torchrun scripts across 2 nodes, and hpc.jobs, on the real local cluster."""
 import json
 import re
 import subprocess
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, job_nodes, run_cli, wait_job
-from hpc.login.metrics_report import fmt
+from hpc.metrics_report import fmt
 from hpc.node.slurm_env import master_port
-from hpc.login.slurm_query import scontrol_fields
+from hpc.slurm_query import scontrol_fields
 
 pytestmark = pytest.mark.slurm
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -32,7 +32,7 @@ def check_records(out: Path, job: str, nodes: int = 2, per_node: int = 2) -> lis
 
 def test_accelerate_script_on_2_nodes_then_status_logs_report(slurm, tmp_path):
     out = tmp_path / "ranks"
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--launcher", "accelerate", "--wait",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "accelerate", "--wait",
                 "--job-name", "acc", "--", str(SCRIPTS / "accelerate_train.py"), "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
@@ -43,18 +43,18 @@ def test_accelerate_script_on_2_nodes_then_status_logs_report(slurm, tmp_path):
 
     metrics = [json.loads(l) for l in (tmp_path / "jobs" / "acc" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == list(range(1, 9))
-    st = run_cli("-m", "hpc.login.jobs", "status", job)
+    st = run_cli("-m", "hpc.jobs", "status", job)
     assert st.returncode == 0, st.stderr
     assert f"job {job} (acc): COMPLETED" in st.stdout and f"2 node(s) {scontrol_fields(job)['NodeList']}" in st.stdout and "restarts 0" in st.stdout
     assert f"last step 8: loss {fmt(metrics[-1]['loss'])}, {fmt(metrics[-1]['tokens_per_s'])} tokens/s, MFU n/a" in st.stdout
 
-    log0 = run_cli("-m", "hpc.login.jobs", "logs", job)
+    log0 = run_cli("-m", "hpc.jobs", "logs", job)
     assert "[accelerate_train] 4 processes, DistributedType.MULTI_CPU, reduce 10" in log0.stdout
-    log1 = run_cli("-m", "hpc.login.jobs", "logs", job, "--rank", "1")
+    log1 = run_cli("-m", "hpc.jobs", "logs", job, "--rank", "1")
     assert f"[launch] {hosts[1]} job {job}" in log1.stdout and f"[launch] {hosts[0]}" not in log1.stdout  # task 1 = 2nd node
 
     png, tb = tmp_path / "report.png", tmp_path / "tb"
-    rep = run_cli("-m", "hpc.login.jobs", "report", job, "--out", str(png), "--tensorboard", str(tb))
+    rep = run_cli("-m", "hpc.jobs", "report", job, "--out", str(png), "--tensorboard", str(tb))
     assert rep.returncode == 0, rep.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     loss_row = next(l for l in rep.stdout.splitlines() if l.startswith("loss "))
@@ -65,19 +65,19 @@ def test_accelerate_script_on_2_nodes_then_status_logs_report(slurm, tmp_path):
 
     ea = EventAccumulator(str(tb))
     ea.Reload()
-    got = [(e.step, e.value) for e in ea.Scalars("hpc/train/loss")]
+    got = [(e.step, e.value) for e in ea.Scalars("train/loss")]
     assert got == [(m["step"], pytest.approx(m["loss"])) for m in metrics]
 
 
 def test_torchrun_script_emitted_and_followed(slurm, tmp_path):
     out, script = tmp_path / "ranks", tmp_path / "job.sbatch"
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--job-name", "tr run",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--job-name", "tr run",
                 "--emit", str(script), "--", str(SCRIPTS / "torchrun_train.py"), "--out", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "$SLURM_NODEID" not in script.read_text()
     sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path)
     job = sb.stdout.strip()
-    follow = run_cli("-m", "hpc.login.jobs", "logs", job, "-f", "--rank", "1", timeout=300)  # returns when the job ends
+    follow = run_cli("-m", "hpc.jobs", "logs", job, "-f", "--rank", "1", timeout=300)  # returns when the job ends
     logs = "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted((tmp_path / "jobs" / "tr_run").glob("*.log")))
     assert follow.returncode == 0, follow.stderr + logs
     hosts = job_nodes(job)
@@ -98,14 +98,14 @@ def test_requeue_counts_as_restart_and_cancel(slurm, tmp_path):
             assert time.time() < deadline, "the job did not start"
             time.sleep(0.5)
         assert subprocess.run(["scontrol", "requeue", job]).returncode == 0
-        st = run_cli("-m", "hpc.login.jobs", "status", job)
+        st = run_cli("-m", "hpc.jobs", "status", job)
         assert f"job {job} (sleeper): PENDING" in st.stdout and "restarts 1" in st.stdout, st.stdout
-        row = next(l.split() for l in run_cli("-m", "hpc.login.jobs", "list").stdout.splitlines() if l.split()[0] == job)
+        row = next(l.split() for l in run_cli("-m", "hpc.jobs", "list").stdout.splitlines() if l.split()[0] == job)
         assert row[1] == "sleeper" and row[-1] == "1"
-        c = run_cli("-m", "hpc.login.jobs", "cancel", job)
+        c = run_cli("-m", "hpc.jobs", "cancel", job)
         assert c.returncode == 0 and c.stdout.strip() == f"cancelled job {job} (sleeper, was PENDING)"
         assert wait_job(job, timeout=60) == "CANCELLED"
-        again = run_cli("-m", "hpc.login.jobs", "cancel", job)
+        again = run_cli("-m", "hpc.jobs", "cancel", job)
         assert again.returncode == 0 and "already ended: CANCELLED" in again.stdout
     finally:
         subprocess.run(["scancel", job])
@@ -117,9 +117,9 @@ def test_a_new_job_is_listed_at_once_with_its_name(slurm, tmp_path):
                          "--wrap", "true"], capture_output=True, text=True, cwd=tmp_path)
     job = sb.stdout.strip()
     try:
-        listed = [l for l in run_cli("-m", "hpc.login.jobs", "list").stdout.splitlines() if l.split()[0] == job]
+        listed = [l for l in run_cli("-m", "hpc.jobs", "list").stdout.splitlines() if l.split()[0] == job]
         assert len(listed) == 1 and listed[0].split()[1:4] == ["fresh", "job", "PENDING"], listed
-        assert run_cli("-m", "hpc.login.jobs", "status", job).stdout.startswith(f"job {job} (fresh job): PENDING")
+        assert run_cli("-m", "hpc.jobs", "status", job).stdout.startswith(f"job {job} (fresh job): PENDING")
     finally:
         subprocess.run(["scancel", job])
 
@@ -128,10 +128,10 @@ UNKNOWN_JOB = "987654321"
 
 
 @pytest.mark.parametrize("args,message", [
-    (["-m", "hpc.login.jobs", "status", UNKNOWN_JOB], f"hpc.login.jobs: error: job {UNKNOWN_JOB} does not exist"),
-    (["-m", "hpc.login.jobs", "logs", UNKNOWN_JOB, "-f"], f"hpc.login.jobs: error: job {UNKNOWN_JOB} does not exist"),
-    (["-m", "hpc.login.jobs", "cancel", UNKNOWN_JOB], f"hpc.login.jobs: error: job {UNKNOWN_JOB} does not exist"),
-    (["-m", "hpc.login.jobs", "report", UNKNOWN_JOB], f"hpc.login.jobs: error: job {UNKNOWN_JOB} does not exist"),
+    (["-m", "hpc.jobs", "status", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
+    (["-m", "hpc.jobs", "logs", UNKNOWN_JOB, "-f"], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
+    (["-m", "hpc.jobs", "cancel", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
+    (["-m", "hpc.jobs", "report", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
 ])
 def test_errors_are_one_line_exit_2(slurm, tmp_path, args, message):
     r = run_cli(*args, cwd=tmp_path)
@@ -143,7 +143,7 @@ def test_jobs_commands_work_without_accounting_and_fail_fast_without_slurm(slurm
     """slurmdbd down: status, logs, list and cancel answer from slurmctld; slurmctld unreachable: one line in seconds."""
     sleeper = tmp_path / "sleeper.py"
     sleeper.write_text("import time\nprint('sleeper up', flush=True)\ntime.sleep(120)\n")
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--gpus-per-node", "1", "--job-name", "no-acct",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--gpus-per-node", "1", "--job-name", "no-acct",
                 "--", str(sleeper), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
@@ -158,14 +158,14 @@ def test_jobs_commands_work_without_accounting_and_fail_fast_without_slurm(slurm
         while "sleeper up" not in (log.read_text() if log.exists() else ""):
             assert time.time() < deadline + 60, "the job did not start"
             time.sleep(0.5)
-        status = run_cli("-m", "hpc.login.jobs", "status", job, cwd=tmp_path)
+        status = run_cli("-m", "hpc.jobs", "status", job, cwd=tmp_path)
         assert status.returncode == 0 and f"job {job} (no-acct): RUNNING" in status.stdout, status.stdout + status.stderr
-        logs = run_cli("-m", "hpc.login.jobs", "logs", job, cwd=tmp_path)
+        logs = run_cli("-m", "hpc.jobs", "logs", job, cwd=tmp_path)
         assert logs.returncode == 0 and "sleeper up" in logs.stdout, logs.stderr
-        listed = run_cli("-m", "hpc.login.jobs", "list", cwd=tmp_path)
+        listed = run_cli("-m", "hpc.jobs", "list", cwd=tmp_path)
         assert listed.returncode == 0 and re.search(rf"^{job}\s+no-acct\s+RUNNING", listed.stdout, re.M), listed.stdout + listed.stderr
         assert "sacct" in listed.stderr  # says that accounting did not answer
-        cancel = run_cli("-m", "hpc.login.jobs", "cancel", job, cwd=tmp_path)
+        cancel = run_cli("-m", "hpc.jobs", "cancel", job, cwd=tmp_path)
         assert cancel.returncode == 0, cancel.stderr
         assert wait_job(job, timeout=60) == "CANCELLED"
     finally:
@@ -177,6 +177,6 @@ def test_jobs_commands_work_without_accounting_and_fail_fast_without_slurm(slurm
     dead = tmp_path / "dead.conf"
     dead.write_text(re.sub(r"(?m)^SlurmctldPort=.*$", "SlurmctldPort=6999", Path(slurm["SLURM_CONF"]).read_text()))
     t0 = time.time()
-    r = run_cli("-m", "hpc.login.jobs", "list", cwd=tmp_path, env={"SLURM_CONF": str(dead)})
+    r = run_cli("-m", "hpc.jobs", "list", cwd=tmp_path, env={"SLURM_CONF": str(dead)})
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Slurm's controller does not answer at" in r.stderr, r.stderr
     assert time.time() - t0 < 8

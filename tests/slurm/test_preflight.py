@@ -11,7 +11,7 @@ from conftest import ROOT, run_cli
 
 
 def profile(tmp_path: Path, **network) -> Path:
-    data = yaml.safe_load((ROOT / "hpc" / "login" / "site_configs" / "local.yaml").read_text())
+    data = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())
     data["network"].update(network)
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -22,7 +22,7 @@ def profile(tmp_path: Path, **network) -> Path:
 def test_preflight_on_two_namespaced_nodes(slurm, tmp_path):
     out = tmp_path / "out"
     start = time.time()
-    r = run_cli("-m", "hpc.login.preflight", "--site", "local", "--nodes", "2", "--out", str(out), cwd=tmp_path, timeout=300)
+    r = run_cli("-m", "hpc.preflight", "--site", "local", "--nodes", "2", "--out", str(out), cwd=tmp_path, timeout=300)
     elapsed = time.time() - start
     assert r.returncode == 0, r.stdout + r.stderr
     job = re.search(r"submitted preflight job (\d+)", r.stdout).group(1)
@@ -51,7 +51,7 @@ def test_preflight_on_two_namespaced_nodes(slurm, tmp_path):
 ])
 def test_wrong_interface_fails_fast_naming_the_node(slurm, tmp_path, key, value, message):
     start = time.time()
-    r = run_cli("-m", "hpc.login.preflight", "--site", str(profile(tmp_path, **{key: value})), "--nodes", "2",
+    r = run_cli("-m", "hpc.preflight", "--site", str(profile(tmp_path, **{key: value})), "--nodes", "2",
                 "--out", str(tmp_path / "out"), cwd=tmp_path, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     line = r.stderr.strip().splitlines()[-1]
@@ -64,10 +64,10 @@ def test_wrong_interface_fails_fast_naming_the_node(slurm, tmp_path, key, value,
 @pytest.mark.slurm
 def test_below_expected_bandwidth_exits_1(slurm, tmp_path):
     site = profile(tmp_path, expected={"intra_node_gbps": 0.001, "inter_node_gbps": 1000})
-    r = run_cli("-m", "hpc.login.preflight", "--site", str(site), "--nodes", "2", "--gpus-per-node", "1",
+    r = run_cli("-m", "hpc.preflight", "--site", str(site), "--nodes", "2", "--gpus-per-node", "1",
                 "--max-bytes", str(1 << 20), "--out", str(tmp_path / "out"), cwd=tmp_path, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert re.search(r"inter-node busbw \(slowest of all ranks and node pairs\): [\d.e-]+ GB/s at 1 MB is below 0\.5 x the expected 1000 GB/s: FAIL", r.stdout)
     assert "one rank per node: no intra-node bandwidth measured" in r.stdout
-    assert "hpc.login.preflight: FAILED: bandwidth below 0.5 x the profile's expected" in r.stderr
+    assert "hpc.preflight: FAILED: bandwidth below 0.5 x the profile's expected" in r.stderr
     assert len(list((tmp_path / "out").glob("preflight-*.png"))) == 1

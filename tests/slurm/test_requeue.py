@@ -6,7 +6,7 @@ not), then by Slurm's time-limit notice, which the batch script turns into its o
 loss and grad norm, the data position at every step and the exported weights must equal the uninterrupted baseline
 bit for bit (CPU arithmetic is deterministic), so no sample was trained twice or skipped. The roads here: the
 ``--emit``ted file under plain ``sbatch``, ``--launcher torchrun`` and ``--launcher accelerate``; the fourth,
-``hpc.login.submit`` with srun (one task per GPU), runs in a container in test_container.py.
+``hpc.submit`` with srun (one task per GPU), runs in a container in test_container.py.
 """
 import contextlib
 import json
@@ -115,7 +115,7 @@ def test_an_error_in_training_is_shown_and_not_requeued(slurm, tmp_path):
     one line (exit 2), the job FAILs, the batch script does not requeue it, and --wait shows rank 0's error live."""
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"text": "a line of text"}) + "\n{not json\n")
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--job-name", "broken", "--wait",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "broken", "--wait",
                 "--", "--config", str(TINY), "parallel.tp=2", f"data.path={corpus}", cwd=tmp_path)
     assert r.returncode == 1
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)

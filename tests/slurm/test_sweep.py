@@ -21,7 +21,7 @@ KEEP = ("3", "4", "5")
 
 def test_requeue_of_one_task_resumes_it_exactly_and_leaves_the_others(slurm, tmp_path):
     t0 = time.time()
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--job-name", "sweep", "--max-requeues", "3",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", "sweep", "--max-requeues", "3",
                 "--signal-lead", "100", "--sweep", f"checkpoint.keep_last={','.join(KEEP)}",
                 "--", "--config", str(TINY), *OVERRIDES, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -47,11 +47,11 @@ def test_requeue_of_one_task_resumes_it_exactly_and_leaves_the_others(slurm, tmp
     for run in runs[1:]:
         assert_same_as_baseline(run, runs[0])
 
-    status = run_cli("-m", "hpc.login.jobs", "status", array)
+    status = run_cli("-m", "hpc.jobs", "status", array)
     assert status.returncode == 0, status.stderr
     rows = sorted(l.split()[:4] for l in status.stdout.splitlines()[2:])
     assert rows == [[f"{array}_{i}", "COMPLETED", str(n), f"checkpoint.keep_last={k}"] for i, (n, k) in enumerate(zip((0, 1, 1), KEEP))]
-    report = run_cli("-m", "hpc.login.jobs", "report", array, "--out", str(tmp_path / "sweep.png"))
+    report = run_cli("-m", "hpc.jobs", "report", array, "--out", str(tmp_path / "sweep.png"))
     assert report.returncode == 0, report.stderr
     assert (tmp_path / "sweep.png").stat().st_size > 0
     print(f"\n[sweep] array {array}: task 1 (scontrol requeue) and task 2 (time limit) restarted once each and resumed "

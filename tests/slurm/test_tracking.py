@@ -14,14 +14,14 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 from conftest import run_cli, wait_job  # noqa: E402
 from slurm.requeue_checks import restarts, steps_done, wait_for  # noqa: E402
-from hpc.train.tracking import wandb_records, wandb_run_files  # noqa: E402
+from train.tracking import wandb_records, wandb_run_files  # noqa: E402
 
 
 def test_scontrol_requeue_continues_the_tracker_runs(slurm, tmp_path, monkeypatch):
     """A job on the local cluster requeued mid-run: one MLflow run (experiment = the job name) and one W&B run id,
     every step once, values equal to metrics.jsonl."""
     steps, name = 30, f"track-requeue-{tmp_path.name}"
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "1", "--job-name", name, "--max-requeues", "5", "--",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", name, "--max-requeues", "5", "--",
                 "--config", str(TINY), f"steps={steps}", "checkpoint.interval=5", "log.log_every=5",
                 "log.tracker=[mlflow, wandb, tensorboard]", cwd=tmp_path)
     assert r.returncode == 0, r.stderr

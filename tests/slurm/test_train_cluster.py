@@ -5,14 +5,14 @@ import re
 import pytest
 
 from conftest import run_cli
-from hpc.train.generate import generate
+from train.generate import generate
 from train_helpers import TINY
 
 pytestmark = pytest.mark.slurm
 
 
 def test_submit_trains_dp_x_tp_across_two_nodes_and_exports(slurm, tmp_path):
-    r = run_cli("-m", "hpc.login.submit", "--site", "local", "--nodes", "2", "--job-name", "tiny", "--wait",
+    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "tiny", "--wait",
                 "--", "--config", str(TINY), "parallel.tp=2", "steps=40", "log.log_every=10", "export=hf", cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert "[train] layout dp=2 x tp=2 on 4 ranks" in r.stdout

@@ -64,7 +64,7 @@ def prepare(case: Case, tmp: Path, monkeypatch) -> None:
 
 def call(case: Case, tmp: Path, capsys) -> tuple[int, str, str]:
     """The command's exit status, stdout and stderr."""
-    module = importlib.import_module("hpc.train.__main__" if case.cli == "hpc.train" else case.cli)
+    module = importlib.import_module("train.__main__" if case.cli == "train" else case.cli)
     capsys.readouterr()
     try:
         rc = module.main([fill(a, tmp) for a in case.argv])

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpc.train.data.config import DataConfig
-from hpc.train.data.formats import ChatFormat
-from hpc.train.data.sources import DataError, Location
-from hpc.train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+from train.data.config import DataConfig
+from train.data.formats import ChatFormat
+from train.data.sources import DataError, Location
+from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
 
 WHERE = Location(Path("conversations.jsonl"), 0)
 TOOLS = [{"type": "function", "function": {"name": "find_line", "description": "Find a line in a play",

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpc.login.render import launch_argv, render_sbatch, srun_args
-from hpc.login.site import SiteError, load_site
-from hpc.login.spec import PROJECT_ROOT, SpecError, build_spec
+from hpc.render import launch_argv, render_sbatch, srun_args
+from hpc.site import SiteError, load_site
+from hpc.spec import PROJECT_ROOT, SpecError, build_spec
 from login_helpers import WORKDIR, profile, spec_for
 
 

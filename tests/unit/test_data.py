@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from hpc.node.cli import HpcError
-from hpc.train.data import DEMO_CORPUS, DataConfig, TokenStream, load_tokenizer, load_tokens
+from train.data import DEMO_CORPUS, DataConfig, TokenStream, load_tokenizer, load_tokens
 
 DOCS = ["To be, or not to be, that is the question.", "Now is the winter of our discontent\nMade glorious summer."]
 

@@ -1,4 +1,4 @@
-"""FP8 training (hpc/train/float8.py) on CPU: the one-line errors, which modules become float8, and an emulated float8 step
+"""FP8 training (train/float8.py) on CPU: the one-line errors, which modules become float8, and an emulated float8 step
 (float8 rounding, high-precision products) against the same model in full precision."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from hpc.train.config import ConfigError, load_config
+from train.config import ConfigError, load_config
 from train_helpers import FP8_SITE, TINY
 
 sys.path.insert(0, str(FP8_SITE))
@@ -37,7 +37,7 @@ def test_only_the_decoder_projections_become_float8(recipe, all_gather, torchao_
     from torchao.float8.float8_linear import Float8Linear
     from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
 
-    from hpc.train.float8 import convert_decoder_linears
+    from train.float8 import convert_decoder_linears
 
     with torch.device("meta"):
         model = _tiny_model()
@@ -52,7 +52,7 @@ def test_only_the_decoder_projections_become_float8(recipe, all_gather, torchao_
 
 
 def test_linears_whose_dims_are_not_multiples_of_16_stay(torchao_float8):
-    from hpc.train.float8 import convert_decoder_linears
+    from train.float8 import convert_decoder_linears
 
     with torch.device("meta"):
         model = _tiny_model(intermediate_size=200)  # gate/up 64 -> 200, down 200 -> 64
@@ -62,7 +62,7 @@ def test_linears_whose_dims_are_not_multiples_of_16_stay(torchao_float8):
 
 def test_emulated_float8_step_tracks_full_precision(torchao_float8):
     """Same weights and batch: the float8 model's loss and gradients stay close to the fp32 model's, and are not equal to them."""
-    from hpc.train.float8 import convert_decoder_linears
+    from train.float8 import convert_decoder_linears
 
     ref, fp8 = _tiny_model(), _tiny_model()
     convert_decoder_linears(fp8.model.layers, "tensorwise", float8_all_gather=False, emulate=True)
@@ -81,8 +81,8 @@ def test_emulated_float8_step_tracks_full_precision(torchao_float8):
 def test_with_lora_only_the_frozen_bases_become_float8(torchao_float8):
     from torchao.float8.float8_linear import Float8Linear
 
-    from hpc.train.adapters import apply_lora
-    from hpc.train.float8 import convert_decoder_linears
+    from train.adapters import apply_lora
+    from train.float8 import convert_decoder_linears
 
     with torch.device("meta"):
         model = _tiny_model()

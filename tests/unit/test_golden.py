@@ -1,4 +1,4 @@
-"""Golden sbatch scripts per feature: what hpc.login.submit renders for a command line is tests/golden/NAME.sbatch.
+"""Golden sbatch scripts per feature: what hpc.submit renders for a command line is tests/golden/NAME.sbatch.
 
 The slurm tier submits the "submitit" case through submitit and compares the script Slurm received with the same
 file: the dry run is the submission. UPDATE_GOLDEN=1 refreshes every file.
@@ -6,8 +6,8 @@ file: the dry run is the submission. UPDATE_GOLDEN=1 refreshes every file.
 import pytest
 
 from conftest import GOLDEN_WORKDIR, assert_golden
-from hpc.login.render import render_sbatch
-from hpc.login.submit import parser, plan_spec, split_args
+from hpc.render import render_sbatch
+from hpc.submit import parser, plan_spec, split_args
 from login_helpers import CASES, command_line
 
 

@@ -6,11 +6,11 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from hpc.login.site import load_site
-from hpc.login.trainer_job import trainer_job
+from hpc.site import load_site
+from hpc.trainer_job import trainer_job
 from hpc.node.hang import (flight_recorder_env, hang_line, mark_bad_nodes, missing_text, name_the_missing, post_arrival,
                            ranks_text)
-from hpc.train.config import ConfigError, load_config
+from train.config import ConfigError, load_config
 from train_helpers import TINY, free_port
 
 

@@ -1,5 +1,5 @@
 """The floors, read from every module's imports (AST): hpc/node (the node side) imports nothing else of the project;
-hpc/train (the trainer) and hpc/integrations (users' own scripts) import only the node side besides themselves; only
+train/ (the trainer) and hpc/integrations (users' own scripts) import only the node side besides themselves; only
 hpc/login (the login side) may import the trainer, and nothing imports the login side."""
 import ast
 from pathlib import Path
@@ -30,34 +30,49 @@ def modules(folder: str) -> list[Path]:
 
 
 def floor(name: str) -> str | None:
-    """hpc.node, hpc.train, hpc.integrations or hpc.login for a module of the project; None for anything else."""
+    """hpc.node, hpc.integrations, train or hpc (the login side) for a module of the project; None for anything else."""
     parts = name.split(".")
-    return ".".join(parts[:2]) if parts[0] == "hpc" and len(parts) > 1 else None
+    if parts[0] == "train":
+        return "train"
+    if parts[0] != "hpc":
+        return None
+    return f"hpc.{parts[1]}" if len(parts) > 1 and parts[1] in ("node", "integrations") else "hpc"
 
 
 def project_imports(path: Path) -> set[str]:
-    return {n for n in imported(path) if n.split(".")[0] in ("hpc", "bench", "tests")}
+    return {n for n in imported(path) if n.split(".")[0] in ("hpc", "train", "bench", "tests")}
 
 
-ALLOWED = {"hpc/node": {"hpc.node"}, "hpc/train": {"hpc.train", "hpc.node"},
+ALLOWED = {"hpc/node": {"hpc.node"}, "train": {"train", "hpc.node"},
            "hpc/integrations": {"hpc.integrations", "hpc.node"}}
+
+
+def folder_of(path: Path) -> str:
+    parts = path.relative_to(ROOT).parts
+    return "train" if parts[0] == "train" else "/".join(parts[:2])
 
 
 @pytest.mark.parametrize("path", [p for folder in ALLOWED for p in modules(folder)], ids=lambda p: str(p.relative_to(ROOT)))
 def test_each_floor_imports_only_the_floors_below_it(path):
-    folder = "/".join(path.relative_to(ROOT).parts[:2])
+    folder = folder_of(path)
     bad = {n for n in project_imports(path) if floor(n) not in ALLOWED[folder]}
     assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}: {folder} imports only {sorted(ALLOWED[folder])}"
 
 
-def test_the_package_holds_the_floors_and_nothing_else():
+def test_the_top_level_holds_the_designs_folders():
+    """The design's shape: hpc/ is the login side with the node side and the integrations inside it, train/ the
+    trainer, sbatch_templates/ the job templates and site_configs/ the shipped profiles."""
+    top = {p.name for p in ROOT.iterdir() if not p.name.startswith(".")}
+    assert {"pyproject.toml", "README.md", "hpc", "sbatch_templates", "train", "tests", "site_configs"} <= top
     assert sorted(p.name for p in (ROOT / "hpc").iterdir() if p.is_dir() and p.name != "__pycache__") == \
-        ["integrations", "login", "node", "train"]
-    assert {p.name for p in (ROOT / "hpc").glob("*.py")} == {"__init__.py"}
+        ["integrations", "node"]
+    assert {p.name for p in (ROOT / "sbatch_templates").iterdir()} == {"job.sbatch.j2", "preamble.sh.j2"}
+    assert "local.yaml" in {p.name for p in (ROOT / "site_configs").iterdir()}
+    assert (ROOT / "train" / "__main__.py").is_file()
 
 
 def test_the_checks_see_imports():
     """The reader finds imports anywhere in a module (inside functions too), so the checks above can fail."""
-    found = imported(ROOT / "hpc" / "login" / "spec.py")
-    assert {"hpc.train.config", "hpc.login.slurm_query", "hpc.node.ownership"} <= found
+    found = imported(ROOT / "hpc" / "spec.py")
+    assert {"train.config", "hpc.slurm_query", "hpc.node.ownership"} <= found
     assert "hpc.node.ownership.claim" in found

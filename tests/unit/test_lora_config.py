@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from hpc.train.config import ConfigError, load_config
+from train.config import ConfigError, load_config
 from train_helpers import TINY
 
 
@@ -26,7 +26,7 @@ def test_bad_lora_settings_are_one_line(override, says):
 def test_lora_on_a_model_without_the_targets_is_one_line():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from hpc.train.adapters import apply_lora
+    from train.adapters import apply_lora
 
     cfg = load_config(TINY, ["lora.enabled=true"]).lora
     with torch.device("meta"):
@@ -44,7 +44,7 @@ def test_lora_on_a_model_without_the_targets_is_one_line():
     (None, {"r": 4}, "lora.r null (saved) vs 4 (now)"),
 ])
 def test_checkpoint_of_other_lora_settings_is_refused_in_one_line(tmp_path, saved, current, says):
-    from hpc.train.resume import mismatch, written_with
+    from train.resume import mismatch, written_with
 
     cfg = load_config(TINY, [])
     config = SimpleNamespace(vocab_size=2048)
@@ -56,7 +56,7 @@ def test_checkpoint_of_other_lora_settings_is_refused_in_one_line(tmp_path, save
 
 
 def test_qlora_on_several_ranks_is_one_line():
-    from hpc.train.adapters import check_layout
+    from train.adapters import check_layout
 
     cfg = load_config(TINY, ["lora.enabled=true", "lora.quantize_base=nf4"]).lora
     with pytest.raises(ConfigError, match=r"^lora.quantize_base=nf4 trains on one rank \(one GPU\); this job has WORLD_SIZE=4: "):

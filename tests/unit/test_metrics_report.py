@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from hpc.login.metrics_report import read_metrics, straggler_lines, summary_table
+from hpc.metrics_report import read_metrics, straggler_lines, summary_table
 from hpc.node.cli import HpcError
 
 

@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from hpc.train.config import ModelConfig
-from hpc.train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights
-from hpc.train.moe import Qwen3MoeForTraining, grouped_mlp, load_imbalance, looped_mlp, routing_summary
-from hpc.train.tokenizer import load_tokenizer
+from train.config import ModelConfig
+from train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights
+from train.moe import Qwen3MoeForTraining, grouped_mlp, load_imbalance, looped_mlp, routing_summary
+from train.tokenizer import load_tokenizer
 
 
 def _config(**over) -> Qwen3MoeConfig:
@@ -109,8 +109,8 @@ def test_hf_directory_in_and_export_out(tmp_path, one_rank):
 
 
 def test_ep_errors_are_one_line_before_any_process_group():
-    from hpc.train.config import ConfigError, ParallelConfig
-    from hpc.train.parallel import ParallelDims, WorldEnv
+    from train.config import ConfigError, ParallelConfig
+    from train.parallel import ParallelDims, WorldEnv
 
     env = WorldEnv(rank=0, local_rank=0, world_size=4, local_world_size=4)
     with pytest.raises(ConfigError, match=r"^parallel.ep=2 needs a mixture-of-experts model .* this one is dense: use parallel.ep=1$"):

@@ -2,11 +2,11 @@
 import hostlist
 import pytest
 
-from hpc.login.render import directives
-from hpc.login.site import load_site
-from hpc.login.spec import SpecError, build_spec
-from hpc.login.preflight import main as preflight_main
-from hpc.login.submit import main
+from hpc.render import directives
+from hpc.site import load_site
+from hpc.spec import SpecError, build_spec
+from hpc.preflight import main as preflight_main
+from hpc.submit import main
 
 
 def spec(**kw):
@@ -34,11 +34,11 @@ def test_bad_hostlists_name_the_flag(kw, message):
     assert str(e.value) == message
 
 
-@pytest.mark.parametrize("prog, command", [("hpc.login.submit", main), ("hpc.login.preflight", preflight_main)])
+@pytest.mark.parametrize("prog, command", [("hpc.submit", main), ("hpc.preflight", preflight_main)])
 def test_both_commands_refuse_a_bad_list_in_one_line(prog, command, capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
-        command(["--site", "local", "--nodes", "1", "--exclude", "n[1-", "--out" if prog == "hpc.login.preflight" else "--dry-run",
-                 *([str(tmp_path / "out")] if prog == "hpc.login.preflight" else [])])
+        command(["--site", "local", "--nodes", "1", "--exclude", "n[1-", "--out" if prog == "hpc.preflight" else "--dry-run",
+                 *([str(tmp_path / "out")] if prog == "hpc.preflight" else [])])
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err == f"{prog}: error: --exclude 'n[1-': not a Slurm hostlist (unbalanced brackets); e.g. n[1-3],gpu07\n"

@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from hpc.train.config import ConfigError
-from hpc.train.data.formats import Sample
-from hpc.train.data.packing import IGNORE, START, TARGET, model_inputs, pack
-from hpc.train.loss import linear_cross_entropy
-from hpc.train.model import Qwen3ForTraining
-from hpc.train.packed_attention import check_packed_attention, documents_stay_apart
+from train.config import ConfigError
+from train.data.formats import Sample
+from train.data.packing import IGNORE, START, TARGET, model_inputs, pack
+from train.loss import linear_cross_entropy
+from train.model import Qwen3ForTraining
+from train.packed_attention import check_packed_attention, documents_stay_apart
 
 SEQ = 16
 PAD = 0
@@ -91,7 +91,7 @@ def test_truncate_left_keeps_the_end_of_each_sample():
 
 
 def test_no_loss_refusal_counts_all_and_more_than_half():
-    from hpc.train.data.packing import PackStats
+    from train.data.packing import PackStats
 
     assert PackStats(samples=5, no_loss=5).no_loss_refusal(SEQ, "truncate") is None
     assert PackStats(samples=5, no_loss=6).no_loss_refusal(SEQ, "truncate").startswith("data.overlong=truncate: 6 of 11 samples")

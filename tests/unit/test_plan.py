@@ -1,4 +1,4 @@
-"""Layout planner: Qwen3 sizes, the memory model's choices, the CLI and hpc.login.submit's use of it."""
+"""Layout planner: Qwen3 sizes, the memory model's choices, the CLI and hpc.submit's use of it."""
 import sys
 from pathlib import Path
 
@@ -7,9 +7,9 @@ import torch
 import yaml
 
 from conftest import ROOT
-from hpc.login.plan import LOSS_CHUNK_TOKENS, PlanError, Shape, memory, plan, plan_layout, qwen3_shape, report, tp_choices
-from hpc.login.site import load_site
-from hpc.train.config import load_config
+from hpc.plan import LOSS_CHUNK_TOKENS, PlanError, Shape, memory, plan, plan_layout, qwen3_shape, report, tp_choices
+from hpc.site import load_site
+from train.config import load_config
 from train_helpers import TINY
 
 # the model cards' totals and non-embedding counts, in billions
@@ -49,7 +49,7 @@ def test_memory_model_moves_the_right_way():
 
 
 def test_loss_memory_is_one_chunk_of_logits_as_the_trainer_computes_it():
-    CHUNK_TOKENS = LOSS_CHUNK_TOKENS  # hpc/train/interface.py: the trainer's loss and the planner share it
+    CHUNK_TOKENS = LOSS_CHUNK_TOKENS  # train/interface.py: the trainer's loss and the planner share it
     s = qwen3_shape("8B")
     one, eight = memory(s, 1, 16, False, CHUNK_TOKENS, 141), memory(s, 1, 16, False, 8 * CHUNK_TOKENS, 141)
     assert one.loss_gb == pytest.approx((CHUNK_TOKENS * s.vocab * 10 + 6 * s.vocab * s.hidden + 2 * CHUNK_TOKENS * s.hidden) / 1e9)
@@ -99,14 +99,14 @@ def test_report_explains_the_choice(site, gpus, tp_line):
 def test_trainer_config_gets_the_plan_only_without_a_layout(tmp_path):
     site = load_site("roce-h100")
     part = site.partition(None)
-    tiny = str(ROOT / "hpc" / "train" / "configs" / "tiny.yaml")
+    tiny = str(ROOT / "train" / "configs" / "tiny.yaml")
     assert plan_layout(load_config(tiny, ["parallel.tp=2"]), part, 2, 8) == (None, None)
     local = load_site("local")
     assert plan_layout(load_config(tiny), local.partition(None), 2, 2) == (None, None)  # no gpu_memory_gb
     layout, note = plan_layout(load_config(tiny, ["optim.lr=1e-3"]), part, 2, 8)
     assert layout.overrides() == ["parallel.tp=1"] and note.startswith("planner: dp=16 x tp=1")
 
-    demo = str(ROOT / "hpc" / "train" / "configs" / "demo.yaml")  # sets parallel.tp itself
+    demo = str(ROOT / "train" / "configs" / "demo.yaml")  # sets parallel.tp itself
     assert plan_layout(load_config(demo), part, 2, 8) == (None, None)
 
     big = yaml.safe_load(Path(tiny).read_text())
@@ -127,9 +127,9 @@ def test_lora_adapter_count_and_nf4_bytes_match_the_trainer():
     from torchao.dtypes.nf4tensor import to_nf4
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from hpc.login.plan import BASE_B
-    from hpc.train.adapters import apply_lora, nf4_scaler_block
-    from hpc.train.config import SHAPES, load_config
+    from hpc.plan import BASE_B
+    from train.adapters import apply_lora, nf4_scaler_block
+    from train.config import SHAPES, load_config
 
     s = qwen3_shape("8B")
     dims = SHAPES["8B"].model_dump(exclude_none=True)
@@ -145,7 +145,7 @@ def test_lora_adapter_count_and_nf4_bytes_match_the_trainer():
 
 
 def test_lora_plans_smallest_layouts():
-    from hpc.login.plan import Adapters
+    from hpc.plan import Adapters
 
     full = memory(qwen3_shape("8B"), 1, 1, True, 4096, 80)
     lora = memory(qwen3_shape("8B"), 1, 1, True, 4096, 80, lora=Adapters(16))
@@ -160,7 +160,7 @@ def test_lora_plans_smallest_layouts():
 
 @pytest.fixture
 def keep_sigpipe():
-    """hpc.login.plan's main sets SIGPIPE's default action; the test process keeps its own."""
+    """hpc.plan's main sets SIGPIPE's default action; the test process keeps its own."""
     import signal
 
     saved = signal.getsignal(signal.SIGPIPE)
@@ -169,7 +169,7 @@ def keep_sigpipe():
 
 
 def test_the_cli_prints_the_plan(capsys, keep_sigpipe):
-    from hpc.login.plan import main
+    from hpc.plan import main
 
     main(["--site", "ib-h200", "--nodes", "4", "--model", "14B", "--seq-len", "8192"])
     out = capsys.readouterr().out
@@ -179,7 +179,7 @@ def test_the_cli_prints_the_plan(capsys, keep_sigpipe):
 
 @pytest.mark.parametrize("site, planned", [("ib-h200", True), ("local", False)])
 def test_submit_adds_the_plan_on_gpu_sites_only(site, planned, tmp_path, monkeypatch, capsys):
-    from hpc.login.submit import main
+    from hpc.submit import main
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as e:

@@ -3,12 +3,12 @@ memory and all-to-all figures, and the layout it proposes."""
 
 import pytest
 
-from hpc.login.plan import ep_choice, memory, plan, qwen3_shape, report
-from hpc.login.site import load_site
-from hpc.train.config import ModelConfig
-from hpc.train.metrics import flops_per_token
-from hpc.train.model import count_params, hf_config
-from hpc.train.tokenizer import load_tokenizer
+from hpc.plan import ep_choice, memory, plan, qwen3_shape, report
+from hpc.site import load_site
+from train.config import ModelConfig
+from train.metrics import flops_per_token
+from train.model import count_params, hf_config
+from train.tokenizer import load_tokenizer
 
 
 def test_total_active_and_flops_equal_the_trainers_model():

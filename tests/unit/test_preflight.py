@@ -4,7 +4,7 @@ from pathlib import Path
 from hpc.node.health import check_smi
 
 
-from hpc.login.preflight import analyze
+from hpc.preflight import analyze
 
 
 SIZES = [1 << 20, 4 << 20]

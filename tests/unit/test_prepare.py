@@ -1,4 +1,4 @@
-"""hpc.train.prepare in process: a manifest that must match, corrupt shards refused, the prepared rows memory-mapped."""
+"""train.prepare in process: a manifest that must match, corrupt shards refused, the prepared rows memory-mapped."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 
 from hpc.node.cli import HpcError
 from hpc.node.contract import PREPARED_MANIFEST as MANIFEST
-from hpc.train.data.config import DataConfig
-from hpc.train.data.packing import IGNORE as IGNORE_LABEL
-from hpc.train.data.prepared import PreparedData, describe, open_prepared, prepare, split_rows
-from hpc.train.data.sources import DataError
-from hpc.train.prepare import task_of
-from hpc.train.tokenizer import load_tokenizer
+from train.data.config import DataConfig
+from train.data.packing import IGNORE as IGNORE_LABEL
+from train.data.prepared import PreparedData, describe, open_prepared, prepare, split_rows
+from train.data.sources import DataError
+from train.prepare import task_of
+from train.tokenizer import load_tokenizer
 from data_helpers import SEQ, cfg, long_prompt_chats
 
 
@@ -42,7 +42,7 @@ def test_mismatched_or_corrupt_prepared_data_is_refused_in_one_line(tmp_path, so
 
     def refused(match, data_cfg=cfg(src), seq=SEQ):
         with pytest.raises(DataError, match=match) as err:
-            open_prepared(data_cfg, seq, tok, "chat", out, 0, 1, "python -m hpc.train.prepare ...", log=lambda m: None)
+            open_prepared(data_cfg, seq, tok, "chat", out, 0, 1, "python -m train.prepare ...", log=lambda m: None)
         assert "\n" not in str(err.value)
 
     refused(r"prepared with another seq_len \(was 64, now 32\)", seq=32)
@@ -80,7 +80,7 @@ def test_task_of_reads_torchrun_then_slurm():
 
 def test_text_documents_pack_whole_with_eos(tmp_path):
     """data.pack=documents in text mode: each document (and its EOS) whole in a row, every token after its first a target."""
-    from hpc.train.data.packing import model_inputs
+    from train.data.packing import model_inputs
 
     tok = load_tokenizer(None)
     docs = ["To be, or not to be, that is the question.", "Now is the winter of our discontent.", "Exit, pursued by a bear."]
@@ -119,8 +119,8 @@ def test_data_whose_samples_all_lose_their_loss_tokens_is_refused(tmp_path, tok,
 
 
 def chat_samples(tok, src: Path):
-    from hpc.train.data.formats import ChatFormat
-    from hpc.train.data.sources import Location
+    from train.data.formats import ChatFormat
+    from train.data.sources import Location
 
     records = [(Location(src, i), json.loads(line)) for i, line in enumerate(src.read_text().splitlines())]
     return list(ChatFormat(DataConfig(format="chat"), tok, "chat").samples(records))
@@ -128,7 +128,7 @@ def chat_samples(tok, src: Path):
 
 def test_truncate_left_keeps_every_answer(tmp_path, tok):
     """overlong=truncate_left on the same data: every sample packed, its targets exactly its answer and <|im_end|>."""
-    from hpc.train.data.packing import model_inputs
+    from train.data.packing import model_inputs
 
     src = long_prompt_chats(tmp_path / "long.jsonl", 40)
     data = open_prepared(cfg(src, overlong="truncate_left"), SEQ, tok, "chat", tmp_path / "p", 0, 1, "-", log=lambda m: None)
@@ -146,12 +146,12 @@ def test_truncate_left_keeps_every_answer(tmp_path, tok):
 
 
 def test_the_cli_refuses_data_that_truncation_leaves_without_loss_tokens_in_one_line(tmp_path, capsys):
-    """The issue's case through hpc.train.prepare's command line: every conversation longer than seq_len with its answer
+    """The issue's case through train.prepare's command line: every conversation longer than seq_len with its answer
     at the end; overlong=truncate would train on nothing. One line naming seq_len, the longest sample and
     data.overlong, exit 2, no manifest."""
     import re
 
-    from hpc.train.prepare import main
+    from train.prepare import main
     from train_helpers import TINY
 
     src = long_prompt_chats(tmp_path / "long.jsonl", 40)
@@ -160,6 +160,6 @@ def test_the_cli_refuses_data_that_truncation_leaves_without_loss_tokens_in_one_
               f"data.prepared={tmp_path / 'p'}"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.strip().count("\n") == 0, err
-    assert re.fullmatch(rf"hpc.train.prepare: error: data.overlong=truncate: 40 of 40 samples have no loss token within seq_len={SEQ} "
+    assert re.fullmatch(rf"train.prepare: error: data.overlong=truncate: 40 of 40 samples have no loss token within seq_len={SEQ} "
                         r"\(the longest sample has \d+ tokens\), more than 50% or all; .*data.overlong=truncate_left.*\n", err), err
     assert not (tmp_path / "p" / MANIFEST).exists()

@@ -4,16 +4,16 @@ from pathlib import Path
 
 import pytest
 
-from hpc.login.render import preamble_lines
-from hpc.login.site import load_site
-from hpc.login.spec import build_spec
+from hpc.render import preamble_lines
+from hpc.site import load_site
+from hpc.spec import build_spec
 from login_helpers import render
 
 
 def test_trainer_args_are_quoted_and_default_config_added(monkeypatch):
     text = render("local", monkeypatch, args=["optim.lr=1e-3", "run.name=a b;c"])
     launch = next(l for l in text.splitlines() if l.endswith(" || rc=$?")).removesuffix(" || rc=$?")
-    assert shlex.split(launch)[-8:] == ["-m", "hpc.train", "--config", "{PROJECT}/hpc/train/configs/demo.yaml", "optim.lr=1e-3", "run.name=a b;c",
+    assert shlex.split(launch)[-8:] == ["-m", "train", "--config", "{PROJECT}/train/configs/demo.yaml", "optim.lr=1e-3", "run.name=a b;c",
                                         "log.dir=/home/alice/project/jobs/train", "checkpoint.dir=/home/alice/project/checkpoints/train"]
     assert "'run.name=a b;c'" in launch
 
@@ -38,7 +38,7 @@ def test_preamble_is_the_network_table(monkeypatch):
 
 def test_dry_run_prints_the_script_and_writes_nothing(tmp_path, monkeypatch, capsys):
     """Nothing is submitted either: the unit tier refuses every process, sbatch included."""
-    from hpc.login.submit import main
+    from hpc.submit import main
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as e:

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpc.login.site import SHIPPED_SITE_DIR, SiteError, load_site
-from hpc.login.slurm_time import format_minutes, parse_minutes
+from hpc.site import SHIPPED_SITE_DIR, SiteError, load_site
+from hpc.slurm_time import format_minutes, parse_minutes
 
 SHIPPED = sorted(p.stem for p in SHIPPED_SITE_DIR.glob("*.yaml"))
 
@@ -126,8 +126,8 @@ def test_bad_times():
     (lambda d: d["network"]["extra_env"].update({"X; touch canary #": "1"}), "network.extra_env: 'X; touch canary #' is not a shell variable name"),
     (lambda d: d["submission"].update(extra_sbatch={"constraint\nrm -rf /": "x"}), "submission.extra_sbatch: 'constraint\\nrm -rf /' is not an sbatch long option"),
     (lambda d: d["submission"].update(extra_sbatch={"--constraint": "x"}), "is not an sbatch long option"),
-    (lambda d: d["submission"].update(extra_sbatch={"nodes": "8"}), "submission.extra_sbatch: 'nodes' is set by hpc.login.submit"),
-    (lambda d: d["submission"].update(extra_sbatch={"job-name": "x"}), "'job-name' is set by hpc.login.submit"),
+    (lambda d: d["submission"].update(extra_sbatch={"nodes": "8"}), "submission.extra_sbatch: 'nodes' is set by hpc.submit"),
+    (lambda d: d["submission"].update(extra_sbatch={"job-name": "x"}), "'job-name' is set by hpc.submit"),
     (lambda d: d["submission"].update(extra_sbatch={"constraint": "h200\necho owned"}), "the value of 'constraint' must be one line"),
     (lambda d: d["submission"].update(account="acct\necho owned"), "submission.account: String should match pattern"),
     (lambda d: d["network"].update(ib_hca=["mlx5_0", "^mlx5_1"]), "network.ib_hca: an item starting with ^ is not an exclude list here"),

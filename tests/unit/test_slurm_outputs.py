@@ -1,4 +1,4 @@
-"""hpc.login.slurm_query's parsers over squeue, sacct and scontrol outputs recorded from the local cluster
+"""hpc.slurm_query's parsers over squeue, sacct and scontrol outputs recorded from the local cluster
 (scripts/record_slurm_outputs.py records them into data/slurm, with what each job was made to be)."""
 import json
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from hpc.node.contract import ENDED_STATES
-from hpc.login.slurm_query import SACCT_FIELDS, SQUEUE_FIELDS, job_from, parse_sacct, parse_scontrol, parse_squeue, restarts
+from hpc.slurm_query import SACCT_FIELDS, SQUEUE_FIELDS, job_from, parse_sacct, parse_scontrol, parse_squeue, restarts
 
 DATA = Path(__file__).parent / "data" / "slurm"
 CASES = json.loads((DATA / "cases.json").read_text())
@@ -54,7 +54,7 @@ def test_squeue_rows_of_live_jobs(case):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_job_from_slurmctld_and_from_accounting_alone(case):
-    """What hpc.login.jobs shows: slurmctld's view while it remembers the job, accounting's after (no batch script to read)."""
+    """What hpc.jobs shows: slurmctld's view while it remembers the job, accounting's after (no batch script to read)."""
     want = CASES[case]
     ctl, rows = parse_scontrol(recorded(case, "scontrol")), parse_sacct(recorded(case, "sacct"))
     job = job_from(want["job_id"], ctl, rows)

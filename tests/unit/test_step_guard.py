@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from hpc.train.step_guard import StepGuard
+from train.step_guard import StepGuard
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ import time
 
 import torch
 
-from hpc.train.steptime import busy_seconds, timed_step
+from train.steptime import busy_seconds, timed_step
 
 
 def test_busy_seconds_is_the_union_of_intervals():

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from hpc.train.config import ConfigError, load_config
-from hpc.train.straggler import Streaks, describe, slower_than_peers
+from train.config import ConfigError, load_config
+from train.straggler import Streaks, describe, slower_than_peers
 
 
 def test_each_rank_is_compared_with_the_median_of_the_others():
@@ -28,7 +28,7 @@ def test_a_rank_is_named_after_k_slow_windows_in_a_row():
     assert describe(f) == "rank 3 on n2, 14% slower than the median over 3 windows"
 
 
-TINY = str(Path(__file__).resolve().parents[2] / "hpc" / "train" / "configs" / "tiny.yaml")
+TINY = str(Path(__file__).resolve().parents[2] / "train" / "configs" / "tiny.yaml")
 
 
 def test_defaults_and_bounds():

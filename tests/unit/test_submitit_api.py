@@ -1,4 +1,4 @@
-"""The private parts of submitit that hpc/login/submitter.py builds on, as the installed submitit has them: an upgrade
+"""The private parts of submitit that hpc/submitter.py builds on, as the installed submitit has them: an upgrade
 that renames or reshapes them fails here (pyproject.toml pins the versions tested), not at a user's submission."""
 import inspect
 import re
@@ -8,7 +8,7 @@ import submitit
 from submitit.core import utils
 
 from conftest import ROOT
-from hpc.login.submitter import RenderedExecutor
+from hpc.submitter import RenderedExecutor
 
 
 def test_the_overridden_and_called_private_methods_exist_with_their_signatures():

@@ -4,11 +4,11 @@ import re
 
 import pytest
 
-from hpc.login.dependency import DependencyError, parse_after
+from hpc.dependency import DependencyError, parse_after
 from hpc.node.contract import METRICS_FILE
-from hpc.login.slurm_query import Job, expand_indices
-from hpc.login.sweep import SweepError, build_sweep, split_values, write_table
-from hpc.login.sweep_report import sweep_table, task_runs
+from hpc.slurm_query import Job, expand_indices
+from hpc.sweep import SweepError, build_sweep, split_values, write_table
+from hpc.sweep_report import sweep_table, task_runs
 from train_helpers import TINY
 
 
@@ -77,7 +77,7 @@ def test_tasks_sorted_by_final_eval_loss_else_loss(tmp_path):
 
 
 def test_dry_run_prints_the_script_and_the_task_table(tmp_path, monkeypatch, capsys):
-    from hpc.login.submit import main
+    from hpc.submit import main
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as e:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from hpc.train.config import SHAPES, ConfigError, ParallelConfig, apply_overrides, load_config
-from hpc.train.parallel import ParallelDims, WorldEnv
+from train.config import SHAPES, ConfigError, ParallelConfig, apply_overrides, load_config
+from train.parallel import ParallelDims, WorldEnv
 from train_helpers import ROOT, TINY
 
 
 def test_shipped_configs_validate():
-    for path in (ROOT / "hpc" / "train" / "configs").glob("*.yaml"):
+    for path in (ROOT / "train" / "configs").glob("*.yaml"):
         load_config(path)
 
 

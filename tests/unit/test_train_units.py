@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
-from hpc.train.checkpoint import META, complete_checkpoints, prune, step_dir
-from hpc.train.loop import lr_at
-from hpc.train.loss import linear_cross_entropy
-from hpc.train.metrics import MetricsLog, flops_per_token
-from hpc.train.parallel import checkpointed_layers
-from hpc.train.precision import MasterWeights
+from train.checkpoint import META, complete_checkpoints, prune, step_dir
+from train.loop import lr_at
+from train.loss import linear_cross_entropy
+from train.metrics import MetricsLog, flops_per_token
+from train.parallel import checkpointed_layers
+from train.precision import MasterWeights
 
 
 def test_lr_schedule_warmup_then_cosine():
@@ -124,7 +124,7 @@ def test_a_resume_trims_metrics_by_a_new_file_and_keeps_unreadable_lines_aside(t
 
 
 def test_jobs_status_names_the_checkpoints_set_aside(tmp_path):
-    from hpc.login.jobs import checkpoint_lines
+    from hpc.jobs import checkpoint_lines
 
     ckpt = tmp_path / "ck"
     for name in ("step-00000003", "step-00000006.bad-20261205-101010", "step-00000009", "step-00000012.tmp-ab12"):

@@ -5,14 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from hpc.login.plan import Layout
-from hpc.login.render import render_sbatch
-from hpc.login.site import load_site
-from hpc.login.spec import build_spec, plan_trainer
+from hpc.plan import Layout
+from hpc.render import render_sbatch
+from hpc.site import load_site
+from hpc.spec import build_spec, plan_trainer
 from hpc.node.cli import HpcError
-from hpc.train.config import load_config, split_cli
-from hpc.train.interface import CONFIG_DIR
-from hpc.train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, DEMO_TOKENIZER_DIR, check_tokenizer, load_tokenizer
+from train.config import load_config, split_cli
+from train.interface import CONFIG_DIR
+from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, DEMO_TOKENIZER_DIR, check_tokenizer, load_tokenizer
 
 TINY = str(CONFIG_DIR / "tiny.yaml")
 
@@ -25,7 +25,7 @@ def spec(site: str, args, monkeypatch, **kw):
 def launch_words(text: str) -> list[str]:
     line = next(l for l in text.splitlines() if l.endswith(" || rc=$?")).removesuffix(" || rc=$?")
     words = shlex.split(line)
-    return words[words.index("hpc.train") + 1:]
+    return words[words.index("train") + 1:]
 
 
 def test_the_rendered_line_is_the_trainer_part_and_loads_as_checked(monkeypatch):
@@ -42,7 +42,7 @@ def test_the_rendered_line_is_the_trainer_part_and_loads_as_checked(monkeypatch)
 
 
 def test_minus_m_hpc_train_is_the_trainer_and_a_module_is_not(monkeypatch):
-    assert spec("local", ["-m", "hpc.train", "--config", TINY], monkeypatch).trainer.config == TINY
+    assert spec("local", ["-m", "train", "--config", TINY], monkeypatch).trainer.config == TINY
     other = spec("local", ["-m", "hpc.node.smoke", "--x"], monkeypatch)
     assert other.trainer is None and other.command == ("python", "-u", "-m", "hpc.node.smoke", "--x")
     with pytest.raises(HpcError, match="trainer: trainer argument '--lr'"):

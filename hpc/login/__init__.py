@@ -1,1 +1,0 @@
-"""The login side: site profiles, job specs, the rendered sbatch script, submission, jobs, planning, preflight."""

@@ -1,0 +1,164 @@
+"""JobSpec -> sbatch text, from the jinja2 templates in sbatch_templates/ (package data).
+
+`render_sbatch` is the one script of a job: what ``--dry-run`` prints, what ``--emit``
+writes and what ``hpc.submit`` submits are the same text.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import jinja2
+
+from hpc.network import network_env
+from hpc.dependency import dependency_directive
+from hpc.node import contract
+from hpc.node.contract import ARRAY_TASK_ID, BATCH_LOG, JOB_DIR_VAR, JOB_NAME_VAR, MAX_REQUEUES_VAR, STOP_SIGNAL_VAR, TASK_LOG
+from hpc.node.launcher import LAUNCH_MODULE
+
+HEALTH_MODULE = "hpc.node.health"
+from hpc.shipped import TEMPLATE_DIR
+from hpc.spec import JobSpec
+from hpc.slurm_time import format_minutes
+from hpc.sweep import task_args
+
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    autoescape=False,
+)
+_env.filters["q"] = lambda v: shlex.quote(str(v))
+
+
+def directives(spec: JobSpec) -> dict[str, str | bool]:
+    """sbatch options (without output/error), in the order they are written; True is a bare flag."""
+    part, sub = spec.partition, spec.site.submission
+    gpus = f"{part.gpu_type}:{spec.gpus_per_node}" if part.gpu_type else str(spec.gpus_per_node)
+    d = {
+        "job-name": spec.job_name,
+        "partition": part.name,
+        "nodes": str(spec.nodes),
+        "ntasks-per-node": str(spec.tasks_per_node),
+        "gpus-per-node": gpus,
+        "cpus-per-task": str(spec.cpus_per_task),
+        "time": format_minutes(spec.minutes),
+        "chdir": str(spec.workdir),
+        "open-mode": "append",
+        "signal": f"{spec.signal}@{spec.signal_lead_s}",
+        "requeue": True,
+    }
+    if spec.sweep is not None:
+        d["array"] = spec.sweep.array
+    if spec.nodelist:
+        d["nodelist"] = spec.nodelist
+    if spec.exclude:
+        d["exclude"] = spec.exclude
+    if spec.after:
+        d["dependency"] = dependency_directive(spec.after)
+    if part.mem_per_node_gb:
+        d["mem"] = f"{int(part.mem_per_node_gb)}G"
+    if sub.account:
+        d["account"] = sub.account
+    if sub.qos:
+        d["qos"] = sub.qos
+    d.update(sub.extra_sbatch)
+    return d
+
+
+def job_env(spec: JobSpec) -> dict[str, str]:
+    """Every variable the preamble exports: network first, then the profile's, then the job's."""
+    env = network_env(spec.site.network)
+    env.update(spec.site.environment.variables)
+    env.update({
+        "OMP_NUM_THREADS": str(spec.threads_per_rank),
+        JOB_NAME_VAR: spec.job_name,
+        JOB_DIR_VAR: str(spec.job_dir),
+        STOP_SIGNAL_VAR: spec.signal,
+        MAX_REQUEUES_VAR: str(spec.max_requeues),
+    })
+    if spec.container and spec.container.project == "mount":
+        env["PYTHONPATH"] = str(spec.places.project)
+    return env
+
+
+def preamble_lines(spec: JobSpec) -> list[str]:
+    """The environment/network preamble, one shell line each."""
+    env = spec.site.environment
+    text = _env.get_template("preamble.sh.j2").render(
+        site=spec.site.name, modules=env.modules, setup=env.setup, env=job_env(spec),
+    )
+    return text.rstrip("\n").split("\n")
+
+
+def srun_args(spec: JobSpec) -> list[str]:
+    """Options of the srun that starts the ranks."""
+    args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", f"--output={spec.job_dir / log_pattern(spec, TASK_LOG)}"]
+    if spec.container and not spec.container.wrapped:
+        args += spec.container.srun_options(spec.places)
+    return args
+
+
+def launch_argv(spec: JobSpec) -> list[str]:
+    """What srun starts on each task: the node-side launch (with the container runtime's command it runs the rank
+    command behind, for apptainer/singularity/command; under pyxis srun itself enters the image), then the rank command."""
+    wrapped = spec.container and spec.container.wrapped
+    container = shlex.join(spec.container.prefix(spec.places)) if wrapped else None
+    return spec.launcher.task_argv(spec.launch_python, spec.gpus_per_node, spec.command, container)
+
+
+def health_argv(spec: JobSpec) -> list[str]:
+    """The preflight step (``--preflight``): hpc.node.health once per node, in the ranks' python (and image), judged
+    against the partition's matmul and copy rates."""
+    part = spec.partition
+    argv = ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
+            f"--gpus-per-node={directives(spec)['gpus-per-node']}"]  # all of the node's GPUs in this one task
+    if spec.container and not spec.container.wrapped:
+        argv += spec.container.srun_options(spec.places)
+    elif spec.container:
+        argv += spec.container.prefix(spec.places)
+    argv += [spec.command[0], "-u", "-m", HEALTH_MODULE, "--gpus", str(spec.gpus_per_node)]
+    for flag, value in (("--matmul-tflops", part.matmul_tflops), ("--copy-gbps", part.copy_gbps)):
+        argv += [flag, f"{value:g}"] if value else []
+    return argv
+
+
+def log_pattern(spec: JobSpec, pattern: str) -> str:
+    """A log file pattern for Slurm: %j, or in an array job %A_%a (the ARRAY_TASK id)."""
+    return pattern.replace("%j", ARRAY_TASK_ID) if spec.sweep is not None else pattern
+
+
+def sweep_cases(spec: JobSpec) -> list[dict]:
+    """The array's task table, for the script's comments and its `case` on $SLURM_ARRAY_TASK_ID."""
+    if spec.sweep is None:
+        return []
+    return [{"index": t.index, "overrides": " ".join(t.overrides), "dir": spec.job_dir / t.dir_name,
+             "args": task_args(t, spec.job_dir, spec.checkpoint_dir), "owner": t.owner(spec.job_name)}
+            for t in spec.sweep.tasks]
+
+
+def render_sbatch(spec: JobSpec) -> str:
+    """The complete sbatch file: `sbatch FILE` submits it unchanged."""
+    return _env.get_template("job.sbatch.j2").render(
+        spec=spec,
+        directives={**directives(spec), "output": str(spec.job_dir / log_pattern(spec, BATCH_LOG))},
+        preamble=preamble_lines(spec),
+        srun=["srun", *srun_args(spec)],
+        launch=launch_argv(spec),
+        launch_module=LAUNCH_MODULE,
+        stop_record=f"{shlex.quote(str(spec.job_dir))}/"
+                    + contract.STOP_RECORD.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),
+        record_var=contract.STOP_RECORD_VAR,
+        max_var=MAX_REQUEUES_VAR,
+        requeue_grace_s=contract.REQUEUE_GRACE_S,
+        cases=sweep_cases(spec),
+        job_name_var=JOB_NAME_VAR,
+        health=health_argv(spec) if spec.preflight else [],
+        marks=shlex.quote(str(spec.job_dir)) + "/" + contract.UNHEALTHY_MARKS.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),
+        all_marks=contract.UNHEALTHY_MARKS.format(job_id="$SLURM_JOB_ID", restart="*"),
+        max_excluded=spec.site.preemption.max_excluded_nodes,
+        marks_var=contract.BAD_NODE_MARKS_VAR,
+    )

@@ -1,0 +1,309 @@
+"""Site profiles: one YAML file per cluster, validated into `SiteProfile`.
+
+Lookup for ``--site NAME`` (first hit wins):
+  1. a path, when NAME ends in .yaml/.yml or contains a slash;
+  2. each directory in ``$HPC_SITE_DIRS`` (colon-separated);
+  3. ``./NAME.yaml`` in the working directory;
+  4. ``$XDG_CONFIG_HOME/hpc/sites/NAME.yaml`` (default ``~/.config/hpc/sites/``: the user's own profiles);
+  5. the profiles shipped in the package, ``site_configs/NAME.yaml``.
+docs/sites.md describes the keys.
+Unknown keys are errors, so a typo never passes silently.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hpc.container import Container
+from hpc.node.cli import HpcError, shown
+from hpc.node.contract import (DEFAULT_MAX_EXCLUDED_NODES, DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL,
+                               NCCL_IB_HCA_VAR, NCCL_SOCKET_IFNAME_VAR, SITE_DIRS_VAR, STOP_SIGNALS)
+from hpc.node.netcheck import NcclList, NodeCheckError
+from hpc.node.strict_yaml import YamlError, load_yaml
+from hpc.shipped import SHIPPED_SITE_DIR
+from hpc.slurm_time import parse_minutes
+
+NAME_RE = r"^[A-Za-z0-9._-]+$"  # pydantic patterns: $ is the end of the text (no newline before it)
+
+
+class SiteError(HpcError):
+    """A profile that cannot be found or does not validate; the message is one line."""
+
+
+def _nccl_list(value: str, var: str) -> None:
+    try:
+        NcclList.parse(value, var)
+    except NodeCheckError as e:
+        raise ValueError(str(e)) from None
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+SHELL_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ONE_LINE_RE = r"^[^\n\r]*$"
+# sbatch options that hpc.submit sets from the command line and the profile's own keys
+PROJECT_SBATCH_OPTIONS = ("job-name", "partition", "nodes", "ntasks-per-node", "gpus-per-node", "cpus-per-task", "time",
+                          "chdir", "open-mode", "signal", "requeue", "no-requeue", "mem", "account", "qos", "output",
+                          "error", "array", "dependency", "ntasks", "gpus", "gres", "nodelist", "exclude")
+
+
+def _shell_names(names, what: str) -> None:
+    for name in names:
+        if not re.fullmatch(SHELL_NAME_RE, name):
+            raise ValueError(f"{shown(name)} is not a shell variable name ({what} names are letters, digits and _, not starting with a digit)")
+
+
+class Submission(Strict):
+    account: Optional[str] = Field(None, pattern=ONE_LINE_RE)
+    qos: Optional[str] = Field(None, pattern=ONE_LINE_RE)
+    slurm_conf: Optional[str] = Field(None, description="SLURM_CONF for this site's client commands")
+    extra_sbatch: dict[str, str] = Field(default_factory=dict, description="more #SBATCH options, e.g. constraint")
+
+    @field_validator("extra_sbatch")
+    @classmethod
+    def _options(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
+                raise ValueError(f"{shown(key)} is not an sbatch long option (lower-case letters, digits and -, without the leading --)")
+            if key in PROJECT_SBATCH_OPTIONS:
+                raise ValueError(f"{shown(key)} is set by hpc.submit (from its flags and the profile's own keys); it cannot be given here")
+            if key in ("wrap", "mem-per-cpu", "mem-per-gpu"):
+                raise ValueError(f"{shown(key)} cannot be given here: " + ("the job is a script of its own" if key == "wrap" else
+                                 "Slurm takes one of --mem (partitions' mem_per_node_gb), --mem-per-cpu, --mem-per-gpu"))
+            if not re.fullmatch(ONE_LINE_RE, str(value)):
+                raise ValueError(f"the value of {shown(key)} must be one line")
+        return v
+
+
+class Partition(Strict):
+    name: str = Field(pattern=NAME_RE, max_length=200)
+    default: bool = False
+    max_nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=1)
+    gpu_type: Optional[str] = Field(None, pattern=NAME_RE, max_length=200)
+    gpu_memory_gb: Optional[float] = Field(None, gt=0)
+    cpus_per_node: int = Field(ge=1)
+    mem_per_node_gb: Optional[int] = Field(None, ge=1, description="whole GB (sbatch --mem=NG; 0 would mean the whole node)")
+    max_time: str = "UNLIMITED"
+    matmul_tflops: Optional[float] = Field(None, gt=0, description="expected bf16 matmul TFLOP/s of one GPU (hpc.node.health)")
+    copy_gbps: Optional[float] = Field(None, gt=0, description="expected device copy GB/s (read + written) of one GPU (hpc.node.health)")
+    container: Optional[Container] = Field(None, description="this partition's container; replaces the site's")
+
+    @field_validator("max_time")
+    @classmethod
+    def _time(cls, v: str) -> str:
+        parse_minutes(v)
+        return v
+
+    @property
+    def max_minutes(self) -> Optional[int]:
+        return parse_minutes(self.max_time)
+
+
+class Bandwidth(Strict):
+    intra_node_gbps: Optional[float] = Field(None, gt=0, description="expected all_reduce bus bandwidth inside a node, GB/s")
+    inter_node_gbps: Optional[float] = Field(None, gt=0, description="expected all_reduce bus bandwidth across nodes, GB/s")
+
+
+class Network(Strict):
+    fabric: Literal["infiniband", "roce", "ethernet", "loopback"]
+    nccl_socket_ifname: str
+    gloo_socket_ifname: str
+    ib_hca: list[str] = Field(default_factory=list, description="HCAs NCCL may use, e.g. [mlx5_0, mlx5_1]")
+    ib_hca_exclude: list[str] = Field(default_factory=list, description="HCAs NCCL must not use")
+    roce_gid_index: Optional[int] = Field(None, ge=0)
+    gdr_level: Optional[Literal["LOC", "PIX", "PXB", "PHB", "SYS"]] = None
+    expected: Bandwidth = Bandwidth()
+    extra_env: dict[str, str] = Field(default_factory=dict, description="more NCCL_*/UCX_* settings")
+
+    @field_validator("extra_env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        _shell_names(v, "extra_env")
+        return v
+
+    @field_validator("nccl_socket_ifname")
+    @classmethod
+    def _nccl_ifname(cls, v: str) -> str:
+        _nccl_list(v, NCCL_SOCKET_IFNAME_VAR)
+        return v
+
+    @field_validator("gloo_socket_ifname")
+    @classmethod
+    def _gloo_ifname(cls, v: str) -> str:
+        if not all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) for n in v.split(",")):
+            raise ValueError(f"{shown(v)} is not a comma list of interface names (gloo takes exact names: no ^, = or ports)")
+        return v
+
+    @field_validator("ib_hca", "ib_hca_exclude")
+    @classmethod
+    def _hcas(cls, v: list[str]) -> list[str]:
+        if v:
+            if any(item.startswith("^") for item in v):
+                raise ValueError("an item starting with ^ is not an exclude list here: list the HCAs to avoid under ib_hca_exclude")
+            if any("," in item for item in v):
+                raise ValueError("one HCA per item (a list, not a comma-separated string)")
+            if any(item.startswith("=") for item in v[1:]):
+                raise ValueError("= (exact names) applies to the whole list: put it on the first item only")
+            _nccl_list(",".join(v), NCCL_IB_HCA_VAR)
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Network":
+        if self.ib_hca and self.ib_hca_exclude:
+            raise ValueError("give ib_hca or ib_hca_exclude, not both")
+        if self.fabric in ("ethernet", "loopback") and (self.ib_hca or self.ib_hca_exclude or self.roce_gid_index is not None):
+            raise ValueError(f"fabric {self.fabric} takes no ib_hca, ib_hca_exclude or roce_gid_index")
+        if self.fabric == "roce" and self.roce_gid_index is None:
+            raise ValueError("fabric roce needs roce_gid_index (usually 3 for RoCE v2)")
+        return self
+
+
+class Environment(Strict):
+    modules: list[Annotated[str, Field(pattern=r"^\S+$")]] = Field(default_factory=list, description="module names, one per item")
+    variables: dict[str, str] = Field(default_factory=dict)
+    setup: Optional[str] = Field(None, description="shell lines run before the launch, verbatim (e.g. activate a venv)")
+    python: Optional[str] = Field(None, description="python on the nodes; default: the interpreter that submits")
+
+    @field_validator("variables")
+    @classmethod
+    def _names(cls, v: dict[str, str]) -> dict[str, str]:
+        _shell_names(v, "environment.variables")
+        return v
+
+
+class Preemption(Strict):
+    signal: str = Field(DEFAULT_STOP_SIGNAL, description="pre-stop signal Slurm sends every rank before the time limit or on preemption")
+    lead_s: int = Field(DEFAULT_SIGNAL_LEAD_S, ge=10, description="seconds before the time limit the signal comes (Slurm may send it up to 60 s earlier)")
+    max_requeues: int = Field(DEFAULT_MAX_REQUEUES, ge=0, description="requeues after which a stopped job ends instead")
+    max_excluded_nodes: int = Field(DEFAULT_MAX_EXCLUDED_NODES, ge=0, description="nodes a job with --preflight may exclude "
+                                    "itself (a node failing its health check, missing at a collective timeout or a "
+                                    "persistent straggler: requeued without it); 0: it ends instead")
+    exclude_stragglers_after: int = Field(0, ge=0, description="the trainer's straggler.stop_after: a rank named a "
+                                          "straggler for this many windows in a row has its node excluded (the run stops "
+                                          "with a checkpoint and is requeued without it); 0: off (at least straggler.windows)")
+
+    @field_validator("signal")
+    @classmethod
+    def _signal(cls, v: str) -> str:
+        name = v.upper().removeprefix("SIG")
+        if name not in STOP_SIGNALS:
+            raise ValueError(f"signal {shown(v)} is not allowed; allowed: {', '.join(STOP_SIGNALS)} (USR2 by default: NCCL may use USR1)")
+        return name
+
+
+class Paths(Strict):
+    job_dir: str = Field("./jobs", pattern=ONE_LINE_RE)
+    checkpoint_root: str = Field("./checkpoints", pattern=ONE_LINE_RE)
+
+
+class Training(Strict):
+    config: str = Field("demo", description="default trainer config: a name in train/configs/ or a YAML path")
+
+
+class SiteProfile(Strict):
+    name: str = Field(pattern=NAME_RE, max_length=200)
+    description: str = ""
+    submission: Submission = Submission()
+    partitions: list[Partition] = Field(min_length=1)
+    network: Network
+    environment: Environment = Environment()
+    paths: Paths = Paths()
+    preemption: Preemption = Preemption()
+    training: Training = Training()
+    container: Optional[Container] = Field(None, description="the container every partition without its own runs in")
+
+    @model_validator(mode="after")
+    def _one_default(self) -> "SiteProfile":
+        names = [p.name for p in self.partitions]
+        if len(set(names)) != len(names):
+            raise ValueError(f"partition names repeat: {names}")
+        if sum(p.default for p in self.partitions) > 1:
+            raise ValueError("more than one partition has default: true")
+        return self
+
+    def container_for(self, partition: Partition) -> Optional[Container]:
+        """The partition's container section, else the site's (None: no container)."""
+        return partition.container or self.container
+
+    def partition(self, name: Optional[str]) -> Partition:
+        """The named partition, or the default one (the first when none is marked)."""
+        if name is None:
+            return next((p for p in self.partitions if p.default), self.partitions[0])
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        allowed = ", ".join(p.name for p in self.partitions)
+        raise SiteError(f"site {self.name}: partition {shown(name)} is not in the profile; allowed: {allowed}")
+
+
+def user_site_dir() -> Path:
+    """The user's own profiles: ``$XDG_CONFIG_HOME/hpc/sites`` (default ``~/.config/hpc/sites``)."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or "~/.config").expanduser() / "hpc" / "sites"
+
+
+def site_dirs() -> list[Path]:
+    """Where ``--site NAME`` looks, in order: $HPC_SITE_DIRS, the working directory, the user's directory, the shipped ones."""
+    dirs = [Path(d).expanduser() for d in os.environ.get(SITE_DIRS_VAR, "").split(":") if d]
+    return dirs + [Path.cwd(), user_site_dir(), SHIPPED_SITE_DIR]
+
+
+def find_site(name: str) -> Path:
+    if len(name) > 4096 or "\0" in name:
+        raise SiteError(f"site {shown(name)}: not a profile name or path")
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        path = Path(name).expanduser()
+        if path.is_dir():
+            raise SiteError(f"site profile {name} is a directory; give a YAML file or a profile name")
+        if path.exists() and not path.is_file():  # a FIFO or a device: reading it could block
+            raise SiteError(f"site profile {name} is not a regular file")
+        if not path.is_file():
+            raise SiteError(f"site profile file {name} does not exist")
+        return path
+    for d in site_dirs():
+        path = d / f"{name}.yaml"
+        if path.is_file():
+            return path
+    known = sorted({p.stem for d in site_dirs() if d.is_dir() for p in d.glob("*.yaml")})
+    raise SiteError(f"site {shown(name)} not found in {', '.join(map(str, site_dirs()))}; known sites: {', '.join(known) or 'none'}")
+
+
+def read_text(path: Path) -> str:
+    """A profile's text; an unreadable or binary file is one SiteError line."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise SiteError(f"{path}: not a text file (not UTF-8 at byte {e.start})") from None
+    except OSError as e:
+        raise SiteError(f"{path}: cannot read it ({e.strerror})") from None
+
+
+def _loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def load_site(name: str) -> SiteProfile:
+    """Find and validate a site profile; every problem is one `SiteError` line naming the file and key."""
+    path = find_site(name)
+    try:
+        data = load_yaml(read_text(path), str(path))
+    except YamlError as e:
+        raise SiteError(str(e)) from None
+    if not isinstance(data, dict):
+        raise SiteError(f"{path}: expected a mapping of keys at the top level")
+    try:
+        return SiteProfile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; see docs/sites.md for the keys)"
+            if tuple(err["loc"]) == ("environment", "container"):
+                msg = "moved: write a top-level container: section with runtime: pyxis, image and mounts"
+        raise SiteError(f"{path}: {_loc(err['loc'])}: {msg}") from None

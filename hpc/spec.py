@@ -1,0 +1,399 @@
+"""JobSpec: the one validated description of a job (site, partition, shape, time, launcher, command)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import getpass
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from pydantic import ValidationError
+
+from hpc.container import Container, Places
+from hpc.dependency import check_known, parse_after
+from hpc.node.cli import HpcError, path_text, shown, whole
+from hpc.node.contract import FINAL_STATES
+from hpc.node.launcher import SRUN, Launcher, get_launcher
+from hpc.node.ownership import check_owner, claim, run_dir_name
+from hpc.site import Partition, Preemption, SiteError, SiteProfile
+from hpc.slurm_time import format_minutes, parse_minutes
+from hpc.sweep import Sweep, build_sweep, task_args, write_table
+from hpc.plan import plan_layout
+from hpc.trainer_job import TrainerJob, runs_trainer, trainer_job
+from train.config import ConfigError, TrainConfig
+from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, MODULE as TRAINER_MODULE
+from train.layout import WorldEnv
+from train.run_check import check_run
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the directory that holds the hpc and train packages
+
+
+MAX_JOB_NAME = 200
+MAX_COUNT = 100_000  # the most nodes, GPUs or requeues a flag may ask for
+
+
+class SpecError(HpcError):
+    """Bad command-line input; the message names the flag and what is allowed."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    site: SiteProfile
+    partition: Partition
+    nodes: int
+    gpus_per_node: int
+    minutes: int
+    job_name: str
+    launcher: Launcher
+    program: tuple[str, ...]  # after ``python -u``: a script or ``-m MODULE`` with its arguments (the trainer: see trainer)
+    job_dir: Path
+    checkpoint_dir: Path
+    workdir: Path
+    python: str
+    signal: str
+    signal_lead_s: int
+    max_requeues: int
+    container: Optional[Container] = None
+    sweep: Optional[Sweep] = None  # an array job: one task per combination of the sweep values
+    after: tuple[str, ...] = ()    # sbatch dependencies, e.g. "afterok:123"
+    nodelist: Optional[str] = None  # a Slurm hostlist the job must run on (--nodelist)
+    exclude: Optional[str] = None   # a Slurm hostlist the job must not run on (--exclude)
+    preflight: bool = False        # run hpc.node.health on every node before the ranks start
+    trainer: Optional[TrainerJob] = None  # the trainer's part, when the ranks run the trainer
+
+    @property
+    def places(self) -> Places:
+        return Places(workdir=self.workdir, job_dir=self.job_dir, checkpoint_dir=self.checkpoint_dir, project=PROJECT_ROOT)
+
+    @property
+    def tasks_per_node(self) -> int:
+        return self.launcher.tasks_per_node(self.gpus_per_node)
+
+    @property
+    def cpus_per_task(self) -> int:
+        return max(1, self.partition.cpus_per_node // self.tasks_per_node)
+
+    @property
+    def threads_per_rank(self) -> int:
+        """OMP threads of one rank: a node's CPUs shared by its ranks (under torchrun/accelerate one task runs them all)."""
+        return max(1, self.partition.cpus_per_node // self.gpus_per_node)
+
+    @property
+    def runs_trainer(self) -> bool:
+        return self.trainer is not None
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        """What every rank runs: the trainer with its part's arguments, or the program (each array task's overrides are
+        added in the script)."""
+        python = self.container.python if self.container else self.python
+        if self.trainer is None:
+            return (python, "-u", *self.program)
+        return (python, "-u", "-m", TRAINER_MODULE, *self.trainer.args())
+
+    @property
+    def launch_python(self) -> str:
+        """The python that runs hpc.node.launch: inside the image under pyxis (srun enters it), else the nodes' own."""
+        return self.container.python if self.container and not self.container.wrapped else self.python
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default: Optional[str] = None) -> None:
+    """The flags every submitting command shares: --site, --nodes, --partition, --gpus-per-node, --time."""
+    p.add_argument("--site", required=True, type=path_text,
+                   help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) or a YAML path")
+    p.add_argument("--nodes", type=whole(1, MAX_COUNT), required=True)
+    p.add_argument("--partition", help="partition name (default: the profile's default)")
+    p.add_argument("--gpus-per-node", type=whole(1, MAX_COUNT), help="GPUs (ranks) per node (default: all of the partition's)")
+    p.add_argument("--time", default=time_default, help=time_help)
+    p.add_argument("--nodelist", metavar="NODES", help="run on these nodes, Slurm hostlist syntax (e.g. n[1-2] or gpu07,gpu09)")
+    p.add_argument("--exclude", metavar="NODES", help="never run on these nodes, Slurm hostlist syntax (e.g. n3 or gpu[07-08])")
+
+
+NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def parse_nodes(flag: str, text: Optional[str]) -> list[str]:
+    """The node names of a Slurm hostlist given to ``flag`` (e.g. 'n[1-3],gpu07'), each checked; [] for None."""
+    import hostlist
+
+    if text is None:
+        return []
+    try:
+        names = hostlist.expand_hostlist(text)
+    except hostlist.BadHostlist as e:
+        raise SpecError(f"{flag} {text!r}: not a Slurm hostlist ({e}); e.g. n[1-3],gpu07") from None
+    if not names:
+        raise SpecError(f"{flag} {text!r}: names no node; e.g. n[1-3],gpu07")
+    bad = next((n for n in names if not NODE_NAME_RE.match(n)), None)
+    if bad is not None:
+        raise SpecError(f"{flag} {text!r}: {bad!r} is not a node name (letters, digits, '.', '_' and '-')")
+    return names
+
+
+def node_lists(nodes: int, nodelist: Optional[str], exclude: Optional[str]) -> tuple[Optional[str], Optional[str]]:
+    """--nodelist and --exclude checked against each other and --nodes, as compressed hostlists (None when not given)."""
+    import hostlist
+
+    wanted, avoided = parse_nodes("--nodelist", nodelist), parse_nodes("--exclude", exclude)
+    if len(set(wanted)) > nodes:
+        raise SpecError(f"--nodelist {nodelist!r} names {len(set(wanted))} nodes; --nodes {nodes}: list at most --nodes nodes")
+    both = sorted(set(wanted) & set(avoided))
+    if both:
+        raise SpecError(f"--nodelist and --exclude both name {hostlist.collect_hostlist(both)}: a node is either wanted or excluded")
+    return (hostlist.collect_hostlist(wanted) if wanted else None, hostlist.collect_hostlist(avoided) if avoided else None)
+
+
+def use_site_slurm(spec: JobSpec) -> None:
+    """Point Slurm's clients at the profile's slurm.conf (unless SLURM_CONF is set) and check that
+    sbatch is reachable and slurmctld answers."""
+    conf = spec.site.submission.slurm_conf
+    if conf and "SLURM_CONF" not in os.environ:
+        if not Path(conf).is_file():
+            raise SpecError(f"site {spec.site.name}: submission.slurm_conf {conf} does not exist")
+        os.environ["SLURM_CONF"] = conf
+    if shutil.which("sbatch") is None:
+        raise SpecError("sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
+    from hpc.slurm_query import check_controller
+
+    check_controller()
+
+
+def check_dependencies(spec: JobSpec) -> None:
+    """Every --after job must be known to Slurm."""
+    if spec.after:
+        use_site_slurm(spec)
+        check_known(spec.after)
+
+
+def prepare_submission(spec: JobSpec) -> None:
+    """Point Slurm's clients at the profile's slurm.conf, check that no job of this name is queued or
+    running, and claim the job and checkpoint directories (each array task's for that task) for this
+    job name. The --after jobs were checked with the command line (`check_dependencies`)."""
+    use_site_slurm(spec)
+    from hpc.slurm_query import squeue_rows
+
+    live = [r for r in squeue_rows("-u", getpass.getuser())
+            if r["JobName"] == spec.job_name and r["State"] not in FINAL_STATES | {"COMPLETING"}]
+    if live:
+        raise SpecError(f"--job-name {shown(spec.job_name)}: job {live[0]['JobIDRaw']} of that name is {live[0]['State']}; two jobs of one "
+                        "name would share one run: wait for it, cancel it, or pick another name")
+    claim(spec.job_dir, spec.job_name, "job directory")
+    if spec.runs_trainer:
+        claim(spec.checkpoint_dir, spec.job_name, "checkpoint directory")
+    if spec.sweep is not None:
+        write_table(spec.sweep, spec.job_name, spec.job_dir)
+        for t in spec.sweep.tasks:
+            claim(spec.job_dir / t.dir_name, t.owner(spec.job_name), f"task {t.index}'s log.dir")
+            claim(spec.checkpoint_dir / t.dir_name, t.owner(spec.job_name), f"task {t.index}'s checkpoint.dir")
+
+
+def site_path(text: str, workdir: Path, key: str) -> Path:
+    """A profile path (``key``) with ~ and $VARS expanded ($USER is the user's name even where the environment lacks
+    it), made absolute against the submit directory; a variable that is not set is a SpecError."""
+    env = {"USER": getpass.getuser(), **os.environ}
+
+    def value(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        if name not in env:
+            raise SpecError(f"{key}: {shown(text)} uses ${name}, which is not set in this environment")
+        return env[name]
+
+    path = Path(re.sub(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))", value, os.path.expanduser(text)))
+    return path if path.is_absolute() else workdir / path
+
+
+def rank_program(args: Sequence[str], site: SiteProfile, job_dir: Path, checkpoint_dir: Path) -> tuple[Optional[TrainerJob], tuple[str, ...]]:
+    """What every rank runs: the trainer (its part of the job, as data) or, after ``python -u``, a script (`x.py ARGS`)
+    or a module (`-m MOD ARGS`)."""
+    args = list(args)
+    if runs_trainer(args):
+        return trainer_job(args, site, job_dir, checkpoint_dir), ()
+    if args[0] == "-m":
+        if len(args) < 2:
+            raise SpecError("-- -m needs a module name, e.g. -- -m hpc.node.smoke")
+        return None, tuple(args)
+    if not Path(args[0]).is_file():
+        raise SpecError(f"script {args[0]} does not exist")
+    return None, (str(Path(args[0]).resolve()), *args[1:])
+
+
+def config_key_problem(key: str) -> Optional[str]:
+    """Why ``key`` (a.b.c) is not a key of the training config, or None (a key below a mapping is left to validation)."""
+    from pydantic import BaseModel
+
+    model, parts = TrainConfig, key.split(".")
+    for i, part in enumerate(parts):
+        if part not in model.model_fields:
+            return f"not a config key ({'.'.join(parts[:i]) or 'the top level'} has: {', '.join(model.model_fields)})"
+        ann = model.model_fields[part].annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+            continue
+        plain_value = isinstance(ann, type) and not issubclass(ann, dict)
+        return f"{'.'.join(parts[:i + 1])} is a value, not a section" if plain_value and i < len(parts) - 1 else None
+    return f"{key} is a section, not a value: sweep one of its keys ({', '.join(model.model_fields)})"
+
+
+def plan_trainer(spec: JobSpec) -> tuple[JobSpec, Optional[TrainConfig], Optional[str]]:
+    """The trainer's config loaded (once per submit) and the planner's layout added to the trainer's part where it adds
+    one: returns the spec, the config as the ranks will load it (None for a script or module) and the planner's note."""
+    if spec.trainer is None:
+        return spec, None, None
+    try:
+        cfg = spec.trainer.load()
+    except ConfigError as e:
+        raise SpecError(f"trainer: {e}") from None
+    layout, note = plan_layout(cfg, spec.partition, spec.nodes, spec.gpus_per_node)
+    if layout is None:
+        return spec, cfg, None
+    return dataclasses.replace(spec, trainer=dataclasses.replace(spec.trainer, layout=layout)), layout.apply(cfg), note
+
+
+def check_rank_command(spec: JobSpec, cfg: Optional[TrainConfig] = None) -> None:
+    """What every rank will run, checked here before anything is submitted: the trainer's config, files and layout for
+    this job's ranks (the trainer's own first check, train.run_check; ``cfg``: the job's config already loaded) and
+    the owners of its directories, or that a ``-m MODULE`` exists for the job's python."""
+    cmd = spec.command
+    if spec.runs_trainer:
+        for key in spec.sweep.keys if spec.sweep is not None else ():
+            problem = config_key_problem(key)
+            if problem:
+                raise SpecError(f"--sweep {key}: {problem}")
+        env = WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node)
+        tasks = [(spec.job_name, ())] if spec.sweep is None else \
+            [(t.owner(spec.job_name), task_args(t, spec.job_dir, spec.checkpoint_dir)) for t in spec.sweep.tasks]
+        for owner, overrides in tasks:
+            where = "trainer" if spec.sweep is None else f"--sweep task {owner.removeprefix(spec.job_name)}: trainer"
+            try:
+                task_cfg = cfg if cfg is not None and spec.sweep is None else spec.trainer.load(overrides)
+                check_run(task_cfg, env)
+                check_owner(task_cfg.log.dir, owner, LOG_DIR_KEY)
+                check_owner(task_cfg.checkpoint_dir, owner, CHECKPOINT_DIR_KEY)
+            except HpcError as e:
+                raise SpecError(f"{where}: {e}") from None
+    elif cmd[2] == "-m" and Path(cmd[0]).is_file():  # the rank's python (a name inside an image is not checked here)
+        probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
+        try:
+            missing = subprocess.run([cmd[0], "-c", probe, cmd[3]], cwd=spec.workdir, capture_output=True).returncode != 0
+        except OSError as e:
+            raise SpecError(f"python {cmd[0]}: cannot run it ({e.strerror})") from None
+        if missing:
+            raise SpecError(f"-m {cmd[3]}: no such module for {cmd[0]} (run from {spec.workdir})")
+
+
+def build_spec(
+    site: SiteProfile,
+    nodes: int,
+    partition: Optional[str] = None,
+    gpus_per_node: Optional[int] = None,
+    time: Optional[str] = None,
+    job_name: Optional[str] = None,
+    launcher: str = SRUN.name,
+    args: Sequence[str] = (),
+    workdir: Optional[Path] = None,
+    python: Optional[str] = None,
+    signal: Optional[str] = None,
+    signal_lead_s: Optional[int] = None,
+    max_requeues: Optional[int] = None,
+    container_image: Optional[str] = None,
+    sweep: Sequence[str] = (),
+    max_parallel: Optional[int] = None,
+    after: Sequence[str] = (),
+    nodelist: Optional[str] = None,
+    exclude: Optional[str] = None,
+    preflight: bool = False,
+) -> JobSpec:
+    """Check the request against the site profile; every problem is one `SpecError` line."""
+    try:
+        part = site.partition(partition)
+    except SiteError as e:
+        raise SpecError(f"--partition: {e}") from None
+    if nodes < 1:
+        raise SpecError(f"--nodes {nodes}: must be at least 1")
+    if nodes > part.max_nodes:
+        raise SpecError(f"--nodes {nodes}: partition {part.name} of site {site.name} has at most {part.max_nodes} nodes")
+    gpus = part.gpus_per_node if gpus_per_node is None else gpus_per_node
+    if not 1 <= gpus <= part.gpus_per_node:
+        raise SpecError(f"--gpus-per-node {gpus}: partition {part.name} allows 1 to {part.gpus_per_node}")
+    launch = get_launcher(launcher)
+    limit = part.max_minutes
+    if time is None:
+        minutes = limit if limit is not None else 60
+    else:
+        try:
+            minutes = parse_minutes(time)
+        except ValueError as e:
+            raise SpecError(f"--time: {e}") from None
+        if minutes is None:
+            if limit is not None:
+                raise SpecError(f"--time {time}: partition {part.name} allows at most {part.max_time} ({format_minutes(limit)})")
+            minutes = 60 * 24 * 365
+        if limit is not None and minutes > limit:
+            raise SpecError(f"--time {time}: partition {part.name} allows at most {part.max_time} ({format_minutes(limit)})")
+    name = job_name if job_name is not None else "train"
+    if not name.strip() or any(ord(c) < 32 or c == "\x7f" for c in name):
+        raise SpecError("--job-name: must be one non-empty line of printable characters")
+    if "\\" in name:
+        raise SpecError("--job-name: a backslash cannot be given to Slurm exactly (#SBATCH lines drop it); leave it out")
+    if len(name) > MAX_JOB_NAME:
+        raise SpecError(f"--job-name: {len(name)} characters; at most {MAX_JOB_NAME}")
+    try:
+        pre = Preemption(
+            signal=signal or site.preemption.signal,
+            lead_s=site.preemption.lead_s if signal_lead_s is None else signal_lead_s,
+            max_requeues=site.preemption.max_requeues if max_requeues is None else max_requeues,
+        )
+    except ValidationError as e:
+        err = e.errors()[0]
+        flag = {"signal": "--signal", "lead_s": "--signal-lead", "max_requeues": "--max-requeues"}[err["loc"][0]]
+        raise SpecError(f"{flag}: {err['msg'].removeprefix('Value error, ')}") from None
+    if pre.lead_s >= minutes * 60:
+        raise SpecError(f"--signal-lead {pre.lead_s}: must be shorter than the time limit ({minutes * 60} s)")
+    wanted, avoided = node_lists(nodes, nodelist, exclude)
+    array = build_sweep(sweep, max_parallel)
+    dependencies = parse_after(after)
+    workdir = (workdir or Path.cwd()).resolve()
+    python = python or site.environment.python or sys.executable
+    job_dir = site_path(site.paths.job_dir, workdir, "paths.job_dir") / run_dir_name(name)
+    checkpoint_dir = site_path(site.paths.checkpoint_root, workdir, "paths.checkpoint_root") / run_dir_name(name)
+    container = job_container(site, part, container_image)
+    trainer, program = rank_program(args, site, job_dir, checkpoint_dir)
+    spec = JobSpec(
+        site=site, partition=part, nodes=nodes, gpus_per_node=gpus, minutes=minutes, job_name=name,
+        launcher=launch, program=program, trainer=trainer,
+        job_dir=job_dir, checkpoint_dir=checkpoint_dir, workdir=workdir, python=python,
+        signal=pre.signal, signal_lead_s=pre.lead_s, max_requeues=pre.max_requeues, container=container,
+        sweep=array, after=dependencies, nodelist=wanted, exclude=avoided, preflight=preflight,
+    )
+    if array is not None and not spec.runs_trainer:
+        raise SpecError(f"--sweep: sweeps trainer overrides; {' '.join(spec.command[2:4])} is not the trainer")
+    if container:
+        try:
+            spec.places.check()
+        except ValueError as e:
+            raise SpecError(f"container: {e}") from None
+    return spec
+
+
+def job_container(site: SiteProfile, part: Partition, image: Optional[str]) -> Optional[Container]:
+    """The partition's (else the site's) container, with ``--container IMAGE`` as its image when given."""
+    container = site.container_for(part)
+    if image is None:
+        return container
+    if container is None:
+        raise SpecError(f"--container {image}: site {site.name} has no container section for partition {part.name} "
+                        "(add container: with a runtime to the profile)")
+    try:
+        return container.with_image(image)
+    except ValueError as e:
+        raise SpecError(f"--container {image}: {e}") from None

@@ -1,0 +1,107 @@
+"""Submit a rendered job through submitit and follow it until it ends: the one way every command submits.
+
+submitit submits the text of `render_sbatch` unchanged (the dry run is the submission) and
+returns its job object; the job's state is read from slurmctld first (at once) and from
+accounting once slurmctld forgets the job.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import submitit
+
+from hpc.node.contract import ENDED_STATES, task_log
+from hpc.render import render_sbatch
+from hpc.slurm_query import JobError, job_state
+from hpc.spec import JobSpec, SpecError, prepare_submission, use_site_slurm
+
+
+class RenderedExecutor(submitit.SlurmExecutor):
+    """submitit's Slurm executor, submitting one ready sbatch text instead of a pickled function.
+
+    submitit has no public call for a ready script: this overrides its private ``_make_submission_file_text``
+    and calls its private ``_submit_command``, so pyproject.toml pins submitit to the versions tested
+    (tests/unit/test_submitit_api.py fails when an installed submitit lacks them)."""
+
+    def __init__(self, folder: Path, text: str):
+        super().__init__(folder=folder)
+        self._text = text
+
+    def _make_submission_file_text(self, command: str, uid: str) -> str:
+        return self._text
+
+    def submit_text(self) -> submitit.SlurmJob:
+        return self._submit_command("")
+
+
+def submit(spec: JobSpec) -> submitit.SlurmJob:
+    """Submit the job's script; raises SpecError with sbatch's own message when Slurm refuses it."""
+    prepare_submission(spec)
+    executor = RenderedExecutor(spec.job_dir, render_sbatch(spec))
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):  # submitit echoes sbatch's stderr; it goes into our one line
+            return executor.submit_text()
+    except submitit.core.utils.FailedJobError as e:
+        message = " ".join(str(e).split()) or captured.getvalue().strip() or "no message"
+        extra = spec.site.submission.extra_sbatch
+        hint = f" (the profile's submission.extra_sbatch adds {', '.join(f'--{k}={v}' for k, v in extra.items())})" if extra else ""
+        raise SpecError(f"sbatch refused the job: {message}{hint}") from None
+    except submitit.core.utils.FailedSubmissionError as e:  # sbatch exited 0 but printed no "job <id>"
+        raise SpecError(f"sbatch printed no job id: {' '.join(str(e).splitlines()[0].split())}") from None
+
+
+def test_only(spec: JobSpec) -> str:
+    """``sbatch --test-only`` on the rendered script: Slurm's line on where and when the job would start
+    (nothing is submitted); SpecError with sbatch's message when Slurm refuses it."""
+    use_site_slurm(spec)
+    with tempfile.NamedTemporaryFile("w", suffix=".sbatch") as f:
+        f.write(render_sbatch(spec))
+        f.flush()
+        r = subprocess.run(["sbatch", "--test-only", f.name], capture_output=True, text=True, cwd=spec.workdir)
+    message = " ".join(r.stderr.split()).removeprefix("sbatch: ")
+    if r.returncode != 0:
+        raise SpecError(f"sbatch --test-only refused the job: {message.removeprefix('error: ') or 'no message'}")
+    return message
+
+
+def follow(job_id: str, log: Path, poll_s: float = 1.0, prefix: str = "[wait]",
+           deadline: Optional[Callable[[str, float], bool]] = None) -> str:
+    """Print state changes and ``log``'s new text until the job ends; returns the final state.
+
+    ``deadline(state, started_at)`` may end the following early (returns the state then)."""
+    shown, state, started = 0, None, None
+    while True:
+        try:
+            new = job_state(job_id)
+        except JobError as e:
+            print(f"{prefix} job {job_id}: {e}", file=sys.stderr, flush=True)
+            new = state or "UNKNOWN"
+        if new != state:
+            state = new
+            print(f"{prefix} job {job_id}: {state}", flush=True)
+        if started is None and state not in ("PENDING", "REQUEUED"):
+            started = time.time()
+        if log.exists():
+            with log.open("rb") as f:
+                f.seek(shown)
+                chunk = f.read()
+            if chunk:
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+                shown += len(chunk)
+        if state in ENDED_STATES or (deadline is not None and deadline(state, started)):
+            return state
+        time.sleep(poll_s)
+
+
+def first_log(spec: JobSpec, job_id: str) -> Path:
+    """Task 0's log, which the batch script's own output shares."""
+    return task_log(spec.job_dir, job_id, 0)

@@ -1,0 +1,98 @@
+"""The parallel layout, torch-free (the login side checks it for a job's ranks): a rank's place in the job, the
+validated degrees, and the tensor-parallel rule shared by the trainer and the planner: tp divides the model's KV
+heads (each TP rank holds whole KV heads) and the ranks per node (a TP group stays on one node's fast links)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from hpc.node.cli import shown
+from hpc.node.contract import LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, RANK_VAR, WORLD_SIZE_VAR
+from train.config import ConfigError, ParallelConfig
+
+
+def tp_problem(tp: int, kv_heads: int, ranks_per_node: int) -> str | None:
+    """What is wrong with ``parallel.tp=tp`` for this model and node, or None when it is allowed."""
+    if kv_heads % tp:
+        return f"parallel.tp={tp} must divide the model's num_key_value_heads={kv_heads} (allowed: {_divisors(kv_heads)})"
+    if ranks_per_node % tp:
+        return f"parallel.tp={tp} must divide the ranks per node LOCAL_WORLD_SIZE={ranks_per_node}, so a TP group stays on one node"
+    return None
+
+
+def tp_degrees(kv_heads: int, ranks_per_node: int) -> list[int]:
+    """Every allowed tp, smallest first."""
+    return [t for t in range(1, ranks_per_node + 1) if tp_problem(t, kv_heads, ranks_per_node) is None]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass(frozen=True)
+class WorldEnv:
+    """This process's place in the job, from torchrun's variables (our Slurm launcher sets the same)."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+
+    @classmethod
+    def from_env(cls) -> WorldEnv:
+        def get(name: str, default: int) -> int:
+            value = os.environ.get(name)
+            if value is None:
+                return default
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigError(f"environment {name}={shown(value)}: must be an integer") from None
+
+        world = get(WORLD_SIZE_VAR, 1)
+        env = cls(get(RANK_VAR, 0), get(LOCAL_RANK_VAR, 0), world, get(LOCAL_WORLD_SIZE_VAR, world))
+        for name, value, bound, bound_name in ((WORLD_SIZE_VAR, env.world_size, None, ""),
+                                               (LOCAL_WORLD_SIZE_VAR, env.local_world_size, env.world_size, WORLD_SIZE_VAR),
+                                               (RANK_VAR, env.rank + 1, env.world_size, WORLD_SIZE_VAR),
+                                               (LOCAL_RANK_VAR, env.local_rank + 1, env.local_world_size, LOCAL_WORLD_SIZE_VAR)):
+            if value < 1 or (bound is not None and value > bound):
+                given = value - 1 if name.endswith("RANK") else value
+                allowed = f"0 to {bound - 1}" if name.endswith("RANK") else (f"1 to {bound}" if bound else "at least 1")
+                raise ConfigError(f"environment {name}={given}: allowed {allowed}" + (f" ({bound_name}={bound})" if bound else ""))
+        if env.world_size > 1 and not os.environ.get(MASTER_ADDR_VAR):
+            raise ConfigError(f"environment {WORLD_SIZE_VAR}={env.world_size} but {MASTER_ADDR_VAR} is not set: start the ranks with torchrun or hpc.node.launch")
+        return env
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    """Validated parallel degrees: dp * tp == world_size, tp divides the KV heads and the ranks per node; ep (a mixture
+    of experts only) divides dp and the experts: each group of ep data-parallel ranks splits the experts."""
+
+    dp: int
+    tp: int
+    ep: int = 1
+
+    @classmethod
+    def build(cls, cfg: ParallelConfig, env: WorldEnv, kv_heads: int, num_experts: int = 0) -> ParallelDims:
+        tp = cfg.tp
+        problem = tp_problem(tp, kv_heads, env.local_world_size)
+        if problem:
+            raise ConfigError(problem)
+        dp = cfg.dp if cfg.dp is not None else env.world_size // tp
+        if dp * tp != env.world_size:
+            raise ConfigError(f"parallel.dp={dp} x parallel.tp={tp} = {dp * tp} must equal WORLD_SIZE={env.world_size} (omit parallel.dp to use WORLD_SIZE // tp)")
+        ep = cfg.ep
+        if ep > 1 and not num_experts:
+            raise ConfigError(f"parallel.ep={ep} needs a mixture-of-experts model (model.shape tiny-moe, 30B-A3B, 235B-A22B or a qwen3_moe model.path); "
+                              "this one is dense: use parallel.ep=1")
+        if dp % ep or num_experts % ep:
+            raise ConfigError(f"parallel.ep={ep} must divide parallel.dp={dp} and the model's num_experts={num_experts} "
+                              f"(allowed: {[e for e in range(1, dp + 1) if dp % e == 0 and num_experts % e == 0]})")
+        return cls(dp, tp, ep)
+
+    def grad_accum(self, global_batch: int, micro_batch: int) -> int:
+        """Micro-batches per rank per step; global_batch must split evenly over micro_batch x dp."""
+        if global_batch % (micro_batch * self.dp):
+            raise ConfigError(f"global_batch={global_batch} must be a multiple of micro_batch x dp = {micro_batch} x {self.dp}")
+        return global_batch // (micro_batch * self.dp)

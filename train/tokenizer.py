@@ -1,0 +1,86 @@
+"""Tokenizer loading: the shipped demo tokenizer or any Hugging Face tokenizer directory.
+
+``DataConfig.tokenizer: null`` loads the demo tokenizer in ``train/assets/tokenizer``
+(a 2048-token byte-level BPE trained on the demo corpus by
+``scripts/make_demo_assets.py``; EOS = ``<|endoftext|>``).
+
+To train with the real Qwen3 vocabulary, point ``tokenizer:`` at a local directory
+holding its files (``tokenizer.json``, ``tokenizer_config.json``, and optionally
+``vocab.json``/``merges.txt``), e.g. one fetched on a machine with hub access by
+``hf download Qwen/Qwen3-0.6B tokenizer.json tokenizer_config.json vocab.json merges.txt
+--local-dir /shared/tokenizers/qwen3``; the model's ``vocab_size`` must cover it.
+Any directory that ``AutoTokenizer.from_pretrained`` loads as a fast tokenizer works.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hpc.node.cli import HpcError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
+DEMO_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "tokenizer"
+# The demo tokenizer plus Qwen3's chat tokens (<|im_start|>, <|im_end|> = EOS, <think>, </think>) and a Qwen3-style chat template.
+DEMO_CHAT_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "chat_tokenizer"
+
+
+def tokenizer_source(data_tokenizer: str | None, model_path: str | None, chat: bool) -> str:
+    """data.tokenizer, else model.path's tokenizer, else the demo tokenizer (its chat variant for chat data)."""
+    if data_tokenizer or model_path:
+        return data_tokenizer or model_path
+    return str(DEMO_CHAT_TOKENIZER_DIR if chat else DEMO_TOKENIZER_DIR)
+
+
+def _directory(path: str | None) -> Path:
+    """The tokenizer directory of ``path`` (None = the demo tokenizer), checked to hold a Hugging Face tokenizer's files."""
+    directory = DEMO_TOKENIZER_DIR if path is None else Path(path).expanduser()
+    if not any((directory / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise HpcError(
+            f"tokenizer: {directory} is not a Hugging Face tokenizer directory "
+            "(need tokenizer.json or tokenizer_config.json); use null for the demo tokenizer"
+        )
+    return directory
+
+
+def _cannot_load(directory: Path, e: Exception) -> HpcError:
+    return HpcError(f"tokenizer: {directory} cannot be loaded ({' '.join(str(e).split())[:200] or type(e).__name__})")
+
+
+def check_tokenizer(path: str | None) -> int | None:
+    """The torch-free part of ``load_tokenizer``'s checks (the login side runs it for every job): the directory's files,
+    and its tokenizer.json and tokenizer_config.json parsed. Returns the vocabulary with added tokens (``len`` of the
+    loaded tokenizer) when tokenizer.json gives it, else None."""
+    from tokenizers import Tokenizer
+
+    directory = _directory(path)
+    try:
+        config = directory / "tokenizer_config.json"
+        if config.is_file() and not isinstance(json.loads(config.read_text(encoding="utf-8")), dict):
+            raise ValueError("tokenizer_config.json is not a JSON object")
+        if (directory / "tokenizer.json").is_file():
+            return Tokenizer.from_file(str(directory / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
+    except Exception as e:  # noqa: BLE001 - the user's files: a broken JSON, a tokenizers parse error
+        raise _cannot_load(directory, e) from None
+    return None
+
+
+def load_tokenizer(path: str | None) -> PreTrainedTokenizerFast:
+    """Load a fast tokenizer from ``path`` (None = demo tokenizer); it must define an EOS token."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    directory = _directory(path)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - the user's files: a broken JSON, a missing vocabulary, a tokenizers parse error
+        raise _cannot_load(directory, e) from None
+    if not isinstance(tok, PreTrainedTokenizerFast):
+        raise HpcError(
+            f"tokenizer: {directory} loads as a slow {type(tok).__name__}; a fast tokenizer (tokenizer.json) is required"
+        )
+    if tok.eos_token_id is None:
+        raise HpcError(f"tokenizer: {directory} defines no eos_token; set eos_token in its tokenizer_config.json")
+    return tok
