@@ -144,11 +144,32 @@ def init_adapters(model: nn.Module, seed: int) -> None:
     set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False))
 
 
-def require_nf4() -> None:
+# torchao's NF4 home: torchao >= 0.18 moved it from torchao.dtypes.nf4tensor (0.17 and earlier)
+NF4_MODULES = ("torchao.quantization.quantize_.workflows.nf4.nf4_tensor", "torchao.dtypes.nf4tensor")
+
+
+def nf4_api():
+    """torchao's ``(NF4Tensor, to_nf4)`` from whichever home the installed torchao has; a ConfigError naming the cause."""
+    import importlib
+
     try:
-        import torchao.dtypes.nf4tensor  # noqa: F401
-    except ImportError:
-        raise ConfigError("lora.quantize_base=nf4 needs torchao: pip install 'hpc-train[fp8]'") from None
+        import torchao
+    except ImportError as e:
+        if e.name and e.name.split(".")[0] == "torchao":
+            raise ConfigError("lora.quantize_base=nf4 needs torchao: pip install 'hpc-train[fp8]'") from None
+        raise ConfigError(f"lora.quantize_base=nf4: torchao is installed but does not import ({e})") from None
+    for name in NF4_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        return module.NF4Tensor, module.to_nf4
+    raise ConfigError(f"lora.quantize_base=nf4: torchao {getattr(torchao, '__version__', '?')} has NF4 in none of "
+                      f"{', '.join(NF4_MODULES)}; install torchao>=0.17")
+
+
+def require_nf4() -> None:
+    nf4_api()
 
 
 def check_layout(cfg: LoraConfig, world_size: int) -> None:
@@ -169,8 +190,7 @@ def nf4_scaler_block(numel: int) -> int:
 @torch.no_grad()
 def quantize_base(model: nn.Module) -> int:
     """Replace every LoraLinear's frozen base weight by its NF4 quantization (a single-rank model); returns the count."""
-    from torchao.dtypes.nf4tensor import to_nf4
-
+    _, to_nf4 = nf4_api()
     count = 0
     for module in model.modules():
         if isinstance(module, LoraLinear):

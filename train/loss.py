@@ -61,6 +61,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, hidden: Tensor, weight: Tensor, labels: Tensor, chunk: int, divisor: Tensor | float) -> Tensor:
         n = hidden.shape[0]
         fn = _chunk_fn(hidden.device)
+        # a frozen head (LoRA) gets no weight gradient: neither its product nor its fp32 [V, H] accumulator
+        weight_grad = ctx.needs_input_grad[1]
         grad_hidden = torch.empty_like(hidden)
         grad_weight = None
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -69,14 +71,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
             chunk_loss, g = fn(h @ weight.t(), y)
             loss += chunk_loss
             grad_hidden[start : start + chunk] = g @ weight
-            grad_weight = _add_product(grad_weight, g.t(), h)
-        ctx.save_for_backward(grad_hidden.div_(divisor), grad_weight.div_(divisor).to(weight.dtype))
+            if weight_grad:
+                grad_weight = _add_product(grad_weight, g.t(), h)
+        grad_weight = grad_weight.div_(divisor).to(weight.dtype) if weight_grad else None
+        ctx.save_for_backward(grad_hidden.div_(divisor), grad_weight)
         return loss / divisor
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
         grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_out.to(grad_hidden.dtype), grad_weight * grad_out.to(grad_weight.dtype), None, None, None
+        grad_weight = None if grad_weight is None else grad_weight * grad_out.to(grad_weight.dtype)
+        return grad_hidden * grad_out.to(grad_hidden.dtype), grad_weight, None, None, None
 
 
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, labels: Tensor, chunk: int = CHUNK_TOKENS, reduction: str = "mean") -> Tensor:

@@ -140,9 +140,9 @@ def test_qlora_nf4_base_trains_like_lora_on_the_dequantized_base(tmp_path, hf_ba
     through its dequantized products; it holds ~1/7 of the fp32 bytes; the checkpoint holds no base."""
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     monkeypatch.syspath_prepend(str(ROOT / ".extras" / "fp8"))
-    from torchao.dtypes.nf4tensor import NF4Tensor, to_nf4
+    from train.adapters import nf4_api, nf4_scaler_block
 
-    from train.adapters import nf4_scaler_block
+    NF4Tensor, to_nf4 = nf4_api()
 
     dequant = tmp_path / "dequant"
     model = AutoModelForCausalLM.from_pretrained(hf_base, dtype=torch.float32)

@@ -124,13 +124,13 @@ def test_trainer_config_gets_the_plan_only_without_a_layout(tmp_path):
 def test_lora_adapter_count_and_nf4_bytes_match_the_trainer():
     """The planner's adapter parameters are those apply_lora creates on the 8B; its NF4 bytes per weight torchao's."""
     sys.path.insert(0, str(ROOT / ".extras" / "fp8"))
-    from torchao.dtypes.nf4tensor import to_nf4
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from hpc.plan import BASE_B
-    from train.adapters import apply_lora, nf4_scaler_block
+    from train.adapters import apply_lora, nf4_api, nf4_scaler_block
     from train.config import SHAPES, load_config
 
+    _, to_nf4 = nf4_api()
     s = qwen3_shape("8B")
     dims = SHAPES["8B"].model_dump(exclude_none=True)
     dims.pop("rope_theta")

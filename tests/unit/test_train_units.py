@@ -75,6 +75,18 @@ def test_linear_cross_entropy_matches_full_logits():
         assert torch.allclose(2 * g, r, atol=1e-6)
 
 
+def test_linear_cross_entropy_of_a_frozen_head_gives_only_the_hidden_gradient():
+    """A frozen head (LoRA's) gets no gradient, and the hidden states' gradient is still cross_entropy's."""
+    torch.manual_seed(1)
+    hidden = torch.randn(21, 16, requires_grad=True)
+    weight = 0.3 * torch.randn(50, 16)
+    labels = torch.randint(0, 50, (21,))
+    (ref,) = torch.autograd.grad(torch.nn.functional.cross_entropy(hidden @ weight.t(), labels), (hidden,))
+    loss = linear_cross_entropy(hidden, weight, labels, chunk=8)
+    loss.backward()
+    assert weight.grad is None and torch.allclose(hidden.grad, ref, atol=1e-6)
+
+
 def test_checkpointed_layers_fraction():
     assert checkpointed_layers(4, 1.0) == {0, 1, 2, 3}
     assert checkpointed_layers(4, 0.0) == set()
