@@ -6,7 +6,7 @@ output ``base(x) + scaling * B(A(dropout(x)))`` with scaling alpha / r (alpha / 
 parallelism then shards the adapters with their base (``tp_plan``): a column-wise base gets A replicated and B
 column-wise, a row-wise base gets A row-wise (its output all-reduced) and B replicated; each adapter is its own TP
 module, so every gradient is complete where it lands. The initial A (Kaiming-uniform, as PEFT) and B (zeros) come
-from rank 0's generator seeded with ``seed`` and are broadcast: the same for every dp x tp layout.
+from a generator seeded with ``seed`` that every rank runs, each keeping its shard: the same for every dp x tp layout.
 
 QLoRA (``lora.quantize_base: nf4``) stores the frozen base projections as torchao ``NF4Tensor`` (4-bit NormalFloat,
 blocks of 64, dequantized to the compute dtype in each product; runs on CPU and GPU).
@@ -30,13 +30,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from train.config import ConfigError, LoraConfig
+from train.shards import fill
 
 PEFT_PREFIX = "base_model.model."  # PEFT's key prefix for a Qwen3ForCausalLM's adapters
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
@@ -129,19 +130,16 @@ def hf_key(key: str) -> str:
 
 @torch.no_grad()
 def init_adapters(model: nn.Module, seed: int) -> None:
-    """A: Kaiming-uniform (a=sqrt(5), as nn.Linear and PEFT), B: zeros, drawn on rank 0 from a generator seeded with
-    ``seed`` in fp32 and broadcast into every layout's shards (collective)."""
-    state = {}
-    if dist.get_rank() == 0:
-        gen = torch.Generator().manual_seed(seed)
-        for name, module in model.named_modules():
-            if isinstance(module, LoraLinear):
-                name = name.replace("_checkpoint_wrapped_module.", "").replace("_orig_mod.", "")
-                a = torch.empty(module.lora_A.weight.shape)
-                bound = 1 / math.sqrt(a.shape[1])  # kaiming_uniform_ with a=sqrt(5)
-                state[f"{name}.lora_A.weight"] = a.uniform_(-bound, bound, generator=gen)
-                state[f"{name}.lora_B.weight"] = torch.zeros(module.lora_B.weight.shape)
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False))
+    """A: Kaiming-uniform (a=sqrt(5), as nn.Linear and PEFT), B: zeros. Every rank draws every A in module order from
+    one CPU generator seeded with ``seed`` in fp32 and keeps its shard: the same adapters for every dp x tp layout,
+    with no collective."""
+    gen = torch.Generator().manual_seed(seed)
+    for module in model.modules():
+        if isinstance(module, LoraLinear):
+            a = module.lora_A.weight
+            bound = 1 / math.sqrt(a.shape[1])  # kaiming_uniform_ with a=sqrt(5)
+            fill(a, torch.empty(a.shape).uniform_(-bound, bound, generator=gen).to(a.device))
+            fill(module.lora_B.weight, torch.zeros(module.lora_B.weight.shape, device=a.device))
 
 
 # torchao's NF4 home: torchao >= 0.18 moved it from torchao.dtypes.nf4tensor (0.17 and earlier)
@@ -187,19 +185,12 @@ def nf4_scaler_block(numel: int) -> int:
     return math.gcd(256, numel // NF4_BLOCK)
 
 
-@torch.no_grad()
-def quantize_base(model: nn.Module) -> int:
-    """Replace every LoraLinear's frozen base weight by its NF4 quantization (a single-rank model); returns the count."""
+def nf4_weight(w: torch.Tensor):
+    """A frozen base projection's weight as an NF4Tensor (blocks of 64; a ConfigError if its count is not a multiple)."""
+    if w.numel() % NF4_BLOCK:
+        raise ConfigError(f"lora.quantize_base=nf4: a {tuple(w.shape)} projection is not a multiple of {NF4_BLOCK} weights")
     _, to_nf4 = nf4_api()
-    count = 0
-    for module in model.modules():
-        if isinstance(module, LoraLinear):
-            w = module.base_layer.weight.data
-            if w.numel() % NF4_BLOCK:
-                raise ConfigError(f"lora.quantize_base=nf4: a {tuple(w.shape)} projection is not a multiple of {NF4_BLOCK} weights")
-            module.base_layer.weight = nn.Parameter(to_nf4(w, NF4_BLOCK, nf4_scaler_block(w.numel())), requires_grad=False)
-            count += 1
-    return count
+    return to_nf4(w, NF4_BLOCK, nf4_scaler_block(w.numel()))
 
 
 def base_identity(model_path: str | None, shape: str | None, dims: dict, seed: int) -> dict:

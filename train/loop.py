@@ -186,11 +186,11 @@ class Trainer:
                                  activation_checkpointing=cfg.activation_checkpointing, compile=cfg.compile, param_dtype=compute_dtype,
                                  fp8_recipe=cfg.fp8.recipe if cfg.fp8.enabled else None, lora=cfg.lora, adapter_dtype=master_dtype)
         self.master = build_meta_model(c).to(master_dtype) if twin else self.model
-        load_initial_weights(self.master, cfg.model, c, cfg.seed, device)
+        nf4 = lora and cfg.lora.quantize_base == "nf4"
+        if nf4:
+            adapters.check_layout(cfg.lora, world_size)
+        load_initial_weights(self.master, cfg.model, c, cfg.seed, device, nf4=nf4)
         if lora:
-            if cfg.lora.quantize_base == "nf4":
-                adapters.check_layout(cfg.lora, world_size)
-                adapters.quantize_base(self.model)
             trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
             # the frozen base gets no weight gradients: 4 FLOPs per weight and token instead of 6; the adapters 6
             self.flops_per_token += 6 * trained - 2 * (params["non_embedding"] + params["lm_head"])

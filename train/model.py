@@ -1,17 +1,20 @@
 """Qwen3 model: config from a named shape or a local HF directory, meta-device build, initial weights, HF export.
 
-The model is built on the meta device and parallelized before any memory is allocated. A random
-init is materialized in full by rank 0 and broadcast into the shards (so it is identical for every
-dp x tp layout); a local HF directory's (sharded) safetensors are read by every rank itself, only
-the slices its shards hold (``torch.distributed.checkpoint``'s Hugging Face reader), so no rank
-ever holds the whole model.
+The model is built on the meta device and parallelized before any memory is allocated, then filled tensor by
+tensor, so no rank ever holds the whole model. A random init draws each tensor from a generator seeded with the run's
+seed and the tensor's name (Hugging Face's init: norms 1, other weights N(0, initializer_range)), on the device, and
+each rank keeps only its shard: the same initial weights for every dp x tp x ep layout on one kind of device. A local
+HF directory's (sharded) safetensors are read by every rank itself, only the slices its shards hold
+(``torch.distributed.checkpoint``'s Hugging Face reader). A QLoRA base (one rank) is quantized to NF4 projection by
+projection as each arrives, so the peak is the NF4 base plus one tensor in bf16.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -25,12 +28,13 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig
 
-from train.adapters import hf_key, init_adapters, is_adapter_key
+from train.adapters import LoraLinear, hf_key, init_adapters, is_adapter_key, nf4_weight
 from train.config import ConfigError, ModelConfig
 from train.loss import linear_cross_entropy
 from train.moe import Qwen3MoeForTraining, to_hf_experts
+from train.shards import fill
 
 _EXPORT_SHARD_SIZE = "5GB"
 
@@ -99,10 +103,32 @@ def count_params(config: Qwen3Config | Qwen3MoeConfig) -> dict[str, int]:
     }
 
 
-def _full_initial_state(cfg: ModelConfig, config: Qwen3Config | Qwen3MoeConfig, seed: int) -> dict[str, torch.Tensor]:
-    """Rank 0's full fp32 state dict of a seeded random init (model.shape)."""
-    torch.manual_seed(seed)
-    return (Qwen3MoeForCausalLM if is_moe(config) else Qwen3ForCausalLM)(config).float().state_dict()
+def _tensor_seed(seed: int, name: str) -> int:
+    """The generator seed of one tensor: the run's seed and the tensor's Hugging Face name."""
+    return (seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63
+
+
+def initial_value(name: str, shape: tuple[int, ...], std: float, seed: int, device: torch.device) -> torch.Tensor:
+    """The full fp32 initial value of the tensor ``name`` (a Hugging Face name) as Hugging Face initializes Qwen3 and
+    Qwen3-MoE: RMSNorm weights 1, biases 0, every other weight (projections, embeddings, router, experts) N(0, std),
+    drawn on ``device`` from its own seeded generator."""
+    if name.endswith("norm.weight"):
+        return torch.ones(shape, device=device)
+    if name.endswith(".bias"):
+        return torch.zeros(shape, device=device)
+    generator = torch.Generator(device).manual_seed(_tensor_seed(seed, name))
+    return torch.empty(shape, device=device).normal_(0.0, std, generator=generator)
+
+
+@torch.no_grad()
+def _random_init(model: nn.Module, config: Qwen3Config | Qwen3MoeConfig, seed: int, device: torch.device) -> None:
+    """Fill a materialized model's weights with the seeded init, tensor by tensor: each rank draws one full tensor at a
+    time and keeps its shard (no collective)."""
+    for key, value in get_model_state_dict(model).items():
+        hf = hf_key(key)
+        if is_adapter_key(key) or (config.tie_word_embeddings and hf == "lm_head.weight"):
+            continue
+        fill(value, initial_value(hf, tuple(value.shape), config.initializer_range, seed, device))
 
 
 def _check_hf_tensors(path: str, want: dict[str, tuple[int, ...]]) -> None:
@@ -188,20 +214,100 @@ def materialize(model: nn.Module, config: Qwen3Config | Qwen3MoeConfig, device: 
     model.model.rotary_emb = type(model.model.rotary_emb)(config).to(device)  # non-persistent buffers: recompute
 
 
-def load_initial_weights(model: nn.Module, cfg: ModelConfig, config: Qwen3Config | Qwen3MoeConfig, seed: int, device: torch.device) -> None:
-    """Allocate the (parallelized, meta) model on ``device`` and fill it: from model.path's safetensors, each rank its
-    slices, or from rank 0's seeded random init; LoRA adapters (if any) from ``train.adapters.init_adapters``."""
-    materialize(model, config, device)
-    names = _hf_names(model)
-    adapters = len(names) < len(get_model_state_dict(model))
-    if cfg.path is not None:
-        _load_hf_shards(model, cfg.path, config)
+def load_initial_weights(model: nn.Module, cfg: ModelConfig, config: Qwen3Config | Qwen3MoeConfig, seed: int, device: torch.device,
+                         nf4: bool = False) -> None:
+    """Allocate the (parallelized, meta) model on ``device`` and fill it, tensor by tensor: from model.path's
+    safetensors, each rank its slices, or from the seeded random init; LoRA adapters (if any) from
+    ``train.adapters.init_adapters``. ``nf4`` (QLoRA, one rank): each LoRA base projection is quantized as it arrives."""
+    adapters = any(isinstance(m, LoraLinear) for m in model.modules())
+    if nf4:
+        _stream_one_rank(model, cfg, config, seed, device)
     else:
-        state = _full_initial_state(cfg, config, seed) if dist.get_rank() == 0 else {}
-        state = {names[hf]: v for hf, v in state.items()}
-        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=not adapters))
+        materialize(model, config, device)
+        if cfg.path is not None:
+            _load_hf_shards(model, cfg.path, config)
+        else:
+            _random_init(model, config, seed, device)
     if adapters:
         init_adapters(model, seed)
+
+
+def _canonical(name: str) -> str:
+    """A module or parameter name without the wrappers' parts (activation checkpointing, compile)."""
+    return name.replace("_checkpoint_wrapped_module.", "").replace("_orig_mod.", "")
+
+
+def _hf_file_tensors(path: str) -> dict[str, Path]:
+    """Every tensor name of the directory's safetensors -> its file."""
+    where = {}
+    for file in sorted(Path(path).glob("*.safetensors")):
+        with safe_open(file, framework="pt") as f:
+            where |= dict.fromkeys(f.keys(), file)
+    return where
+
+
+def _read_hf_tensor(where: dict[str, Path], name: str, device: torch.device) -> torch.Tensor:
+    """One weight from the files onto ``device``; a fused expert weight from its per-expert tensors."""
+    if name.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")):
+        prefix, names = name.rsplit(".", 1)[0], _expert_file_names(name)
+        rows, e = [], 0
+        while f"{prefix}.{e}.{names[0]}.weight" in where:
+            rows.append(torch.cat([_read_hf_tensor(where, f"{prefix}.{e}.{n}.weight", device) for n in names]))
+            e += 1
+        return torch.stack(rows)
+    with safe_open(where[name], framework="pt", device=str(device)) as f:
+        return f.get_tensor(name)
+
+
+def _one_rank_params(model: nn.Module) -> Iterator[tuple[nn.Module, str, str]]:
+    """(module, parameter attribute, canonical model key) of every parameter, shared ones once."""
+    seen = set()
+    for module_name, module in model.named_modules():
+        for attr, param in module.named_parameters(recurse=False):
+            if id(param) not in seen:
+                seen.add(id(param))
+                yield module, attr, _canonical(f"{module_name}.{attr}" if module_name else attr)
+
+
+@torch.no_grad()
+def _stream_one_rank(model: nn.Module, cfg: ModelConfig, config: Qwen3Config | Qwen3MoeConfig, seed: int, device: torch.device) -> None:
+    """Materialize a one-rank meta model parameter by parameter from the seeded init or model.path, each LoRA base
+    projection quantized to NF4 as it arrives (``train.adapters.nf4_weight``): no more than one tensor in full at a time."""
+    where = None
+    if cfg.path is not None:
+        if not any(Path(cfg.path).glob("*.safetensors")):
+            raise ConfigError(f"model.path: {cfg.path} has no *.safetensors files")
+        want = {hf_key(k): tuple(getattr(m, attr).shape) for m, attr, k in _one_rank_params(model) if not is_adapter_key(k)}
+        if config.tie_word_embeddings:
+            want.pop("lm_head.weight", None)
+        fused = [k for k in want if k.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"))]
+        for k in fused:
+            shape = want.pop(k)
+            names = _expert_file_names(k)
+            want |= {f"{k.rsplit('.', 1)[0]}.{e}.{n}.weight": (shape[1] // len(names), shape[2]) for e in range(shape[0]) for n in names}
+        _check_hf_tensors(cfg.path, want)
+        where = _hf_file_tensors(cfg.path)
+    tied = config.tie_word_embeddings
+    for module, attr, key in list(_one_rank_params(model)):
+        param = getattr(module, attr)
+        hf = hf_key(key)
+        if is_adapter_key(key):
+            value = torch.empty(param.shape, dtype=param.dtype, device=device)  # init_adapters fills them
+        elif tied and hf == "lm_head.weight":
+            continue
+        elif where is not None:
+            value = _read_hf_tensor(where, hf, device)
+        else:
+            value = initial_value(hf, tuple(param.shape), config.initializer_range, seed, device)
+        if attr == "weight" and key.endswith(".base_layer.weight"):
+            new = nn.Parameter(nf4_weight(value.to(param.dtype)), requires_grad=False)
+        else:
+            new = nn.Parameter(value.to(param.dtype), requires_grad=param.requires_grad)
+        setattr(module, attr, new)
+        del value
+    if tied:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.model.rotary_emb = type(model.model.rotary_emb)(config).to(device)
 
 
 def export_hf(model: nn.Module, config: Qwen3Config | Qwen3MoeConfig, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path,

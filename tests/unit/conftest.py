@@ -21,3 +21,13 @@ def no_processes(request):
     _running.append(request.node.nodeid)
     yield
     _running.clear()
+
+
+@pytest.fixture
+def one_rank():
+    """A process group of this one rank (gloo, in process), for code that calls collectives."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()

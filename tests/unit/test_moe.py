@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
@@ -75,13 +74,6 @@ def test_active_parameters_of_the_released_shapes():
     active = {n: (p["active_non_embedding"] + p["embedding"] + p["lm_head"]) / 1e9 for n, p in (("30B", p30), ("235B", p235))}
     assert round(p30["total"] / 1e9, 1) == 30.5 and abs(active["30B"] - 3.3) < 0.1, active
     assert round(p235["total"] / 1e9) == 235 and abs(active["235B"] - 22) < 0.5, active
-
-
-@pytest.fixture
-def one_rank():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_hf_directory_in_and_export_out(tmp_path, one_rank):
