@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from transformers import Qwen3Config
 
-from train.adapters import LoraLinear, apply_lora, require_nf4
+from train.adapters import LoraLinear, require_nf4
 from train.config import LoraConfig, ModelConfig, ParallelConfig
 from train.model import build_meta_model, load_initial_weights
 from train.parallel import ParallelDims, WorldEnv, build_mesh, parallelize

@@ -1,6 +1,5 @@
 """Building a model tensor by tensor: the seeded init follows transformers' own init of Qwen3 and Qwen3-MoE, tensor
 for tensor, and a QLoRA base is quantized as each projection arrives, from a shape or from a Hugging Face directory."""
-import sys
 
 import pytest
 import torch
@@ -9,7 +8,7 @@ from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
 from conftest import ROOT
 from train.adapters import LoraLinear, apply_lora
 from train.config import LoraConfig, ModelConfig
-from train.model import build_meta_model, hf_config, initial_value, load_initial_weights, materialize
+from train.model import build_meta_model, hf_config, initial_value, load_initial_weights
 from train.tokenizer import load_tokenizer
 
 CPU = torch.device("cpu")
