@@ -267,7 +267,8 @@ class TrainConfig(_Strict):
     bf16 compute on GPU and fp32 on CPU; master_dtype is that of the parameters, their gradients and the
     AdamW state (fp32; bf16 halves their memory, as a plain bf16 loop does, at the cost of small
     updates rounding away); fp8 puts the decoder's linear layers in float8; activation_checkpointing
-    is true, false or the fraction of layers checkpointed; sdpa_backend puts that attention kernel first on
+    is true, false or the fraction of layers checkpointed; activation_offload keeps the checkpointed layers' inputs
+    in host memory instead of the GPU's (one rank; train/offload.py); sdpa_backend puts that attention kernel first on
     GPU (auto: PyTorch's choice); steps is the
     last step, over which the schedule runs; export is a directory for the final HF model (relative: inside log.dir) or null."""
 
@@ -275,6 +276,7 @@ class TrainConfig(_Strict):
     data: DataConfig = DataConfig()
     parallel: ParallelConfig = ParallelConfig()
     activation_checkpointing: bool | float = Field(False, ge=0, le=1)
+    activation_offload: bool = False
     compile: bool = False
     sdpa_backend: Literal["auto", "cudnn", "flash"] = "auto"
     seq_len: int = Field(ge=1)
@@ -313,6 +315,9 @@ class TrainConfig(_Strict):
             raise ValueError(f"lora.quantize_base={self.lora.quantize_base} needs lora.enabled=true")
         if self.lora.quantize_base == "nf4" and self.fp8.enabled:
             raise ValueError("lora.quantize_base=nf4 and fp8.enabled=true exclude each other: the base is either NF4 or float8")
+        if self.activation_offload and not float(self.activation_checkpointing):
+            raise ValueError("activation_offload=true offloads the inputs that checkpointed layers keep: "
+                             "set activation_checkpointing=true (or a fraction of the layers)")
         if (self.eval.every or self.eval.fraction) and not self.data.packed:
             raise ValueError("eval needs data packed by document: data.format=chat or data.pack=documents")
         return self

@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from hpc.node.cli import HpcError
 from hpc.node.contract import EXIT_FAILED, RUN_CONFIG
 from hpc.node.hang import collective_failure, gather_nodes, mark_bad_nodes, name_the_missing
-from train import adapters, checkpoint, resume
+from train import adapters, checkpoint, offload, resume
 from train.config import ConfigError, TrainConfig
 from train.data.prepared import open_prepared, split_rows
 from train.data.stream import PackedStream, TokenStream, eval_batches
@@ -182,9 +182,11 @@ class Trainer:
         one_rank = self.mesh.size() == 1  # no FSDP: the model computes in compute_dtype, ``self.master`` holds the weights
         lora = cfg.lora.enabled  # a frozen base in compute_dtype, adapters in master_dtype: no twin
         twin = one_rank and master_dtype != compute_dtype and not lora
+        offload.check_layout(cfg.activation_offload, world_size)
         self.model = parallelize(build_meta_model(c).to(compute_dtype if one_rank or lora else master_dtype), self.mesh,
                                  activation_checkpointing=cfg.activation_checkpointing, compile=cfg.compile, param_dtype=compute_dtype,
-                                 fp8_recipe=cfg.fp8.recipe if cfg.fp8.enabled else None, lora=cfg.lora, adapter_dtype=master_dtype)
+                                 fp8_recipe=cfg.fp8.recipe if cfg.fp8.enabled else None, lora=cfg.lora, adapter_dtype=master_dtype,
+                                 offload_to=device if cfg.activation_offload else None)
         self.master = build_meta_model(c).to(master_dtype) if twin else self.model
         nf4 = lora and cfg.lora.quantize_base == "nf4"
         if nf4:

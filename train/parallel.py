@@ -32,7 +32,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 
 from hpc.node.contract import MASTER_ADDR_VAR
 from hpc.node.netcheck import bound_every_group, dist_timeout_s
-from train import adapters
+from train import adapters, offload
 from train.config import LoraConfig
 from train.float8 import convert_decoder_linears, require_fp8
 from train.layout import ParallelDims, WorldEnv
@@ -102,7 +102,8 @@ def apply_ep(layers: nn.ModuleList, mesh: DeviceMesh) -> list[MoEBlock]:
 
 
 def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing: bool | float, compile: bool, param_dtype: torch.dtype,
-                fp8_recipe: str | None = None, lora: LoraConfig | None = None, adapter_dtype: torch.dtype = torch.float32) -> nn.Module:
+                fp8_recipe: str | None = None, lora: LoraConfig | None = None, adapter_dtype: torch.dtype = torch.float32,
+                offload_to: torch.device | None = None) -> nn.Module:
     """LoRA -> float8 -> TP -> activation checkpointing -> compile -> FSDP2, on a Qwen3ForCausalLM (typically on the meta device).
 
     ``lora`` (enabled): the model is frozen and the target projections get adapters in ``adapter_dtype``
@@ -115,7 +116,8 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing:
     ``activation_checkpointing``: True (every layer), False, or the fraction of layers to
     checkpoint, spread evenly over the depth. Embeddings, final norm and lm_head stay
     replicated over TP: their inputs and output gradients are TP-replicated, so their
-    gradients are exact on every TP rank. On a mesh of one rank there is no FSDP (and no
+    gradients are exact on every TP rank. ``offload_to`` (one rank: ``train.offload``): the checkpointed layers keep
+    their inputs in host memory, copied from and back to that device. On a mesh of one rank there is no FSDP (and no
     mixed-precision policy): the model computes in the dtype it is given.
     """
     layers = model.model.layers
@@ -133,11 +135,18 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing:
             adapters.freeze_base(model)
     ep_blocks = apply_ep(layers, mesh) if "ep" in (mesh.mesh_dim_names or ()) else []
     checkpointed = checkpointed_layers(len(layers), float(activation_checkpointing))
+    store = offload.HostStore(offload_to) if offload_to is not None else None
     for i, layer in enumerate(layers):
-        if i in checkpointed:
-            layer = checkpoint_wrapper(layer)
-        if compile:
-            layer.compile()
+        if store is not None:  # the layer compiled inside, the offloading wrapper outside the compiled code
+            if compile:
+                layer.compile()
+            if i in checkpointed:
+                layer = offload.offload_checkpoint(layer, store, i)
+        else:
+            if i in checkpointed:
+                layer = checkpoint_wrapper(layer)
+            if compile:
+                layer.compile()
         layers[i] = layer
     if mesh.size() == 1:
         return model
