@@ -7,7 +7,7 @@
         [-- TRAINER ARGS | -- -m MODULE ARGS | -- SCRIPT.py ARGS]
 
 With nothing after ``--`` every rank runs the trainer with the site's default
-training config. ``--dry-run`` prints the sbatch script and asks Slurm nothing;
+training config. ``--dry-run`` prints the sbatch script (it asks Slurm nothing);
 ``--emit FILE`` writes it for a later ``sbatch FILE``; ``--test-only`` asks
 ``sbatch --test-only`` where and when it would start. ``--sweep`` makes one array job
 over the cartesian product of the values (hpc/sweep.py); ``--after`` chains it after

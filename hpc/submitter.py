@@ -3,6 +3,7 @@
 What a submission does besides validation lives here and runs only when a script leaves the dry run (emitted,
 tested or submitted): Slurm's clients pointed at the profile's slurm.conf, the --after jobs looked up, and, for a
 submission, the check for a live job of the same name and the claim of the job's directories.
+
 submitit submits the text of `render_sbatch` unchanged (the dry run is the submission) and
 returns its job object; the job's state is read from slurmctld first (at once) and from
 accounting once slurmctld forgets the job.
