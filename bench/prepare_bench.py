@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from hpc.node.cli import Parser, number, whole  # noqa: E402
 
 from hpc.node.contract import PREPARED_MANIFEST, task_log  # noqa: E402
+from hpc.node.ownership import run_dir_name  # noqa: E402
 
 SEQ = 1024
 
@@ -164,7 +165,8 @@ def main() -> None:
         r = subprocess.run([sys.executable, "-m", "hpc.submit", "--site", a.site, "--nodes", str(nodes), "--job-name", name, "--wait",
                             "--", *prepare_cmd(src, out, chunk, a.format)], cwd=work, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
-        logs = "".join(f.read_text() for f in (work / "jobs" / name).glob(task_log(".", "*", "*").name)) if (work / "jobs" / name).is_dir() else ""
+        job_dir = work / "jobs" / run_dir_name(name)
+        logs = "".join(f.read_text() for f in job_dir.glob(task_log(".", "*", "*").name)) if job_dir.is_dir() else ""
         record(f"{nodes} node(s)", task_times(logs), wall, out, load, rc=r.returncode)
     first = runs[0]
     base = first["slowest_task_s"] if first["where"] == "here" else sum(first["task_cpu_s"])

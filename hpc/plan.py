@@ -60,7 +60,7 @@ from hpc.node.cli import HpcError, Parser, fail, path_text, whole
 from hpc.site import Partition, SiteProfile, load_site
 from train.config import SHAPES, TrainConfig
 from train.interface import LOSS_CHUNK_TOKENS
-from train.layout import tp_degrees
+from train.layout import Layout, ep_degrees, tp_degrees
 from train.tokenizer import check_tokenizer
 
 HEADROOM = 0.10
@@ -178,25 +178,6 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Layout:
-    """The planner's choice for the trainer: parallel.tp, parallel.ep, and activation checkpointing turned on."""
-
-    tp: int
-    ep: int = 1
-    activation_checkpointing: bool = False
-
-    def overrides(self) -> list[str]:
-        """As trainer overrides (key.sub=value)."""
-        return [f"parallel.tp={self.tp}"] + ([f"parallel.ep={self.ep}"] if self.ep > 1 else []) + \
-            (["activation_checkpointing=true"] if self.activation_checkpointing else [])
-
-    def apply(self, cfg: TrainConfig) -> TrainConfig:
-        """``cfg`` with this layout, as the trainer loads it with ``overrides()`` added."""
-        return cfg.model_copy(update={"parallel": cfg.parallel.model_copy(update={"tp": self.tp, "ep": self.ep}),
-                                      **({"activation_checkpointing": True} if self.activation_checkpointing else {})})
-
-
-@dataclass(frozen=True)
 class Adapters:
     """LoRA of rank ``r`` on the seven projections over a frozen base in ``base`` (bf16 or nf4)."""
 
@@ -230,8 +211,8 @@ def tp_choices(shape: Shape, gpus_per_node: int) -> list[int]:
 
 
 def ep_choice(shape: Shape, tp: int, dp: int, gpus_per_node: int) -> int:
-    """The largest ep whose group (ep x tp ranks) stays inside a node, dividing dp and the experts; 1 for a dense model."""
-    return max((e for e in range(1, gpus_per_node // tp + 1) if dp % e == 0 and shape.experts % e == 0), default=1) if shape.experts else 1
+    """The largest allowed ep whose group (ep x tp ranks) stays inside a node; 1 for a dense model."""
+    return max(e for e in ep_degrees(dp, shape.experts) if e * tp <= gpus_per_node)
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,13 @@ from hpc.node.cli import HpcError, Parser, error_line, fail, number, path_text, 
 from hpc.node.health import Finding
 from hpc.node.contract import ENDED_STATES, EXIT_FAILED, PREFLIGHT_RESULT, task_log
 from hpc.node.launch import PROG as LAUNCH_PROG
+from hpc.node.ownership import run_dir_name
 from hpc.site import load_site
 from hpc.spec import SpecError, add_allocation_args, build_spec, site_path
 from hpc.submitter import follow, submit
 
 PROG = "hpc.preflight"
+JOB_NAME = "preflight"  # its directory (run_dir_name) is the default --out
 
 
 def peak(rows: list[dict]) -> float:
@@ -194,12 +196,13 @@ def run(argv: Optional[Sequence[str]]) -> int:
     if a.min_bytes and a.max_bytes and a.min_bytes > a.max_bytes:
         raise SpecError(f"--min-bytes {a.min_bytes} is larger than --max-bytes {a.max_bytes}")
     site = load_site(a.site)
-    out = Path(a.out).resolve() if a.out is not None else site_path(site.paths.job_dir, Path.cwd(), "paths.job_dir") / "preflight"
+    out = Path(a.out).resolve() if a.out is not None else \
+        site_path(site.paths.job_dir, Path.cwd(), "paths.job_dir") / run_dir_name(JOB_NAME)
     node_args = ["-m", "hpc.node.preflight_node", "--out", str(out)]
     for flag, v in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes), ("--iters", a.iters)):
         node_args += [flag, str(v)] if v else []
     spec = build_spec(site, nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
-                      time=a.time, job_name="preflight", args=node_args, nodelist=a.nodelist, exclude=a.exclude)
+                      time=a.time, job_name=JOB_NAME, args=node_args, nodelist=a.nodelist, exclude=a.exclude)
     health = ["--gpus", str(spec.gpus_per_node)]  # the node program's GPU checks, against the partition's rates
     for flag, v in (("--matmul-tflops", spec.partition.matmul_tflops), ("--copy-gbps", spec.partition.copy_gbps)):
         health += [flag, f"{v:g}"] if v else []

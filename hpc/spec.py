@@ -1,4 +1,5 @@
-"""JobSpec: the one validated description of a job (site, partition, shape, time, launcher, command)."""
+"""JobSpec: the one validated description of a job (site, partition, shape, time, launcher, command). Building and
+checking it reads files but asks Slurm nothing and writes nothing: that happens beside submission (hpc/submitter.py)."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +7,6 @@ import dataclasses
 import getpass
 import os
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -16,14 +16,13 @@ from typing import Optional, Sequence
 from pydantic import ValidationError
 
 from hpc.container import Container, Places
-from hpc.dependency import check_known, parse_after
+from hpc.dependency import parse_after
 from hpc.node.cli import HpcError, path_text, shown, whole
-from hpc.node.contract import FINAL_STATES
 from hpc.node.launcher import SRUN, Launcher, get_launcher
-from hpc.node.ownership import check_owner, claim, run_dir_name
+from hpc.node.ownership import check_owner, run_dir_name
 from hpc.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.slurm_time import format_minutes, parse_minutes
-from hpc.sweep import Sweep, build_sweep, task_args, write_table
+from hpc.sweep import Sweep, build_sweep, task_args
 from hpc.plan import plan_layout
 from hpc.trainer_job import TrainerJob, runs_trainer, trainer_job
 from train.config import ConfigError, TrainConfig
@@ -151,50 +150,6 @@ def node_lists(nodes: int, nodelist: Optional[str], exclude: Optional[str]) -> t
     if both:
         raise SpecError(f"--nodelist and --exclude both name {hostlist.collect_hostlist(both)}: a node is either wanted or excluded")
     return (hostlist.collect_hostlist(wanted) if wanted else None, hostlist.collect_hostlist(avoided) if avoided else None)
-
-
-def use_site_slurm(spec: JobSpec) -> None:
-    """Point Slurm's clients at the profile's slurm.conf (unless SLURM_CONF is set) and check that
-    sbatch is reachable and slurmctld answers."""
-    conf = spec.site.submission.slurm_conf
-    if conf and "SLURM_CONF" not in os.environ:
-        if not Path(conf).is_file():
-            raise SpecError(f"site {spec.site.name}: submission.slurm_conf {conf} does not exist")
-        os.environ["SLURM_CONF"] = conf
-    if shutil.which("sbatch") is None:
-        raise SpecError("sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
-    from hpc.slurm_query import check_controller
-
-    check_controller()
-
-
-def check_dependencies(spec: JobSpec) -> None:
-    """Every --after job must be known to Slurm."""
-    if spec.after:
-        use_site_slurm(spec)
-        check_known(spec.after)
-
-
-def prepare_submission(spec: JobSpec) -> None:
-    """Point Slurm's clients at the profile's slurm.conf, check that no job of this name is queued or
-    running, and claim the job and checkpoint directories (each array task's for that task) for this
-    job name. The --after jobs were checked with the command line (`check_dependencies`)."""
-    use_site_slurm(spec)
-    from hpc.slurm_query import squeue_rows
-
-    live = [r for r in squeue_rows("-u", getpass.getuser())
-            if r["JobName"] == spec.job_name and r["State"] not in FINAL_STATES | {"COMPLETING"}]
-    if live:
-        raise SpecError(f"--job-name {shown(spec.job_name)}: job {live[0]['JobIDRaw']} of that name is {live[0]['State']}; two jobs of one "
-                        "name would share one run: wait for it, cancel it, or pick another name")
-    claim(spec.job_dir, spec.job_name, "job directory")
-    if spec.runs_trainer:
-        claim(spec.checkpoint_dir, spec.job_name, "checkpoint directory")
-    if spec.sweep is not None:
-        write_table(spec.sweep, spec.job_name, spec.job_dir)
-        for t in spec.sweep.tasks:
-            claim(spec.job_dir / t.dir_name, t.owner(spec.job_name), f"task {t.index}'s log.dir")
-            claim(spec.checkpoint_dir / t.dir_name, t.owner(spec.job_name), f"task {t.index}'s checkpoint.dir")
 
 
 def site_path(text: str, workdir: Path, key: str) -> Path:

@@ -7,7 +7,7 @@
         [-- TRAINER ARGS | -- -m MODULE ARGS | -- SCRIPT.py ARGS]
 
 With nothing after ``--`` every rank runs the trainer with the site's default
-training config. ``--dry-run`` prints the sbatch script and submits nothing;
+training config. ``--dry-run`` prints the sbatch script (it asks Slurm nothing);
 ``--emit FILE`` writes it for a later ``sbatch FILE``; ``--test-only`` asks
 ``sbatch --test-only`` where and when it would start. ``--sweep`` makes one array job
 over the cartesian product of the values (hpc/sweep.py); ``--after`` chains it after
@@ -26,10 +26,9 @@ from hpc.node.contract import task_log
 from hpc.node.launcher import LAUNCHERS, SRUN
 from hpc.render import render_sbatch
 from hpc.site import load_site
-from hpc.spec import (MAX_COUNT, JobSpec, SpecError, add_allocation_args, build_spec, check_dependencies, check_rank_command,
-                            plan_trainer)
+from hpc.spec import MAX_COUNT, JobSpec, SpecError, add_allocation_args, build_spec, check_rank_command, plan_trainer
 from hpc.sweep import write_table
-from hpc.submitter import first_log, follow, submit, test_only
+from hpc.submitter import check_after, first_log, follow, submit, test_only
 from train.config import TrainConfig
 
 PROG = "hpc.submit"
@@ -89,10 +88,9 @@ def plan_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
 
 
 def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
-    """The job, with everything its ranks will run checked (the trainer's config loaded once)."""
+    """The job, with everything its ranks will run checked (the trainer's config loaded once); Slurm is not asked."""
     spec, cfg = planned_spec(a, rank_args)
     check_rank_command(spec, cfg)
-    check_dependencies(spec)
     return spec
 
 
@@ -102,7 +100,9 @@ def made_dirs(directory: Path) -> list[Path]:
 
 
 def emit(spec: JobSpec, path: Path) -> None:
-    """Write the script to ``path`` and make the job directory; on an error neither is left behind."""
+    """Write the script to ``path`` and make the job directory (once Slurm knows the --after jobs); on an error
+    neither is left behind."""
+    check_after(spec)
     text = render_sbatch(spec)
     made = made_dirs(path.parent)
     try:

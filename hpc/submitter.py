@@ -1,5 +1,9 @@
 """Submit a rendered job through submitit and follow it until it ends: the one way every command submits.
 
+What a submission does besides validation lives here and runs only when a script leaves the dry run (emitted,
+tested or submitted): Slurm's clients pointed at the profile's slurm.conf, the --after jobs looked up, and, for a
+submission, the check for a live job of the same name and the claim of the job's directories.
+
 submitit submits the text of `render_sbatch` unchanged (the dry run is the submission) and
 returns its job object; the job's state is read from slurmctld first (at once) and from
 accounting once slurmctld forgets the job.
@@ -7,7 +11,10 @@ accounting once slurmctld forgets the job.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import io
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,10 +24,53 @@ from typing import Callable, Optional
 
 import submitit
 
-from hpc.node.contract import ENDED_STATES, task_log
+from hpc.dependency import check_known
+from hpc.node.cli import shown
+from hpc.node.contract import ENDED_STATES, FINAL_STATES, task_log
+from hpc.node.ownership import claim
 from hpc.render import render_sbatch
-from hpc.slurm_query import JobError, job_state
-from hpc.spec import JobSpec, SpecError, prepare_submission, use_site_slurm
+from hpc.slurm_query import JobError, check_controller, job_state, squeue_rows
+from hpc.spec import JobSpec, SpecError
+from hpc.sweep import write_table
+
+
+def use_site_slurm(spec: JobSpec) -> None:
+    """Point Slurm's clients at the profile's slurm.conf (unless SLURM_CONF is set), check that sbatch is reachable
+    and slurmctld answers, and that Slurm knows every --after job."""
+    conf = spec.site.submission.slurm_conf
+    if conf and "SLURM_CONF" not in os.environ:
+        if not Path(conf).is_file():
+            raise SpecError(f"site {spec.site.name}: submission.slurm_conf {conf} does not exist")
+        os.environ["SLURM_CONF"] = conf
+    if shutil.which("sbatch") is None:
+        raise SpecError("sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
+    check_controller()
+    check_known(spec.after)
+
+
+def check_after(spec: JobSpec) -> None:
+    """Before a script is written for a later sbatch: Slurm knows every --after job (Slurm is asked only for those)."""
+    if spec.after:
+        use_site_slurm(spec)
+
+
+def prepare_submission(spec: JobSpec) -> None:
+    """Before sbatch: Slurm's side (`use_site_slurm`), no job of this name queued or running, and the job and
+    checkpoint directories (each array task's for that task) claimed for this job name."""
+    use_site_slurm(spec)
+    live = [r for r in squeue_rows("-u", getpass.getuser())
+            if r["JobName"] == spec.job_name and r["State"] not in FINAL_STATES | {"COMPLETING"}]
+    if live:
+        raise SpecError(f"--job-name {shown(spec.job_name)}: job {live[0]['JobIDRaw']} of that name is {live[0]['State']}; two jobs of one "
+                        "name would share one run: wait for it, cancel it, or pick another name")
+    claim(spec.job_dir, spec.job_name, "job directory")
+    if spec.runs_trainer:
+        claim(spec.checkpoint_dir, spec.job_name, "checkpoint directory")
+    if spec.sweep is not None:
+        write_table(spec.sweep, spec.job_name, spec.job_dir)
+        for t in spec.sweep.tasks:
+            claim(spec.job_dir / t.dir_name, t.owner(spec.job_name), f"task {t.index}'s log.dir")
+            claim(spec.checkpoint_dir / t.dir_name, t.owner(spec.job_name), f"task {t.index}'s checkpoint.dir")
 
 
 class RenderedExecutor(submitit.SlurmExecutor):

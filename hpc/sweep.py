@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.node.cli import HpcError, shown
+from hpc.node.ownership import slug
 from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, RUN_DIR_KEYS
 
 SWEEP_FILE = "sweep.json"  # the task table of an array job, in its job directory
@@ -83,9 +84,10 @@ def parse_axes(items: Sequence[str]) -> list[tuple[str, list[str]]]:
 
 
 def dir_name(index: int, width: int, overrides: Sequence[str]) -> str:
-    """``003-optim.lr=1e-4_micro_batch=2``: the task index (which makes it unique) and a readable slug."""
-    slug = re.sub(r"[^A-Za-z0-9._=+-]+", "_", "_".join(overrides)).strip("._-")[:_SLUG_MAX]
-    return f"{index:0{width}d}-{slug}" if slug else f"{index:0{width}d}"
+    """``003-optim.lr=1e-4_micro_batch=2``: the task index (which makes it unique) and the overrides' slug, which keeps
+    ``=`` and ``+``."""
+    readable = slug("_".join(overrides), _SLUG_MAX, keep="=+")
+    return f"{index:0{width}d}-{readable}" if readable else f"{index:0{width}d}"
 
 
 def build_sweep(items: Sequence[str], max_parallel: Optional[int]) -> Optional[Sweep]:

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hpc.plan import Layout
-from hpc.site import SiteProfile
 from hpc.node.cli import HpcError, shown
+from hpc.site import SiteProfile
 from train.config import ConfigError, TrainConfig, load_config, split_cli
 from train.interface import CHECKPOINT_DIR_KEY, CONFIG_DIR, LOG_DIR_KEY, MODULE, STRAGGLER_STOP_KEY
+from train.layout import Layout
 
 
 @dataclass(frozen=True)

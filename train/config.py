@@ -439,8 +439,16 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> TrainConfig:
         raise ConfigError(str(e)) from None
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path}: top level must be a mapping of keys, e.g. 'steps: 100'")
-    raw = apply_overrides(raw, list(overrides))
-    source = f"{path}" + (f" (with overrides {' '.join(overrides)})" if overrides else "")
+    return _validated(apply_overrides(raw, list(overrides)), f"{path}" + (f" (with overrides {' '.join(overrides)})" if overrides else ""))
+
+
+def with_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
+    """``cfg`` with more overrides, as ``load_config`` gives its file with them added: applied to the keys the config
+    set and validated again."""
+    return _validated(apply_overrides(cfg.model_dump(exclude_unset=True), list(overrides)), f"overrides {' '.join(overrides)}")
+
+
+def _validated(raw: dict, source: str) -> TrainConfig:
     try:
         return TrainConfig.model_validate(raw)
     except ValidationError as e:

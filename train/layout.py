@@ -1,6 +1,9 @@
 """The parallel layout, torch-free (the login side checks it for a job's ranks): a rank's place in the job, the
-validated degrees, and the tensor-parallel rule shared by the trainer and the planner: tp divides the model's KV
-heads (each TP rank holds whole KV heads) and the ranks per node (a TP group stays on one node's fast links)."""
+validated degrees, the rules shared by the trainer and the planner, and the planner's choice as the trainer gets it.
+
+tp divides the model's KV heads (each TP rank holds whole KV heads) and the ranks per node (a TP group stays on one
+node's fast links); ep (a mixture of experts only) divides dp and the experts (each group of ep data-parallel ranks
+splits the experts)."""
 from __future__ import annotations
 
 import os
@@ -8,7 +11,7 @@ from dataclasses import dataclass
 
 from hpc.node.cli import shown
 from hpc.node.contract import LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, RANK_VAR, WORLD_SIZE_VAR
-from train.config import ConfigError, ParallelConfig
+from train.config import ConfigError, ParallelConfig, TrainConfig, with_overrides
 
 
 def tp_problem(tp: int, kv_heads: int, ranks_per_node: int) -> str | None:
@@ -23,6 +26,22 @@ def tp_problem(tp: int, kv_heads: int, ranks_per_node: int) -> str | None:
 def tp_degrees(kv_heads: int, ranks_per_node: int) -> list[int]:
     """Every allowed tp, smallest first."""
     return [t for t in range(1, ranks_per_node + 1) if tp_problem(t, kv_heads, ranks_per_node) is None]
+
+
+def ep_problem(ep: int, dp: int, num_experts: int) -> str | None:
+    """What is wrong with ``parallel.ep=ep`` for this dp and model (num_experts 0: dense), or None when it is allowed."""
+    if ep > 1 and not num_experts:
+        return (f"parallel.ep={ep} needs a mixture-of-experts model (model.shape tiny-moe, 30B-A3B, 235B-A22B or a qwen3_moe model.path); "
+                "this one is dense: use parallel.ep=1")
+    if dp % ep or num_experts % ep:
+        return (f"parallel.ep={ep} must divide parallel.dp={dp} and the model's num_experts={num_experts} "
+                f"(allowed: {ep_degrees(dp, num_experts)})")
+    return None
+
+
+def ep_degrees(dp: int, num_experts: int) -> list[int]:
+    """Every allowed ep, smallest first ([1] for a dense model)."""
+    return [1] if not num_experts else [e for e in range(1, dp + 1) if dp % e == 0 and num_experts % e == 0]
 
 
 def _divisors(n: int) -> list[int]:
@@ -66,8 +85,7 @@ class WorldEnv:
 
 @dataclass(frozen=True)
 class ParallelDims:
-    """Validated parallel degrees: dp * tp == world_size, tp divides the KV heads and the ranks per node; ep (a mixture
-    of experts only) divides dp and the experts: each group of ep data-parallel ranks splits the experts."""
+    """Validated parallel degrees: dp * tp == world_size, tp and ep by the rules above."""
 
     dp: int
     tp: int
@@ -82,17 +100,32 @@ class ParallelDims:
         dp = cfg.dp if cfg.dp is not None else env.world_size // tp
         if dp * tp != env.world_size:
             raise ConfigError(f"parallel.dp={dp} x parallel.tp={tp} = {dp * tp} must equal WORLD_SIZE={env.world_size} (omit parallel.dp to use WORLD_SIZE // tp)")
-        ep = cfg.ep
-        if ep > 1 and not num_experts:
-            raise ConfigError(f"parallel.ep={ep} needs a mixture-of-experts model (model.shape tiny-moe, 30B-A3B, 235B-A22B or a qwen3_moe model.path); "
-                              "this one is dense: use parallel.ep=1")
-        if dp % ep or num_experts % ep:
-            raise ConfigError(f"parallel.ep={ep} must divide parallel.dp={dp} and the model's num_experts={num_experts} "
-                              f"(allowed: {[e for e in range(1, dp + 1) if dp % e == 0 and num_experts % e == 0]})")
-        return cls(dp, tp, ep)
+        problem = ep_problem(cfg.ep, dp, num_experts)
+        if problem:
+            raise ConfigError(problem)
+        return cls(dp, tp, cfg.ep)
 
     def grad_accum(self, global_batch: int, micro_batch: int) -> int:
         """Micro-batches per rank per step; global_batch must split evenly over micro_batch x dp."""
         if global_batch % (micro_batch * self.dp):
             raise ConfigError(f"global_batch={global_batch} must be a multiple of micro_batch x dp = {micro_batch} x {self.dp}")
         return global_batch // (micro_batch * self.dp)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The planner's choice for the trainer: parallel.tp, parallel.ep, and activation checkpointing turned on. The
+    trainer gets it as ``overrides()``; ``apply`` is those overrides applied to a loaded config."""
+
+    tp: int
+    ep: int = 1
+    activation_checkpointing: bool = False
+
+    def overrides(self) -> list[str]:
+        """As trainer overrides (key.sub=value)."""
+        return [f"parallel.tp={self.tp}"] + ([f"parallel.ep={self.ep}"] if self.ep > 1 else []) + \
+            (["activation_checkpointing=true"] if self.activation_checkpointing else [])
+
+    def apply(self, cfg: TrainConfig) -> TrainConfig:
+        """``cfg`` with ``overrides()`` added, as the trainer loads it with them."""
+        return with_overrides(cfg, self.overrides())

@@ -12,21 +12,26 @@ from pathlib import Path
 from hpc.node.cli import HpcError
 from hpc.node.contract import OWNER_FILE
 
-_SLUG_MAX = 64
+_NAME_MAX = 64
 
 
 class OwnershipError(HpcError):
     """The directory belongs to another job, or cannot be written; the message is one line."""
 
 
+def slug(text: str, limit: int, keep: str = "") -> str:
+    """``text`` as a readable file name: each run of characters other than letters, digits, ``.``, ``_``, ``-`` (and
+    those in ``keep``) becomes one ``_``, leading and trailing ``.``, ``_``, ``-`` go, and it is cut to ``limit``."""
+    return re.sub(f"[^A-Za-z0-9._{re.escape(keep)}-]+", "_", text).strip("._-")[:limit]
+
+
 def run_dir_name(job_name: str) -> str:
-    """The directory name of a job name: the name itself when it is a plain file name
-    (letters, digits, ``.``, ``_``, ``-``; at most 64 characters), otherwise a readable slug
-    plus a hash of the exact name, so two names that differ in any character never share one."""
-    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", job_name):
+    """The directory name of a job name (its job and checkpoint directories): the name itself when it is a plain file
+    name (letters, digits, ``.``, ``_``, ``-``; at most 64 characters), otherwise its slug plus a hash of the exact
+    name, so two names that differ in any character never share one."""
+    if re.fullmatch(f"[A-Za-z0-9][A-Za-z0-9._-]{{0,{_NAME_MAX - 1}}}", job_name):
         return job_name
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", job_name).strip("._-")[:_SLUG_MAX] or "job"
-    return f"{slug}-{hashlib.sha256(job_name.encode()).hexdigest()[:10]}"
+    return f"{slug(job_name, _NAME_MAX) or 'job'}-{hashlib.sha256(job_name.encode()).hexdigest()[:10]}"
 
 
 def unnamed_owner() -> str:

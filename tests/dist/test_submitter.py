@@ -3,15 +3,21 @@ script and returns the job id sbatch printed; sbatch's refusals are one line; fo
 the end, from slurmctld and then from accounting."""
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
+import yaml
 
 from conftest import GOLDEN_WORKDIR, assert_golden
 from hpc import submit as submit_cli
+from hpc.node.contract import OWNER_FILE
 from hpc.render import render_sbatch
+from hpc.site import SHIPPED_SITE_DIR
 from hpc.spec import SpecError
 from hpc.submitter import follow, submit
 from login_helpers import command_line
-from slurm_fakes import RECORDED, FakeSlurm
+from slurm_fakes import COMMANDS, RECORDED, FakeSlurm
 
 SUBMITTED = "Submitted batch job 4242\n"  # sbatch's line (without --parsable, as submitit runs it)
 REFUSED = "sbatch: error: Batch job submission failed: Requested node configuration is not available\n"
@@ -126,3 +132,36 @@ def test_a_module_the_job_s_python_cannot_import_is_refused_before_sbatch(fake, 
     assert e.value.code == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("hpc.submit: error: ") and "-m no.such.module: no such module" in err, err
     assert fake.calls("sbatch") == [] and not (tmp_path / "work" / "jobs").exists()
+
+
+def test_slurm_is_asked_only_once_the_script_leaves_the_dry_run(fake, tmp_path, monkeypatch, capsys):
+    """A dry run sets no SLURM_CONF, runs no Slurm client and writes nothing; --emit points the clients at the profile's
+    slurm.conf and looks up the --after job before writing; a submission also looks for a live job of the name and
+    claims the job directory."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=fake\n")  # no SlurmctldHost: no controller to probe
+    site = yaml.safe_load((SHIPPED_SITE_DIR / "local.yaml").read_text())
+    site["submission"]["slurm_conf"] = str(conf)
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
+    monkeypatch.delenv("SLURM_CONF")
+    work = tmp_path / "work"
+    argv = ["--site", str(tmp_path / "site.yaml"), "--nodes", "1", "--job-name", "chained", "--after", "122", "--", "-m", "hpc.node.smoke"]
+
+    def run(*flags: str) -> str:
+        with pytest.raises(SystemExit) as e:
+            submit_cli.main([*argv[:-3], *flags, *argv[-3:]])
+        out, err = capsys.readouterr()
+        assert e.value.code == 0, err
+        return out
+
+    assert "#SBATCH --dependency=afterok:122" in run("--dry-run")
+    assert "SLURM_CONF" not in os.environ and list(work.iterdir()) == []
+    assert not any(fake.calls(c) for c in COMMANDS)
+    fake.answer("scontrol", (0, RECORDED / "pending.scontrol"))  # job 122 is known
+    run("--emit", str(work / "job.sbatch"))
+    assert os.environ["SLURM_CONF"] == str(conf) and [c[-1] for c in fake.calls("scontrol")] == ["122"]
+    assert fake.calls("squeue") == [] and not (work / "jobs" / "chained" / OWNER_FILE).exists()
+    fake.answer("sbatch", (0, SUBMITTED))
+    assert "submitted job 4242 " in run()
+    assert [c[-1] for c in fake.calls("scontrol")] == ["122", "122"] and len(fake.calls("squeue")) == 1
+    assert json.loads((work / "jobs" / "chained" / OWNER_FILE).read_text()) == {"job_name": "chained"}

@@ -3,9 +3,10 @@ memory and all-to-all figures, and the layout it proposes."""
 
 import pytest
 
-from hpc.plan import ep_choice, memory, plan, qwen3_shape, report
+from hpc.plan import ep_choice, memory, plan, qwen3_shape, report, tp_choices
 from hpc.site import load_site
-from train.config import ModelConfig
+from train.config import ConfigError, ModelConfig, ParallelConfig
+from train.layout import ParallelDims, WorldEnv
 from train.metrics import flops_per_token
 from train.model import count_params, hf_config
 from train.tokenizer import load_tokenizer
@@ -26,6 +27,22 @@ def test_ep_is_the_largest_group_inside_a_node_dividing_dp_and_the_experts():
     assert [ep_choice(s, tp, 64 // tp, 8) for tp in (1, 2, 4)] == [8, 4, 2]
     assert ep_choice(s, 1, 6, 8) == 2  # ep divides dp=6 and 128 experts
     assert ep_choice(qwen3_shape("8B"), 1, 16, 8) == 1
+
+
+@pytest.mark.parametrize("name", ["30B-A3B", "235B-A22B", "8B"])
+def test_the_trainer_accepts_every_ep_the_planner_chooses(name):
+    """Planner and trainer share one ep rule: each choice passes ParallelDims, a larger ep inside the node does not."""
+    s = qwen3_shape(name)
+    for gpus in (1, 2, 4, 6, 8):
+        for nodes in (1, 3, 4):
+            for tp in tp_choices(s, gpus):
+                dp = nodes * gpus // tp
+                env = WorldEnv(rank=0, local_rank=0, world_size=nodes * gpus, local_world_size=gpus)
+                ep = ep_choice(s, tp, dp, gpus)
+                assert ParallelDims.build(ParallelConfig(tp=tp, ep=ep), env, s.kv_heads, s.experts) == ParallelDims(dp, tp, ep)
+                for larger in range(ep + 1, gpus // tp + 1):
+                    with pytest.raises(ConfigError, match=f"parallel.ep={larger} "):
+                        ParallelDims.build(ParallelConfig(tp=tp, ep=larger), env, s.kv_heads, s.experts)
 
 
 def test_ep_shrinks_the_gathered_experts_not_the_sharded_state():

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from hpc.plan import Layout
 from hpc.render import render_sbatch
 from hpc.site import load_site
 from hpc.spec import build_spec, plan_trainer
 from hpc.node.cli import HpcError
 from train.config import load_config, split_cli
 from train.interface import CONFIG_DIR
+from train.layout import Layout
 from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, DEMO_TOKENIZER_DIR, check_tokenizer, load_tokenizer
 
 TINY = str(CONFIG_DIR / "tiny.yaml")
@@ -56,6 +56,23 @@ def test_the_planner_layout_is_data_added_once(monkeypatch):
     assert cfg == s.trainer.load()  # the config the check gets is the one the ranks load
     given, cfg, note = plan_trainer(spec("ib-h200", ["--config", TINY, "parallel.tp=2"], monkeypatch))
     assert given.trainer.layout is None and note is None and cfg.parallel.tp == 2
+
+
+@pytest.mark.parametrize("site, args, planned", [
+    ("ib-h200", ["global_batch=32"], (1, 1, False)),  # dense: the smallest tp, no checkpointing needed
+    ("ib-h200", ["model.shape=tiny-moe", "global_batch=32"], (1, 8, False)),  # 8 experts over a node's 8 GPUs (dp 16)
+    ("roce-h100", ["model.shape=32B", "seq_len=4096", "micro_batch=1", "global_batch=16"], (1, 1, True)),
+    ("roce-h100", ["model.shape=30B-A3B", "seq_len=4096", "micro_batch=1", "global_batch=16"], (1, 8, True)),  # 128 experts
+])
+def test_the_ranks_load_the_planned_layout_and_the_check_gets_their_config(site, args, planned, monkeypatch):
+    """Dense and mixture-of-experts plans on 2 nodes x 8 GPUs: the config every rank loads from its command line carries
+    the planner's tp, ep and activation checkpointing, and is the config the submit checked."""
+    s, cfg, note = plan_trainer(spec(site, ["--config", TINY, *args], monkeypatch))
+    config, overrides = split_cli(launch_words(render_sbatch(s)))
+    loaded = load_config(config, overrides)
+    assert (loaded.parallel.tp, loaded.parallel.ep, loaded.activation_checkpointing) == planned
+    assert (s.trainer.layout.tp, s.trainer.layout.ep, s.trainer.layout.activation_checkpointing) == planned
+    assert cfg == loaded and note.startswith(f"planner: dp=16 x tp={planned[0]}")
 
 
 @pytest.mark.parametrize("directory", [DEMO_TOKENIZER_DIR, DEMO_CHAT_TOKENIZER_DIR])
