@@ -154,7 +154,7 @@ class Bandwidth(Strict):
 
 
 class Network(Strict):
-    fabric: Literal["infiniband", "roce", "ethernet", "loopback"]
+    fabric: Literal["infiniband", "roce", "ethernet", "loopback", "efa", "slingshot"]
     nccl_socket_ifname: str
     gloo_socket_ifname: str
     ib_hca: list[str] = Field(default_factory=list, description="HCAs NCCL may use, e.g. [mlx5_0, mlx5_1]")
@@ -163,6 +163,22 @@ class Network(Strict):
     gdr_level: Optional[Literal["LOC", "PIX", "PXB", "PHB", "SYS"]] = None
     expected: Bandwidth = Bandwidth()
     extra_env: dict[str, str] = Field(default_factory=dict, description="more NCCL_*/UCX_* settings")
+    nccl_net_plugin: Optional[str] = Field(None, pattern=r"^[^\s]+$", max_length=4096, description="efa, slingshot: "
+                                           "NCCL_NET_PLUGIN, the aws-ofi-nccl library on the nodes: a path, a library name "
+                                           "or the suffix of libnccl-net-SUFFIX.so (default: libnccl-net.so on the library path)")
+    efa_device_rdma: bool = Field(True, description="efa: FI_EFA_USE_DEVICE_RDMA=1 (p4d, p5 and newer; false for p3dn)")
+
+    @model_validator(mode="after")
+    def _libfabric(self) -> "Network":
+        if self.fabric in ("efa", "slingshot") and (self.ib_hca or self.ib_hca_exclude or self.roce_gid_index is not None):
+            raise ValueError(f"fabric {self.fabric} takes no ib_hca, ib_hca_exclude or roce_gid_index (NCCL reaches it "
+                             "through the libfabric plugin, not its IB transport)")
+        if self.fabric not in ("efa", "slingshot") and self.nccl_net_plugin is not None:
+            raise ValueError(f"nccl_net_plugin is the libfabric plugin of fabric efa or slingshot, not of {self.fabric} "
+                             "(set NCCL_NET_PLUGIN in extra_env for another plugin)")
+        if self.fabric != "efa" and "efa_device_rdma" in self.model_fields_set:
+            raise ValueError(f"efa_device_rdma is for fabric efa, not {self.fabric}")
+        return self
 
     @field_validator("extra_env")
     @classmethod

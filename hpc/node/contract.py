@@ -40,7 +40,11 @@ NCCL_IB_HCA_VAR = "NCCL_IB_HCA"
 NCCL_IB_DISABLE_VAR = "NCCL_IB_DISABLE"
 NCCL_IB_GID_INDEX_VAR = "NCCL_IB_GID_INDEX"
 NCCL_NET_GDR_LEVEL_VAR = "NCCL_NET_GDR_LEVEL"
-NETWORK_VAR_PREFIXES = ("NCCL_", "GLOO_")
+NCCL_NET_VAR = "NCCL_NET"  # a net by name (the libfabric plugin's): NCCL fails instead of falling back to sockets
+NCCL_NET_PLUGIN_VAR = "NCCL_NET_PLUGIN"  # the net plugin library: a suffix (libnccl-net-NAME.so) or a library name or path
+FI_PROVIDER_VAR = "FI_PROVIDER"  # libfabric's provider: efa (AWS), cxi (HPE Slingshot)
+OFI_NET_NAME = "AWS Libfabric"  # the aws-ofi-nccl plugin's net, the name every version of it answers to
+NETWORK_VAR_PREFIXES = ("NCCL_", "GLOO_", "FI_")
 
 DEFAULT_DIST_TIMEOUT_S = 300
 DEFAULT_STOP_SIGNAL = "USR2"  # NCCL may use USR1
