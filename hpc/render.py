@@ -6,6 +6,7 @@ writes and what ``hpc.submit`` submits are the same text.
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 
 import jinja2
@@ -16,6 +17,7 @@ from hpc.gpu_request import JOB_GRES_FLAGS, SRUN_GRES_FLAGS, job_gpu_options
 from hpc.node import contract
 from hpc.node.contract import ARRAY_TASK_ID, BATCH_LOG, JOB_DIR_VAR, JOB_NAME_VAR, MAX_REQUEUES_VAR, STOP_SIGNAL_VAR, TASK_LOG
 from hpc.node.launcher import LAUNCH_MODULE
+from hpc.node.runtime import runtime
 
 HEALTH_MODULE = "hpc.node.health"
 from hpc.shipped import TEMPLATE_DIR
@@ -32,7 +34,16 @@ _env = jinja2.Environment(
     lstrip_blocks=True,
     autoescape=False,
 )
-_env.filters["q"] = lambda v: shlex.quote(str(v))
+
+
+class ShellWord(str):
+    """A word written into the script as it is, for its shell to expand (the q filter quotes every other word)."""
+
+
+_env.filters["q"] = lambda v: v if isinstance(v, ShellWord) else shlex.quote(str(v))
+# pyxis keeps a named container on the node after the job: one name per job and run, so the job's steps share it and no
+# later job (or requeued run) starts in a container an earlier one left behind
+PYXIS_NAME = ShellWord('--container-name=hpc-"$SLURM_JOB_ID"-"${SLURM_RESTART_COUNT:-0}"')
 
 
 def directives(spec: JobSpec) -> dict[str, str | bool]:
@@ -85,6 +96,8 @@ def job_env(spec: JobSpec) -> dict[str, str]:
     })
     if spec.container and spec.container.project == "mount":
         env["PYTHONPATH"] = str(spec.places.project)
+    if spec.container is None and spec.python == sys.executable:  # the nodes run the interpreter that submits: what
+        env.update({var: version for var, version in runtime().items() if version})  # it has here, they must have
     return env
 
 
@@ -99,10 +112,11 @@ def preamble_lines(spec: JobSpec) -> list[str]:
 
 def binding_args(spec: JobSpec, ranks: bool) -> list[str]:
     """The partition's --cpu-bind for every step; for the ranks' step (``ranks``) also its --gpu-bind and the srun-only
-    --gres-flags (allow-task-sharing)."""
+    --gres-flags (allow-task-sharing), where a task is a rank (under torchrun or accelerate one task per node holds all
+    of the node's GPUs, so it is not bound to some of them)."""
     part = spec.partition
     args = [f"--cpu-bind={part.cpu_bind}"] if part.cpu_bind else []
-    if ranks:
+    if ranks and not spec.launcher.per_node:
         args += [f"--gpu-bind={part.gpu_bind}"] if part.gpu_bind else []
         flags = [f for f in part.gres_flags if f in SRUN_GRES_FLAGS]
         args += [f"--gres-flags={','.join(flags)}"] if flags else []
@@ -114,7 +128,7 @@ def srun_args(spec: JobSpec) -> list[str]:
     args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", *binding_args(spec, ranks=True),
             f"--output={spec.job_dir / log_pattern(spec, TASK_LOG)}"]
     if spec.container and not spec.container.wrapped:
-        args += spec.container.srun_options(spec.places)
+        args += [*spec.container.srun_options(spec.places), PYXIS_NAME]
     return args
 
 
@@ -134,7 +148,7 @@ def health_argv(spec: JobSpec) -> list[str]:
     argv = ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",   # in this one task
             *(f"--{k}={v}" for k, v in gpus.items()), *binding_args(spec, ranks=False)]
     if spec.container and not spec.container.wrapped:
-        argv += spec.container.srun_options(spec.places)
+        argv += [*spec.container.srun_options(spec.places), PYXIS_NAME]
     elif spec.container:
         argv += spec.container.prefix(spec.places)
     argv += [spec.command[0], "-u", "-m", HEALTH_MODULE, "--gpus", str(spec.gpus_per_node)]

@@ -326,9 +326,6 @@ def build_spec(
     if not 1 <= gpus <= part.gpus_per_node:
         raise SpecError(f"--gpus-per-node {gpus}: partition {part.name} allows 1 to {part.gpus_per_node}")
     launch = get_launcher(launcher)
-    if launch.per_node and part.gpu_bind and part.gpu_bind.removeprefix("verbose,") != "none":
-        raise SpecError(f"--launcher {launch.name}: partition {part.name} binds each task to its GPUs (gpu_bind {part.gpu_bind}), "
-                        f"but {launch.name} runs one task per node that needs all of them; use --launcher srun")
     limit = part.max_minutes
     if time is None:
         minutes = limit if limit is not None else 60

@@ -62,3 +62,10 @@ def test_the_plugin_loads_by_path_and_by_name(plugin):
     r = launch(NCCL_NET="AWS Libfabric", NCCL_NET_PLUGIN="fake")  # not on the library path
     assert r.returncode == 2 and "ran" not in r.stdout and r.stderr.count("\n") == 1
     assert "NCCL_NET_PLUGIN=fake, but the NCCL net plugin does not load on this node (fake: cannot open shared object file" in r.stderr
+
+
+def test_a_node_with_another_torch_fails_in_its_first_seconds():
+    """The batch script exports the versions the login node rendered for; hpc.node.launch compares before any rank."""
+    r = launch(HPC_EXPECT_TORCH="1.0.0+cu0")
+    assert r.returncode == 2 and "ran" not in r.stdout and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("hpc.node.launch: error: here: this node runs torch ") and "(rendered for 1.0.0+cu0)" in r.stderr
