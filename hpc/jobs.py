@@ -28,7 +28,9 @@ from hpc.metrics_report import last_line, plot, read_metrics, straggler_lines, s
 from hpc.node.cli import HpcError, Parser, fail, path_text, shown, whole
 from hpc.node.contract import (LEASE_FILE, METRICS_FILE, RUN_CONFIG, checkpoint_step, set_aside_step,
                                task_log)
-from hpc.slurm_query import Job, JobError, array_tasks, check_controller, get_job, job_id_arg, restarts, sacct_rows, squeue_rows
+from hpc.job_outcome import outcome_lines
+from hpc.slurm_query import (Job, JobError, array_tasks, check_controller, get_job, job_id_arg, job_sort_key, restarts,
+                             sacct_rows, squeue_rows)
 from hpc.sweep_report import plot_sweep, sweep_table, task_run_dir, task_runs
 
 PROG = "hpc.jobs"
@@ -94,7 +96,7 @@ def cmd_list(a: argparse.Namespace) -> int:
         old = jobs.get(live["JobIDRaw"], {"Elapsed": live["Elapsed"], "Restarts": "0"})
         jobs[live["JobIDRaw"]] = {**live, "Elapsed": old["Elapsed"], "Restarts": old["Restarts"]}
     rows = [("JOBID", "NAME", "STATE", "NODES", "ELAPSED", "RESTARTS")]
-    for job_id, job in sorted(jobs.items(), key=lambda kv: [int(x) if x.isdigit() else -1 for x in kv[0].split("_")]):
+    for job_id, job in sorted(jobs.items(), key=lambda kv: job_sort_key(kv[0])):
         name = job["JobName"] if len(job["JobName"]) <= NAME_WIDTH else job["JobName"][:NAME_WIDTH - 3] + "..."
         rows.append((job_id, name, job["State"], job["NNodes"], job["Elapsed"], job["Restarts"]))
     print(table(rows))
@@ -127,6 +129,8 @@ def cmd_status(a: argparse.Namespace) -> int:
     print(f"job {job.job_id} ({job.name}): {job.state}")
     print(f"  partition {job.partition}, {job.nodes} node(s) {job.nodelist or '-'}, elapsed {job.elapsed}, restarts {job.restarts}")
     print(f"  dir {job.job_dir or 'unknown'}")
+    for line in outcome_lines(job):
+        print(f"  {line}")
     if job.array_task is not None:
         print(f"  task {job.array_task}'s run {task_run_dir(job) or 'unknown'}")
     if job.job_dir:

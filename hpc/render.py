@@ -6,15 +6,18 @@ writes and what ``hpc.submit`` submits are the same text.
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 
 import jinja2
 
 from hpc.network import network_env
 from hpc.dependency import dependency_directive
+from hpc.gpu_request import JOB_GRES_FLAGS, SRUN_GRES_FLAGS, job_gpu_options
 from hpc.node import contract
 from hpc.node.contract import ARRAY_TASK_ID, BATCH_LOG, JOB_DIR_VAR, JOB_NAME_VAR, MAX_REQUEUES_VAR, STOP_SIGNAL_VAR, TASK_LOG
 from hpc.node.launcher import LAUNCH_MODULE
+from hpc.node.runtime import runtime
 
 HEALTH_MODULE = "hpc.node.health"
 from hpc.shipped import TEMPLATE_DIR
@@ -31,19 +34,27 @@ _env = jinja2.Environment(
     lstrip_blocks=True,
     autoescape=False,
 )
-_env.filters["q"] = lambda v: shlex.quote(str(v))
+
+
+class ShellWord(str):
+    """A word written into the script as it is, for its shell to expand (the q filter quotes every other word)."""
+
+
+_env.filters["q"] = lambda v: v if isinstance(v, ShellWord) else shlex.quote(str(v))
+# pyxis keeps a named container on the node after the job: one name per job and run, so the job's steps share it and no
+# later job (or requeued run) starts in a container an earlier one left behind
+PYXIS_NAME = ShellWord('--container-name=hpc-"$SLURM_JOB_ID"-"${SLURM_RESTART_COUNT:-0}"')
 
 
 def directives(spec: JobSpec) -> dict[str, str | bool]:
     """sbatch options (without output/error), in the order they are written; True is a bare flag."""
     part, sub = spec.partition, spec.site.submission
-    gpus = f"{part.gpu_type}:{spec.gpus_per_node}" if part.gpu_type else str(spec.gpus_per_node)
     d = {
         "job-name": spec.job_name,
         "partition": part.name,
         "nodes": str(spec.nodes),
         "ntasks-per-node": str(spec.tasks_per_node),
-        "gpus-per-node": gpus,
+        **job_gpu_options(part.gpu_request, part.gpu_type, spec.gpus_per_node, spec.nodes),
         "cpus-per-task": str(spec.cpus_per_task),
         "time": format_minutes(spec.minutes),
         "chdir": str(spec.workdir),
@@ -59,6 +70,9 @@ def directives(spec: JobSpec) -> dict[str, str | bool]:
         d["exclude"] = spec.exclude
     if spec.after:
         d["dependency"] = dependency_directive(spec.after)
+    job_flags = [f for f in part.gres_flags if f in JOB_GRES_FLAGS]
+    if job_flags:
+        d["gres-flags"] = ",".join(job_flags)
     if part.mem_per_node_gb:
         d["mem"] = f"{int(part.mem_per_node_gb)}G"
     if sub.account:
@@ -82,6 +96,8 @@ def job_env(spec: JobSpec) -> dict[str, str]:
     })
     if spec.container and spec.container.project == "mount":
         env["PYTHONPATH"] = str(spec.places.project)
+    if spec.container is None and spec.python == sys.executable:  # the nodes run the interpreter that submits: what
+        env.update({var: version for var, version in runtime().items() if version})  # it has here, they must have
     return env
 
 
@@ -94,11 +110,25 @@ def preamble_lines(spec: JobSpec) -> list[str]:
     return text.rstrip("\n").split("\n")
 
 
+def binding_args(spec: JobSpec, ranks: bool) -> list[str]:
+    """The partition's --cpu-bind for every step; for the ranks' step (``ranks``) also its --gpu-bind and the srun-only
+    --gres-flags (allow-task-sharing), where a task is a rank (under torchrun or accelerate one task per node holds all
+    of the node's GPUs, so it is not bound to some of them)."""
+    part = spec.partition
+    args = [f"--cpu-bind={part.cpu_bind}"] if part.cpu_bind else []
+    if ranks and not spec.launcher.per_node:
+        args += [f"--gpu-bind={part.gpu_bind}"] if part.gpu_bind else []
+        flags = [f for f in part.gres_flags if f in SRUN_GRES_FLAGS]
+        args += [f"--gres-flags={','.join(flags)}"] if flags else []
+    return args
+
+
 def srun_args(spec: JobSpec) -> list[str]:
     """Options of the srun that starts the ranks."""
-    args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", f"--output={spec.job_dir / log_pattern(spec, TASK_LOG)}"]
+    args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", *binding_args(spec, ranks=True),
+            f"--output={spec.job_dir / log_pattern(spec, TASK_LOG)}"]
     if spec.container and not spec.container.wrapped:
-        args += spec.container.srun_options(spec.places)
+        args += [*spec.container.srun_options(spec.places), PYXIS_NAME]
     return args
 
 
@@ -114,10 +144,11 @@ def health_argv(spec: JobSpec) -> list[str]:
     """The preflight step (``--preflight``): hpc.node.health once per node, in the ranks' python (and image), judged
     against the partition's matmul and copy rates."""
     part = spec.partition
-    argv = ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
-            f"--gpus-per-node={directives(spec)['gpus-per-node']}"]  # all of the node's GPUs in this one task
+    gpus = job_gpu_options(part.gpu_request, part.gpu_type, spec.gpus_per_node, spec.nodes)  # all of the node's GPUs
+    argv = ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",   # in this one task
+            *(f"--{k}={v}" for k, v in gpus.items()), *binding_args(spec, ranks=False)]
     if spec.container and not spec.container.wrapped:
-        argv += spec.container.srun_options(spec.places)
+        argv += [*spec.container.srun_options(spec.places), PYXIS_NAME]
     elif spec.container:
         argv += spec.container.prefix(spec.places)
     argv += [spec.command[0], "-u", "-m", HEALTH_MODULE, "--gpus", str(spec.gpus_per_node)]

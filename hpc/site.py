@@ -19,6 +19,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hpc.container import Container
+from hpc.gpu_request import (BINDING_SBATCH_OPTIONS, GpuRequest, check_cpu_bind, check_gpu_bind, check_gres_flags)
 from hpc.node.cli import HpcError, shown
 from hpc.node.contract import (DEFAULT_MAX_EXCLUDED_NODES, DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL,
                                NCCL_IB_HCA_VAR, NCCL_SOCKET_IFNAME_VAR, SITE_DIRS_VAR, STOP_SIGNALS)
@@ -80,6 +81,15 @@ class Submission(Strict):
                 raise ValueError(f"the value of {shown(key)} must be one line")
         return v
 
+    @field_validator("extra_sbatch")
+    @classmethod
+    def _binding_options(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if key in BINDING_SBATCH_OPTIONS:
+                raise ValueError(f"{shown(key)} is a partition's key here: partitions[].gpu_bind, cpu_bind or gres_flags "
+                                 "(srun options of the ranks), or gpu_request for how GPUs are asked for")
+        return v
+
 
 class Partition(Strict):
     name: str = Field(pattern=NAME_RE, max_length=200)
@@ -94,6 +104,38 @@ class Partition(Strict):
     matmul_tflops: Optional[float] = Field(None, gt=0, description="expected bf16 matmul TFLOP/s of one GPU (hpc.node.health)")
     copy_gbps: Optional[float] = Field(None, gt=0, description="expected device copy GB/s (read + written) of one GPU (hpc.node.health)")
     container: Optional[Container] = Field(None, description="this partition's container; replaces the site's")
+    gpu_request: GpuRequest = Field("gpus-per-node", description="how the job asks for GPUs: gpus-per-node "
+                                    "(--gpus-per-node=[TYPE:]N), gres (--gres=gpu[:TYPE]:N), gpus (--gpus=[TYPE:]TOTAL with "
+                                    "--ntasks-per-node) or none (a CPU partition: gpus_per_node is then the ranks per node)")
+    gpu_bind: Optional[str] = Field(None, description="srun --gpu-bind of the ranks, e.g. closest or map_gpu:0,1,2,3 "
+                                    "(each rank then sees only its GPUs)")
+    cpu_bind: Optional[str] = Field(None, description="srun --cpu-bind of every step, e.g. none")
+    gres_flags: list[str] = Field(default_factory=list, description="--gres-flags: allow-task-sharing on the ranks' srun "
+                                  "(with gpu_bind, so NCCL still reaches the node's other GPUs), the others on the job")
+
+    @field_validator("gpu_bind")
+    @classmethod
+    def _gpu_bind(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else check_gpu_bind(v)
+
+    @field_validator("cpu_bind")
+    @classmethod
+    def _cpu_bind(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else check_cpu_bind(v)
+
+    @field_validator("gres_flags")
+    @classmethod
+    def _gres_flags(cls, v: list[str]) -> list[str]:
+        return check_gres_flags(v)
+
+    @model_validator(mode="after")
+    def _cpu_partition(self) -> "Partition":
+        if self.gpu_request == "none":
+            given = [k for k in ("gpu_type", "gpu_memory_gb", "matmul_tflops", "copy_gbps", "gpu_bind") if getattr(self, k) is not None]
+            given += ["gres_flags"] if self.gres_flags else []
+            if given:
+                raise ValueError(f"gpu_request none (a CPU partition) takes no {', '.join(given)}")
+        return self
 
     @field_validator("max_time")
     @classmethod
@@ -112,7 +154,7 @@ class Bandwidth(Strict):
 
 
 class Network(Strict):
-    fabric: Literal["infiniband", "roce", "ethernet", "loopback"]
+    fabric: Literal["infiniband", "roce", "ethernet", "loopback", "efa", "slingshot"]
     nccl_socket_ifname: str
     gloo_socket_ifname: str
     ib_hca: list[str] = Field(default_factory=list, description="HCAs NCCL may use, e.g. [mlx5_0, mlx5_1]")
@@ -121,6 +163,22 @@ class Network(Strict):
     gdr_level: Optional[Literal["LOC", "PIX", "PXB", "PHB", "SYS"]] = None
     expected: Bandwidth = Bandwidth()
     extra_env: dict[str, str] = Field(default_factory=dict, description="more NCCL_*/UCX_* settings")
+    nccl_net_plugin: Optional[str] = Field(None, pattern=r"^[^\s]+$", max_length=4096, description="efa, slingshot: "
+                                           "NCCL_NET_PLUGIN, the aws-ofi-nccl library on the nodes: a path, a library name "
+                                           "or the suffix of libnccl-net-SUFFIX.so (default: libnccl-net.so on the library path)")
+    efa_device_rdma: bool = Field(True, description="efa: FI_EFA_USE_DEVICE_RDMA=1 (p4d, p5 and newer; false for p3dn)")
+
+    @model_validator(mode="after")
+    def _libfabric(self) -> "Network":
+        if self.fabric in ("efa", "slingshot") and (self.ib_hca or self.ib_hca_exclude or self.roce_gid_index is not None):
+            raise ValueError(f"fabric {self.fabric} takes no ib_hca, ib_hca_exclude or roce_gid_index (NCCL reaches it "
+                             "through the libfabric plugin, not its IB transport)")
+        if self.fabric not in ("efa", "slingshot") and self.nccl_net_plugin is not None:
+            raise ValueError(f"nccl_net_plugin is the libfabric plugin of fabric efa or slingshot, not of {self.fabric} "
+                             "(set NCCL_NET_PLUGIN in extra_env for another plugin)")
+        if self.fabric != "efa" and "efa_device_rdma" in self.model_fields_set:
+            raise ValueError(f"efa_device_rdma is for fabric efa, not {self.fabric}")
+        return self
 
     @field_validator("extra_env")
     @classmethod

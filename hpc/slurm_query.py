@@ -24,7 +24,8 @@ CLIENT_TIMEOUT_S = 10  # Slurm's clients retry for a long while when slurmctld i
 SEP = "\x1f"  # sacct's field delimiter: job names and submit lines may contain "|"
 SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed", "Partition", "NodeList", "WorkDir", "SubmitLine", "JobID")
 SQUEUE_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed")
-JOB_ID = re.compile(r"([1-9][0-9]{0,9})(?:_(0|[1-9][0-9]{0,9}))?")  # a job, or one task of an array job: ARRAY_TASK
+# a job, one task of an array job (ARRAY_TASK, 123_4) or one component of a heterogeneous job (123+1)
+JOB_ID = re.compile(r"([1-9][0-9]{0,9})(?:_(0|[1-9][0-9]{0,9})|\+(0|[1-9][0-9]{0,9}))?")
 MAX_JOB_ID = 2**32 - 1  # Slurm's ids are 32 bits: a larger number would wrap to another job; 0 means every job
 
 
@@ -35,9 +36,20 @@ class JobError(HpcError):
 def job_id_problem(text: str) -> Optional[str]:
     """Why ``text`` is not a Slurm job id 1..2^32-1 (optionally ``_TASK``, an array task), or None."""
     m = JOB_ID.fullmatch(text) if text.isascii() else None
-    if m is None or int(m.group(1)) > MAX_JOB_ID or m.group(2) and int(m.group(2)) > MAX_JOB_ID:
-        return f"{shown(text)} is not a job id: a number 1..{MAX_JOB_ID}, or ARRAY_TASK such as 123_4"
+    if m is None or any(g and int(g) > MAX_JOB_ID for g in m.groups()):
+        return (f"{shown(text)} is not a job id: a number 1..{MAX_JOB_ID}, ARRAY_TASK such as 123_4, or a heterogeneous "
+                "job's component such as 123+1")
     return None
+
+
+def job_sort_key(job_id: str) -> tuple:
+    """Sort jobs as squeue and sacct name them: 123, 123_4, 123_[5-9%2] (an array's pending tasks), 123+1 (a
+    heterogeneous job's component), by job, then task or component; anything else last."""
+    m = re.fullmatch(r"([0-9]+)(?:_([0-9]+)|_\[([0-9]+)[^]]*\]|\+([0-9]+))?", job_id)
+    if m is None:
+        return (1, 0, 0, job_id)
+    job, task, pending, component = m.groups()
+    return (0, int(job), int(task or pending or component or -1), job_id)
 
 
 def job_id_arg(text: str) -> str:
@@ -60,6 +72,9 @@ class Job:
     restarts: int
     stdout: Optional[Path]
     array_task: Optional[int] = None  # the task index of an array job's task
+    reason: str = ""  # slurmctld's Reason (why it waits, or what ended it), "" from accounting alone
+    excluded: str = ""  # the nodes it must not run on (ExcNodeList), "" for none
+    exit_code: str = ""  # the batch script's EXIT:SIGNAL, "" from accounting alone
 
 
     @property
@@ -270,4 +285,7 @@ def job_from(job_id: str, ctl: dict[str, str], rows: list[dict[str, str]]) -> Jo
         restarts=int(ctl["Restarts"]) if "Restarts" in ctl else restarts(rows),
         stdout=stdout,
         array_task=int(job_id.partition("_")[2]) if "_" in job_id else None,
+        reason="" if ctl.get("Reason", "None") == "None" else ctl["Reason"],
+        excluded="" if ctl.get("ExcNodeList", "(null)") == "(null)" else ctl["ExcNodeList"],
+        exit_code=ctl.get("ExitCode", ""),
     )

@@ -785,8 +785,43 @@ def message_cases() -> list[Case]:
     return c
 
 
+def site_form_cases() -> list[Case]:
+    """The partitions' GPU request and binding keys and the libfabric fabrics' network keys."""
+    c: list[Case] = []
+    run = ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run", "--", "{T}/s.py"]
+
+    def bad(cid, text, names):
+        c.append(Case(f"site-{cid}", SUBMIT, run, names, files={"p.yaml": text, **SCRIPT}))
+
+    P, N = "partitions__0__", "network__"
+    for cid, key, val, names in (
+            ("gpu-request", "gpu_request", "gpus-per-task", "gpu_request"), ("gpu-request-int", "gpu_request", 2, "gpu_request"),
+            ("gpu-bind", "gpu_bind", "map_gpu:a,b", "gpu_bind"), ("gpu-bind-newline", "gpu_bind", "closest\n", "gpu_bind"),
+            ("gpu-bind-shell", "gpu_bind", "closest; id", "gpu_bind"), ("cpu-bind", "cpu_bind", "socket", "cpu_bind"),
+            ("cpu-bind-list", "cpu_bind", ["none"], "cpu_bind"), ("gres-flags", "gres_flags", ["bind-all"], "gres_flags"),
+            ("gres-flags-string", "gres_flags", "enforce-binding", "gres_flags"),
+            ("gres-flags-both", "gres_flags", ["enforce-binding", "disable-binding"], "exclude each other"),
+            ("gres-flags-twice", "gres_flags", ["allow-task-sharing", "allow-task-sharing"], "twice")):
+        bad(f"part-{cid}", site_yaml(**{P + key: val}), names)
+    bad("part-cpu-with-gpu-type", site_yaml(**{P + "gpu_request": "none", P + "gpu_type": "a100"}), "gpu_type")
+    bad("part-cpu-with-bind", site_yaml(**{P + "gpu_request": "none", P + "gpu_bind": "closest"}), "gpu_bind")
+    for opt in ("gpu-bind", "cpu-bind", "gres-flags", "gpus-per-task"):
+        bad(f"sbatch-{opt}", site_yaml(submission__extra_sbatch={opt: "x"}), opt)
+    efa = {N + "fabric": "efa"}
+    for cid, extra, names in (
+            ("efa-with-hca", {N + "ib_hca": ["mlx5_0"]}, "ib_hca"), ("efa-with-gid", {N + "roce_gid_index": 3}, "roce_gid_index"),
+            ("plugin-on-ethernet", {N + "nccl_net_plugin": "ofi"}, "nccl_net_plugin"),
+            ("plugin-space", {**efa, N + "nccl_net_plugin": "lib nccl.so"}, "nccl_net_plugin"),
+            ("plugin-newline", {**efa, N + "nccl_net_plugin": "ofi\n"}, "nccl_net_plugin"),
+            ("rdma-on-slingshot", {N + "fabric": "slingshot", N + "efa_device_rdma": False}, "efa_device_rdma"),
+            ("rdma-string", {**efa, N + "efa_device_rdma": "yes"}, "efa_device_rdma"),
+            ("fabric-tcp", {N + "fabric": "tcp"}, "fabric")):
+        bad(f"net-{cid}", site_yaml(**extra), names)
+    return c
+
+
 def all_cases() -> list[Case]:
-    cases = (number_cases() + config_cases() + trainer_cases() + submit_cases() + site_cases() + plan_cases()
+    cases = (site_form_cases() + number_cases() + config_cases() + trainer_cases() + submit_cases() + site_cases() + plan_cases()
              + preflight_cases() + jobs_cases() + launch_cases() + generate_cases() + message_cases())
     ids = [c.id for c in cases]
     dup = sorted({i for i in ids if ids.count(i) > 1})

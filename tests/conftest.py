@@ -3,6 +3,7 @@ for a Slurm job, and the fixtures several tiers ask for (the chat tokenizer and 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -43,8 +44,12 @@ GOLDEN_WORKDIR, GOLDEN_PYTHON = "/home/alice/project", "/opt/venv/bin/python"
 def assert_golden(name: str, script: str, workdir: Path) -> None:
     """``script`` (rendered or submitted from ``workdir``) equals tests/golden/NAME.sbatch, with the machine's paths
     written as a fixed workdir, python and {PROJECT}; UPDATE_GOLDEN=1 writes the file instead."""
+    from hpc.node.runtime import runtime
+
     text = (script.replace(str(workdir.resolve()), GOLDEN_WORKDIR).replace(PYTHON, GOLDEN_PYTHON)
             .replace(str(ROOT), "{PROJECT}"))
+    for var, version in runtime().items():  # this machine's python, project and torch versions
+        text = text.replace(f"export {var}={shlex.quote(version or '')}\n", f"export {var}={{{var}}}\n")
     path = GOLDEN / f"{name}.sbatch"
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text)

@@ -29,6 +29,10 @@ CASES = {
     "local-nodes-preflight": ["--site", "local", "--nodes", "2", "--nodelist", "n[1-2]", "--exclude", "n4",  # where it runs,
                               "--preflight"],                                                        # health checked first
     "ib-h200-preflight": ["--site", "ib-h200", "--nodes", "2", "--exclude", "gpu[07-08],gpu11", "--preflight"],  # rates judged
+    "local-gres": ["--site", "{PROJECT}/tests/sites/local-forms.yaml", "--nodes", "2"],  # --gres=gpu:N, --gres-flags
+    "local-gpus-bind": ["--site", "{PROJECT}/tests/sites/local-forms.yaml", "--partition", "low", "--nodes", "2",  # --gpus,
+                        "--preflight"],                                                       # --gpu-bind, --cpu-bind
+    "local-cpu": ["--site", "{PROJECT}/tests/sites/local-forms.yaml", "--partition", "high", "--nodes", "2", "--preflight"],
     "submitit": ["--site", "local", "--nodes", "2", "--job-name", "smoke", "--", "-m", "hpc.node.smoke", "--out", "{WORK}/ranks"],
 }
 

@@ -31,6 +31,7 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel, parallelize_module
 
 from hpc.node.contract import MASTER_ADDR_VAR
+from hpc.node.launcher import local_cuda_index
 from hpc.node.netcheck import bound_every_group, dist_timeout_s
 from train import adapters, offload
 from train.config import LoraConfig
@@ -42,7 +43,7 @@ from train.moe import MoEBlock
 def init_distributed(env: WorldEnv) -> torch.device:
     """Start the process group (nccl on GPU, gloo on CPU) and return this rank's device."""
     if torch.cuda.is_available():
-        device = torch.device("cuda", env.local_rank)
+        device = torch.device("cuda", local_cuda_index(env.local_rank, torch.cuda.device_count()))
         torch.cuda.set_device(device)
         backend = "nccl"
     else:

@@ -25,6 +25,11 @@ STOP_CAUGHT_SUFFIX = ".caught"  # the rank program creates HPC_STOP_NOTICE + thi
 DIST_TIMEOUT_VAR = "HPC_DIST_TIMEOUT_S"  # seconds for rendezvous and every collective
 BAD_NODE_MARKS_VAR = "HPC_BAD_NODE_MARKS"  # the directory of this run's bad-node marks (UNHEALTHY_MARKS)
 SITE_DIRS_VAR = "HPC_SITE_DIRS"  # login side: more directories of site profiles (colon-separated)
+# what the login node rendered the job for; hpc.node.launch checks each node against them (hpc/node/runtime.py)
+EXPECT_PYTHON_VAR = "HPC_EXPECT_PYTHON"  # python's version, e.g. 3.11.2
+EXPECT_PROJECT_VAR = "HPC_EXPECT_PROJECT"  # this project's installed version
+EXPECT_TORCH_VAR = "HPC_EXPECT_TORCH"  # torch's version with its build, e.g. 2.6.0+cu126
+PROJECT_DIST = "hpc-train"  # the project's distribution name (its version is the installed one's)
 
 # torch.distributed's env:// rendezvous: hpc.node.launch sets them from SLURM_* (slurm_env.py), rank programs read them.
 RANK_VAR, WORLD_SIZE_VAR = "RANK", "WORLD_SIZE"
@@ -40,7 +45,11 @@ NCCL_IB_HCA_VAR = "NCCL_IB_HCA"
 NCCL_IB_DISABLE_VAR = "NCCL_IB_DISABLE"
 NCCL_IB_GID_INDEX_VAR = "NCCL_IB_GID_INDEX"
 NCCL_NET_GDR_LEVEL_VAR = "NCCL_NET_GDR_LEVEL"
-NETWORK_VAR_PREFIXES = ("NCCL_", "GLOO_")
+NCCL_NET_VAR = "NCCL_NET"  # a net by name (the libfabric plugin's): NCCL fails instead of falling back to sockets
+NCCL_NET_PLUGIN_VAR = "NCCL_NET_PLUGIN"  # the net plugin library: a suffix (libnccl-net-NAME.so) or a library name or path
+FI_PROVIDER_VAR = "FI_PROVIDER"  # libfabric's provider: efa (AWS), cxi (HPE Slingshot)
+OFI_NET_NAME = "AWS Libfabric"  # the aws-ofi-nccl plugin's net, the name every version of it answers to
+NETWORK_VAR_PREFIXES = ("NCCL_", "GLOO_", "FI_")
 
 DEFAULT_DIST_TIMEOUT_S = 300
 DEFAULT_STOP_SIGNAL = "USR2"  # NCCL may use USR1

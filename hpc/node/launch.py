@@ -35,6 +35,7 @@ from hpc.node.contract import (
 )
 from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
 from hpc.node.netcheck import check_node, dist_timeout_s
+from hpc.node.runtime import check_runtime
 from hpc.node.slurm_env import derive, node_name
 
 PROG = LAUNCH_MODULE
@@ -48,6 +49,7 @@ def prepare(launcher: Launcher, command: Sequence[str], gpus_per_node: Optional[
     env.setdefault(DIST_TIMEOUT_VAR, str(DEFAULT_DIST_TIMEOUT_S))
     dist_timeout_s(env)
     net = check_node(env)
+    versions = check_runtime(env)
     node = node_name(environ)
     print(
         f"[launch] {node} job {info.job_id} restart {info.restart_count}: "
@@ -57,7 +59,7 @@ def prepare(launcher: Launcher, command: Sequence[str], gpus_per_node: Optional[
         flush=True,
     )
     if info.local_rank == 0:
-        print(f"[netcheck] {node}: {net}; {DIST_TIMEOUT_VAR}={env[DIST_TIMEOUT_VAR]}", flush=True)
+        print(f"[netcheck] {node}: {net}; {DIST_TIMEOUT_VAR}={env[DIST_TIMEOUT_VAR]}; {versions}", flush=True)
     return launcher.node_argv(command, info), env
 
 

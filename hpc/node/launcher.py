@@ -20,6 +20,13 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def local_cuda_index(local_rank: int, visible: int) -> int:
+    """The CUDA device of the node's rank ``local_rank`` among the ``visible`` ones: its own index, or where Slurm bound
+    each task to its GPUs (a partition's gpu_bind, e.g. map_gpu:0,1,2,3: one visible device per rank) its index among
+    those."""
+    return local_rank % visible
+
+
 @dataclass(frozen=True)
 class Launcher:
     name: str

@@ -1,5 +1,6 @@
 """Node-side network checks, run by hpc.node.launch before any process group starts: the exported NCCL/gloo
-interfaces and HCAs must exist and be up on this node (ioctls, /proc and sysfs; no external tools)."""
+interfaces and HCAs must exist and be up on this node (ioctls, /proc and sysfs; no external tools), and a libfabric
+fabric's provider and NCCL net plugin must be there (hpc/node/fabric.py)."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -237,4 +238,7 @@ def check_node(environ: Mapping[str, str], ifaces: Optional[list[Interface]] = N
     if environ.get(NCCL_IB_HCA_VAR) and environ.get(NCCL_IB_DISABLE_VAR) != "1":
         got = check_ib_hca(environ[NCCL_IB_HCA_VAR], hca_ports() if ports is None else ports)
         parts.append(f"nccl ib {', '.join(p.describe() for p in got)}")
+    from hpc.node.fabric import check_fabric  # libfabric's provider and the NCCL net plugin (it imports this module)
+
+    parts += check_fabric(environ)
     return "; ".join(parts) or "no NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME or NCCL_IB_HCA set: nothing to check"

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from hpc.node.bandwidth import MAX_BYTES, MAX_ITERS, human_bytes, size_ladder, sweep
 from hpc.node.cli import Parser, number, path_text, whole
 from hpc.node.contract import LOCAL_RANK_VAR, NETWORK_VAR_PREFIXES, PREFLIGHT_RESULT
+from hpc.node.launcher import local_cuda_index
 from hpc.node.health import DEFAULT_MIN_FRACTION, node_findings, read_smi
 from hpc.node.netcheck import bound_every_group, check_node, dist_timeout_s, hca_ports, interfaces
 from hpc.node.slurm_env import node_name
@@ -75,9 +76,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     kind = "cuda" if torch.cuda.is_available() else "cpu"
     local_rank = int(os.environ.get(LOCAL_RANK_VAR, "0"))
+    device = torch.device(kind, local_cuda_index(local_rank, torch.cuda.device_count())) if kind == "cuda" else torch.device("cpu")
     if kind == "cuda":
-        torch.cuda.set_device(local_rank)
-    device = torch.device(kind, local_rank) if kind == "cuda" else torch.device("cpu")
+        torch.cuda.set_device(device)
     backend = "nccl" if kind == "cuda" else "gloo"
     timeout = dist_timeout_s(os.environ)
     dist.init_process_group(backend, timeout=bound_every_group(timeout))

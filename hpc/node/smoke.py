@@ -38,6 +38,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     record.update(
         hostname=socket.gethostname(), slurmd_nodename=os.environ.get("SLURMD_NODENAME"),
         job_id=os.environ.get("SLURM_JOB_ID"), allreduce=t.item(), expected=expected,
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),  # the GPUs Slurm gave this task
     )
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -58,7 +58,8 @@ def test_pyxis_renders_srun_options_and_launch_runs_inside(tmp_path, monkeypatch
     assert srun_args(spec)[3:] == [
         "--container-image=/img/pt.sqsh",
         f"--container-mounts={WORKDIR}:{WORKDIR},{jobs}:{jobs},{ckpt}:{ckpt},{PROJECT_ROOT}:{PROJECT_ROOT},/data:/data:ro",
-        f"--container-workdir={WORKDIR}", "--no-container-mount-home", "--container-env=PYTHONPATH"]
+        f"--container-workdir={WORKDIR}", "--no-container-mount-home", "--container-env=PYTHONPATH",
+        '--container-name=hpc-"$SLURM_JOB_ID"-"${SLURM_RESTART_COUNT:-0}"']  # one container per job and run
     assert launch_argv(spec) == ["python", "-u", "-m", "hpc.node.launch", "--launcher", "srun", "--", "python", "-u", "-m", "hpc.node.smoke"]
     assert f"export PYTHONPATH={PROJECT_ROOT}\n" in render_sbatch(spec)
 
