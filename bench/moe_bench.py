@@ -126,20 +126,24 @@ def _hf(cfg) -> dict:
     model.train()
     o = cfg.optim
     opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, fused=True)
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
+
     from train.loop import lr_at
 
-    last, done = {}, [0]
+    last, done, chosen = {}, [0], []
+    for module in model.modules():  # the experts each router chose (forced ones too), as the layers used them
+        if isinstance(module, Qwen3MoeTopKRouter):
+            module.register_forward_hook(lambda _m, _args, out: chosen.append(out[2].detach()))
 
     def step():
         done[0] += 1
         for group in opt.param_groups:
             group["lr"] = lr_at(done[0], o.lr, cfg.schedule.warmup_steps, cfg.schedule.min_lr, cfg.steps)
         (x, y), = stream.next_microbatches()
-        out = model(input_ids=x.to(device), output_router_logits=True)
-        k = config.num_experts_per_tok
-        counts = torch.stack([torch.bincount(r.topk(k, dim=-1).indices.flatten(), minlength=config.num_experts) for r in out.router_logits]).float()
+        chosen.clear()
+        logits = model(input_ids=x.to(device)).logits
+        counts = torch.stack([torch.bincount(e.flatten(), minlength=config.num_experts) for e in chosen]).float()
         last["imbalance"] = (counts.max(dim=1).values / counts.mean(dim=1)).max()
-        logits = out.logits
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.to(device).flatten())
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
