@@ -14,10 +14,12 @@ each decoder layer, FSDP2 over dp with bf16 compute and fp32 gradient reduction,
 * activations, bf16 per token per layer: 4h replicated (norm inputs/outputs) plus
   ((3H + 3KV) d + 4I) / tp (q, k, v, normed q, k, attention output; gate, up, act, product);
   with activation checkpointing only each layer's input (2h B) plus one layer recomputed;
+* activation offload (one GPU, train/offload.py): with checkpointing, the layers' inputs wait in host memory, so only
+  one layer recomputed stays on the GPU;
 * loss (train/loss.py, fused linear cross-entropy): one chunk of 4096 tokens' logits at
-  10 B per token per vocab entry (bf16 logits and their bf16 gradient, 4 B, plus the fp32
-  working copy and softmax, ~6 B at the peak), the head's gradient
-  (fp32 accumulator and bf16 copy: 6 B/param) and the hidden states' (bf16, 2 B per token x h);
+  4 B per token per vocab entry (bf16 logits and their bf16 gradient; the compiled chunk keeps its fp32 softmax in
+  registers), the head's gradient (fp32 accumulator and bf16 copy: 6 B/param; none for a frozen head) and the hidden
+  states' (bf16, 2 B per token x h);
 * headroom: 10% of GPU memory for the CUDA context, NCCL buffers and fragmentation.
 
 Mixture of experts (30B-A3B, 235B-A22B; train/moe.py): memory counts every parameter (total),
@@ -33,7 +35,8 @@ ranks and come back, forward and backward: 4 x tokens x k x h x 2 B, (ep-1)/ep o
 the GPU. It rides NVLink while the EP group (ep x tp ranks) is inside a node.
 
 Rule: the smallest tp (dividing the GPUs per node and the KV heads, so a TP group stays
-on one node) that fits, activation checkpointing only when nothing fits without it; for a
+on one node) that fits, activation checkpointing only when nothing fits without it, on one GPU activation offload
+only when nothing fits without it either; for a
 mixture of experts at each tp the largest ep inside a node (ep x tp <= GPUs per node, ep
 dividing dp and the experts): the fewest expert weights to gather, and all-to-all on NVLink.
 
@@ -65,7 +68,7 @@ from train.tokenizer import check_tokenizer
 
 HEADROOM = 0.10
 STATE_B = {"fp32": 16, "bf16": 8}  # by master_dtype
-LAYER_GATHER_B, ROOT_GATHER_B, LOGIT_B, HEAD_GRAD_B, ACT_B = 10, 8, 10, 6, 2
+LAYER_GATHER_B, ROOT_GATHER_B, LOGIT_B, HEAD_GRAD_B, ACT_B = 10, 8, 4, 6, 2
 # frozen base bytes per parameter; NF4: 4 bits + an 8-bit scale per 64 weights + an fp32 factor per 256 scales
 BASE_B = {"bf16": 2.0, "nf4": 0.5 + 1 / 64 + 4 / (64 * 256)}
 LORA_GATHER_B = 4  # bf16 weights of the current and the prefetched layer, no gradients
@@ -163,6 +166,7 @@ class Candidate:
     loss_gb: float
     budget_gb: float
     ep: int = 1
+    offload: bool = False
 
     @property
     def total_gb(self) -> float:
@@ -174,7 +178,12 @@ class Candidate:
 
     @property
     def layout(self) -> Layout:
-        return Layout(self.tp, self.ep, self.ac)
+        return Layout(self.tp, self.ep, self.ac, self.offload)
+
+    @property
+    def memory_option(self) -> str:
+        """The activation setting as the report shows it."""
+        return "offload" if self.offload else "on" if self.ac else "off"
 
 
 @dataclass(frozen=True)
@@ -186,8 +195,8 @@ class Adapters:
 
 
 def memory(shape: Shape, tp: int, dp: int, ac: bool, tokens: int, gpu_gb: float, master_dtype: str = "fp32",
-           lora: Optional[Adapters] = None, ep: int = 1) -> Candidate:
-    """Per-GPU memory (GB) of one layout, by the model in the module docstring."""
+           lora: Optional[Adapters] = None, ep: int = 1, offload: bool = False) -> Candidate:
+    """Per-GPU memory (GB) of one layout, by the model in the module docstring (``offload``: with ``ac``, one GPU)."""
     s = shape
     if lora is None:
         state = STATE_B[master_dtype] * (s.layers * s.dense_layer_params / (tp * dp) + s.layers * s.expert_layer_params / dp
@@ -200,10 +209,10 @@ def memory(shape: Shape, tp: int, dp: int, ac: bool, tokens: int, gpu_gb: float,
         if lora.base == "nf4":
             gathered += BASE_B["bf16"] * s.layer_params  # one layer dequantized
     per_layer = s.act_bytes_per_token_layer(tp)
-    act = tokens * (s.layers * ACT_B * s.hidden + per_layer if ac else s.layers * per_layer)
+    act = tokens * ((0 if offload else s.layers * ACT_B * s.hidden) + per_layer if ac else s.layers * per_layer)
     head_grad = 0 if lora else HEAD_GRAD_B * s.vocab * s.hidden
     loss = min(tokens, LOSS_CHUNK_TOKENS) * s.vocab * LOGIT_B + head_grad + ACT_B * tokens * s.hidden
-    return Candidate(tp, dp, ac, state / 1e9, gathered / 1e9, act / 1e9, loss / 1e9, gpu_gb * (1 - HEADROOM), ep)
+    return Candidate(tp, dp, ac, state / 1e9, gathered / 1e9, act / 1e9, loss / 1e9, gpu_gb * (1 - HEADROOM), ep, offload)
 
 
 def tp_choices(shape: Shape, gpus_per_node: int) -> list[int]:
@@ -254,6 +263,8 @@ def plan(shape: Shape, nodes: int, gpus_per_node: int, gpu_gb: float, seq_len: i
         raise PlanError(f"an NF4 base (lora.quantize_base=nf4) trains on one GPU: use --nodes 1 --gpus-per-node 1 (asked: {world} GPUs)")
     cands = tuple(memory(shape, t, world // t, ac, tokens, gpu_gb, master_dtype, lora, ep=ep_choice(shape, t, world // t, gpus_per_node))
                   for t in tp_choices(shape, gpus_per_node) for ac in (False, True))
+    if world == 1:  # activation offload trains on one GPU: the last resort there
+        cands += (memory(shape, 1, 1, True, tokens, gpu_gb, master_dtype, lora, offload=True),)
     chosen = next((c for c in cands if c.fits), None)
     fewest = fewest_gpus(shape, gpus_per_node, gpu_gb, tokens, master_dtype, lora) if lora is not None else None
     if chosen is None and lora is not None:
@@ -311,7 +322,7 @@ def report(p: Plan, site: SiteProfile, part: Partition) -> str:
     ]
     for x in p.candidates:
         mark = "  <- chosen" if x == c else ""
-        out.append(f"{x.tp:>3} {x.dp:>4} {x.ep:>3} {'on' if x.ac else 'off':>8} {x.state_gb:7.1f} {x.gathered_gb:8.1f} {x.act_gb:7.1f} "
+        out.append(f"{x.tp:>3} {x.dp:>4} {x.ep:>3} {x.memory_option:>8} {x.state_gb:7.1f} {x.gathered_gb:8.1f} {x.act_gb:7.1f} "
                    f"{x.loss_gb:7.1f} {x.total_gb:7.1f} {x.budget_gb:7.1f}  {'yes' if x.fits else 'no'}{mark}")
     out.append(f"tp candidates divide {p.gpus_per_node} GPUs per node and {s.kv_heads} KV heads: "
                f"{', '.join(map(str, tp_choices(s, p.gpus_per_node)))}; rule: smallest tp that fits, "
@@ -320,7 +331,7 @@ def report(p: Plan, site: SiteProfile, part: Partition) -> str:
     out += ep_traffic_lines(p, exp.intra_node_gbps, exp.inter_node_gbps)
     if p.lora is not None:
         out.append(f"the fewest GPUs that fit this LoRA run: {p.fewest_gpus or 'none up to 64 nodes'}")
-    out.append(f"proposal: dp={c.dp} x tp={c.tp}{f' (ep={c.ep} inside dp)' if s.experts else ''}, activation checkpointing {'on' if c.ac else 'off'}  "
+    out.append(f"proposal: dp={c.dp} x tp={c.tp}{f' (ep={c.ep} inside dp)' if s.experts else ''}, activation checkpointing {c.memory_option}  "
                f"->  {' '.join(c.layout.overrides())}")
     return "\n".join(out)
 
@@ -367,7 +378,7 @@ def plan_layout(cfg: TrainConfig, part: Partition, nodes: int, gpus_per_node: in
     shape = Shape.from_dims(cfg.model.shape or Path(cfg.model.path).name, dims, vocab)
     lora = Adapters(cfg.lora.r, "nf4" if cfg.lora.quantize_base == "nf4" else "bf16") if cfg.lora.enabled else None
     c = plan(shape, nodes, gpus_per_node, part.gpu_memory_gb, cfg.seq_len, cfg.micro_batch, cfg.master_dtype, lora).chosen
-    layout = Layout(c.tp, c.ep, c.ac and not cfg.activation_checkpointing)
+    layout = Layout(c.tp, c.ep, c.ac and not cfg.activation_checkpointing, c.offload and not cfg.activation_offload)
     note = (f"planner: dp={c.dp} x tp={c.tp}{f' (ep={c.ep})' if c.ep > 1 else ''}, activation checkpointing {'on' if c.ac or cfg.activation_checkpointing else 'off'} "
             f"({c.total_gb:.3g} of {c.budget_gb:.3g} GB per GPU); adding {' '.join(layout.overrides())} "
             "(give parallel.tp= to choose yourself; python -m hpc.plan explains)")

@@ -114,17 +114,20 @@ class ParallelDims:
 
 @dataclass(frozen=True)
 class Layout:
-    """The planner's choice for the trainer: parallel.tp, parallel.ep, and activation checkpointing turned on. The
-    trainer gets it as ``overrides()``; ``apply`` is those overrides applied to a loaded config."""
+    """The planner's choice for the trainer: parallel.tp, parallel.ep, activation checkpointing turned on, and activation
+    offload (one GPU) turned on. The trainer gets it as ``overrides()``; ``apply`` is those overrides applied to a
+    loaded config."""
 
     tp: int
     ep: int = 1
     activation_checkpointing: bool = False
+    activation_offload: bool = False
 
     def overrides(self) -> list[str]:
         """As trainer overrides (key.sub=value)."""
         return [f"parallel.tp={self.tp}"] + ([f"parallel.ep={self.ep}"] if self.ep > 1 else []) + \
-            (["activation_checkpointing=true"] if self.activation_checkpointing else [])
+            (["activation_checkpointing=true"] if self.activation_checkpointing else []) + \
+            (["activation_offload=true"] if self.activation_offload else [])
 
     def apply(self, cfg: TrainConfig) -> TrainConfig:
         """``cfg`` with ``overrides()`` added, as the trainer loads it with them."""
