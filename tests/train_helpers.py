@@ -14,8 +14,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "train" / "configs" / "tiny.yaml"
 # torchao lives apart from the venv (scripts/install.sh puts it in .extras/fp8): installed there, it would print
-# warnings in every process of the suite that imports transformers.
-FP8_SITE = ROOT / ".extras" / "fp8"
+# warnings in every process of the suite that imports transformers. HPC_TEST_TORCHAO names another folder (scripts/test.sh
+# latest: the newest torchao the fp8 extra allows).
+FP8_SITE = Path(os.environ.get("HPC_TEST_TORCHAO") or ROOT / ".extras" / "fp8")
 REPEATABLE = ("loss", "grad_norm", "lr", "epoch", "samples_consumed")  # metrics equal bit for bit after a resume (CPU)
 _DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "ROLE_RANK")
 

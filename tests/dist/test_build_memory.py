@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from train_helpers import clean_env
+from train_helpers import FP8_SITE, clean_env
 
 SCRIPT = ROOT / "tests" / "scripts" / "build_memory.py"
 SLACK = 48 * 2**20  # allocator and library pages touched for the first time
@@ -20,7 +20,7 @@ MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
 @pytest.mark.parametrize("nproc,qlora", [(2, False), (1, True)], ids=["fsdp-2-ranks", "qlora-1-rank"])
 def test_building_holds_one_shard_and_a_few_tensors(tmp_path, nproc, qlora):
     out = tmp_path / "mem.json"
-    env = clean_env(PYTHONPATH=str(ROOT / ".extras" / "fp8"), **MALLOC) if qlora else clean_env(**MALLOC)
+    env = clean_env(PYTHONPATH=str(FP8_SITE), **MALLOC) if qlora else clean_env(**MALLOC)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(SCRIPT), "--out", str(out)]
     r = subprocess.run(cmd + (["--qlora", "--hidden", "1024"] if qlora else []), cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=300)

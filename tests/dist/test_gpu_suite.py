@@ -5,12 +5,12 @@ import json
 import subprocess
 
 from conftest import ROOT
-from train_helpers import clean_env
+from train_helpers import FP8_SITE, clean_env
 
 
 def test_the_suite_smoke_run_passes_against_its_oracles(tmp_path):
     r = subprocess.run(["bash", "scripts/test.sh", "gpu", "--smoke", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=900, env=clean_env(PYTHONPATH=str(ROOT / ".extras" / "fp8")))
+                       timeout=900, env=clean_env(PYTHONPATH=str(FP8_SITE)))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     report = json.loads((tmp_path / "suite.json").read_text())
     results = report["results"]

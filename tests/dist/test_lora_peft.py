@@ -24,7 +24,7 @@ from train.data.sources import DEMO_CORPUS
 from train.loop import Trainer, lr_at
 from train.parallel import ParallelDims, WorldEnv, init_distributed
 from train.tokenizer import DEMO_TOKENIZER_DIR, load_tokenizer
-from train_helpers import ROOT, TINY, metrics, save_tiny_hf
+from train_helpers import FP8_SITE, TINY, metrics, save_tiny_hf
 
 
 
@@ -139,7 +139,7 @@ def test_qlora_nf4_base_trains_like_lora_on_the_dequantized_base(tmp_path, hf_ba
     """QLoRA on the base W equals LoRA on the fp32 base dequant(NF4(W)) (torchao's NF4, CPU): the NF4 base enters only
     through its dequantized products; it holds ~1/7 of the fp32 bytes; the checkpoint holds no base."""
     monkeypatch.delenv("MASTER_ADDR", raising=False)
-    monkeypatch.syspath_prepend(str(ROOT / ".extras" / "fp8"))
+    monkeypatch.syspath_prepend(str(FP8_SITE))
     from train.adapters import nf4_api, nf4_scaler_block
 
     NF4Tensor, to_nf4 = nf4_api()

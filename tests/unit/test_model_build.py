@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
-from conftest import ROOT
+from train_helpers import FP8_SITE
 from train.adapters import LoraLinear, apply_lora
 from train.config import LoraConfig, ModelConfig
 from train.model import build_meta_model, hf_config, initial_value, load_initial_weights
@@ -54,7 +54,7 @@ def test_seeded_init_is_the_same_in_any_order_and_differs_by_seed(one_rank):
 
 @pytest.fixture
 def nf4(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / ".extras" / "fp8"))
+    monkeypatch.syspath_prepend(str(FP8_SITE))
     from train.adapters import nf4_api
 
     return nf4_api()

@@ -10,7 +10,7 @@ from conftest import ROOT
 from hpc.plan import LOSS_CHUNK_TOKENS, Adapters, PlanError, Shape, memory, plan, plan_layout, qwen3_shape, report, tp_choices
 from hpc.site import load_site
 from train.config import load_config
-from train_helpers import TINY
+from train_helpers import FP8_SITE, TINY
 
 # the model cards' totals and non-embedding counts, in billions
 PUBLISHED = {"0.6B": (0.6, 0.44), "1.7B": (1.7, 1.4), "4B": (4.0, 3.6), "8B": (8.2, 6.95), "14B": (14.8, 13.2), "32B": (32.8, 31.2)}
@@ -123,7 +123,7 @@ def test_trainer_config_gets_the_plan_only_without_a_layout(tmp_path):
 
 def test_lora_adapter_count_and_nf4_bytes_match_the_trainer():
     """The planner's adapter parameters are those apply_lora creates on the 8B; its NF4 bytes per weight torchao's."""
-    sys.path.insert(0, str(ROOT / ".extras" / "fp8"))
+    sys.path.insert(0, str(FP8_SITE))
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from hpc.plan import BASE_B
