@@ -23,11 +23,14 @@ if [ "${1:-}" = latest ]; then
   venv=.venv-latest
   [ -x $venv/bin/python ] || python3 -m venv $venv || exit 1
   floor=$(sed -n 's/^ *"torch>=\([0-9.]*\).*/\1/p' pyproject.toml)
+  echo "torch==$floor" >"$venv/torch-floor.txt"
   $venv/bin/python -m pip install -q --disable-pip-version-check "torch==$floor" \
-    && $venv/bin/python -m pip install -q --disable-pip-version-check --upgrade --upgrade-strategy eager -e ".[test]" \
+    && $venv/bin/python -m pip install -q --disable-pip-version-check --upgrade --upgrade-strategy eager \
+         --constraint "$venv/torch-floor.txt" -e ".[test]" \
     && $venv/bin/python -m pip install -q --disable-pip-version-check --upgrade --no-deps --target .extras/fp8-latest \
          "$(sed -n 's/^fp8 = \["\([^"]*\)"\].*/\1/p' pyproject.toml)" || exit 1
-  $venv/bin/python -m pip list 2>/dev/null | grep -iE '^(torch|torchao|transformers|accelerate|peft|trl|submitit|pydantic) '
+  $venv/bin/python -m pip list 2>/dev/null | grep -iE '^(torch|transformers|accelerate|peft|trl|submitit|pydantic) '
+  ls .extras/fp8-latest | sed -n 's/^\(torchao-.*\)\.dist-info$/\1 (.extras\/fp8-latest)/p'
   export HPC_TEST_TORCHAO=$ROOT/.extras/fp8-latest
   $venv/bin/python -m pytest tests/unit "$@" && exec $venv/bin/python -m pytest tests/dist/test_lora_peft.py -k qlora "$@"
 fi
