@@ -367,6 +367,7 @@ def main() -> None:
             results[part] = {"setup": setup, "sides": rows, "verdict": _verdict(part, rows, a.smoke)}
             print(f"[suite] {part}: {results[part]['verdict']}", flush=True)
             _write_json(out, results, device, a.smoke)  # after every part: a run cut short keeps what it measured
+    _write_json(out, results, device, a.smoke)
     files = _plots(results, out)
     print(_report(results, out, files, device, a.smoke))
     failed = [p for p, r in results.items() if r["verdict"]["pass"] is False]
