@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -176,6 +177,16 @@ def failure_line(logs: list[Path]) -> str:
     return errors[-1] if errors else "no error message in the logs"
 
 
+def creatable_dir(path: Path) -> Optional[str]:
+    """Why directory ``path`` cannot be made or written (nothing is created), or None."""
+    above = next(p for p in (path, *path.parents) if p.exists())
+    if not above.is_dir():
+        return f"{above} is not a directory"
+    if not os.access(above, os.W_OK | os.X_OK):
+        return f"{above} is not writable" if above == path else f"cannot create it: {above} is not writable"
+    return None
+
+
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -205,10 +216,9 @@ def run(argv: Optional[Sequence[str]]) -> int:
         health += [flag, f"{v:g}"] if v else []
     spec = dataclasses.replace(spec, program=(*spec.program, *health))
     created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)  # before submitting: an unusable --out is bad input, not a failed job
-    except OSError as e:
-        raise SpecError(f"--out {out}: cannot create it ({e.strerror})") from None
+    problem = creatable_dir(out)  # before submitting: an unusable --out is bad input, not a failed job; rank 0 makes it
+    if problem:
+        raise SpecError(f"--out {out}: {problem}")
     exp = site.network.expected
     job = submit(spec)
     job_id = job.job_id
@@ -222,7 +232,7 @@ def run(argv: Optional[Sequence[str]]) -> int:
         subprocess.run(["scancel", job_id], capture_output=True)
         state = f"not finished within {limit_s:.0f} s (cancelled)"
     if state != "COMPLETED":
-        if created and not any(out.iterdir()):
+        if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # a failed preflight leaves no empty --out behind
         fail(PROG, f"job {job_id} {state}: {failure_line(rank_logs)} (logs: {spec.job_dir})", EXIT_FAILED)
     raw = json.loads((out / PREFLIGHT_RESULT.format(job_id=job_id)).read_text())

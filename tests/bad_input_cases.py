@@ -586,7 +586,8 @@ def preflight_cases() -> list[Case]:
         ("out-twice", ["--nodes", "1", "--out", "a", "--out", "b"], "--out"),
         ("nodes-5", ["--nodes", "5"], "--nodes"),
         ("partition-nosuch", ["--nodes", "1", "--partition", "gpu"], "partition"))]
-    c.append(Case("preflight-out-unwritable", "hpc.preflight", base + ["--nodes", "1", "--out", "/proc/nope", "--time", "3"], "--out"))
+    c.append(Case("preflight-out-under-file", "hpc.preflight", base + ["--nodes", "1", "--out", "{T}/afile/out", "--time", "3"], "--out",
+                  files={"afile": "x"}))
     c.append(Case("preflight-node-out-empty", "hpc.node.preflight_node", ["--out", ""], "--out"))
     c.append(Case("smoke-out-empty", "hpc.node.smoke", ["--out", ""], "--out"))
     return c

@@ -15,7 +15,7 @@ from hpc.node.contract import LEASE_FILE
 
 def write_holder(directory, **record):
     (directory / LEASE_FILE).write_text(json.dumps({"run_id": "other", "job_name": "exp", "host": socket.gethostname(),
-                                                    "started": 0, **record}))
+                                                    "started": time.time(), **record}))
 
 
 def test_the_first_run_takes_it_and_releases_it(tmp_path):
@@ -89,8 +89,8 @@ def test_a_take_over_never_moves_aside_a_lease_it_did_not_judge(tmp_path, monkey
     write_holder(tmp_path, pid=2**22 + 12345, job_id=None)
     real_holder = lease._holder
 
-    def holder_replaced_after_judging(path):  # the ended holder's lease gives way to a live run's right after the check
-        seen = real_holder(path)
+    def holder_replaced_after_judging(*args):  # the ended holder's lease gives way to a live run's right after the check
+        seen = real_holder(*args)
         if seen and seen[0].get("run_id") == "other":
             write_holder(tmp_path, run_id="live", pid=os.getpid(), job_id=None)
         return seen
