@@ -37,10 +37,10 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from train.config import ConfigError, LoraConfig
+from train.run_check import NF4_BLOCK, missing_target, nf4_block_problem
 
 PEFT_PREFIX = "base_model.model."  # PEFT's key prefix for a Qwen3ForCausalLM's adapters
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
-NF4_BLOCK = 64
 
 
 class LoraLinear(nn.Module):
@@ -72,9 +72,8 @@ def apply_lora(model: nn.Module, cfg: LoraConfig, adapter_dtype: torch.dtype) ->
     for i, layer in enumerate(model.model.layers):
         linears = {name.rsplit(".", 1)[-1]: name for name, m in layer.named_modules() if isinstance(m, nn.Linear)}
         for target in cfg.target_modules:
-            if target not in linears:
-                raise ConfigError(f"lora.target_modules: {target} is not a linear layer of decoder layer {i} "
-                                  f"(it has: {', '.join(sorted(linears)) or 'none'})")
+            if target not in linears:  # train.run_check refuses it first, from the config's fields
+                raise ConfigError(missing_target(target, i, linears))
             parent_name, _, leaf = linears[target].rpartition(".")
             parent = layer.get_submodule(parent_name)
             setattr(parent, leaf, LoraLinear(getattr(parent, leaf), cfg.r, cfg.alpha, cfg.dropout, cfg.use_rslora, adapter_dtype))
@@ -144,23 +143,6 @@ def init_adapters(model: nn.Module, seed: int) -> None:
     set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False))
 
 
-def require_nf4() -> None:
-    try:
-        import torchao.dtypes.nf4tensor  # noqa: F401
-    except ImportError:
-        raise ConfigError("lora.quantize_base=nf4 needs torchao: pip install 'hpc-train[fp8]'") from None
-
-
-def check_layout(cfg: LoraConfig, world_size: int) -> None:
-    """QLoRA's NF4 base is not sharded: one rank only (one line, exit 2); torchao must be importable."""
-    if cfg.quantize_base != "nf4":
-        return
-    if world_size > 1:
-        raise ConfigError(f"lora.quantize_base=nf4 trains on one rank (one GPU); this job has WORLD_SIZE={world_size}: "
-                          "use lora.quantize_base=none (a bf16 base sharded by FSDP x TP) or one rank")
-    require_nf4()
-
-
 def nf4_scaler_block(numel: int) -> int:
     """The scaler block (<= 256, as QLoRA's double quantization) that divides the weight's count of NF4 blocks."""
     return math.gcd(256, numel // NF4_BLOCK)
@@ -172,11 +154,13 @@ def quantize_base(model: nn.Module) -> int:
     from torchao.dtypes.nf4tensor import to_nf4
 
     count = 0
-    for module in model.modules():
+    for name, module in model.named_modules():
         if isinstance(module, LoraLinear):
             w = module.base_layer.weight.data
-            if w.numel() % NF4_BLOCK:
-                raise ConfigError(f"lora.quantize_base=nf4: a {tuple(w.shape)} projection is not a multiple of {NF4_BLOCK} weights")
+            name = name.replace("_checkpoint_wrapped_module.", "").replace("_orig_mod.", "")
+            problem = nf4_block_problem(name, tuple(w.shape))  # train.run_check refuses it first, from the config's fields
+            if problem:
+                raise ConfigError(problem)
             module.base_layer.weight = nn.Parameter(to_nf4(w, NF4_BLOCK, nf4_scaler_block(w.numel())), requires_grad=False)
             count += 1
     return count

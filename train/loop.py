@@ -103,7 +103,7 @@ class Trainer:
         self.hf_config = hf_config(cfg.model, self.tokenizer)
         self.lora_meta = adapters.lora_meta(cfg.lora, adapters.base_identity(cfg.model.path, cfg.model.shape, cfg.model.dims_dict(), cfg.seed))
         self.written_with = resume.written_with(cfg, self.hf_config, self.lora_meta)
-        self._check_checkpoints(job_id)
+        self._check_checkpoints()
         self._setup_data()
         self._setup_model(env.world_size)
         o = cfg.optim
@@ -117,6 +117,7 @@ class Trainer:
         background = cfg.checkpoint.async_save
         self._stager = checkpoint.host_stager(pinned=self.on_gpu) if background else None
         self._write_group = dist.new_group(backend="gloo") if background else None  # the writer thread's own collectives
+        self._prepare_checkpoints(job_id)
         self._resume()
         self.nodes = gather_nodes()  # each rank's node, by rank: for the stragglers and the missing at a hang
         self.straggler = StragglerMonitor(cfg.straggler, self.rank, device, cfg.log.log_every, self.nodes)
@@ -189,7 +190,6 @@ class Trainer:
         load_initial_weights(self.master, cfg.model, c, cfg.seed, device)
         if lora:
             if cfg.lora.quantize_base == "nf4":
-                adapters.check_layout(cfg.lora, world_size)
                 adapters.quantize_base(self.model)
             trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
             # the frozen base gets no weight gradients: 4 FLOPs per weight and token instead of 6; the adapters 6
@@ -203,10 +203,24 @@ class Trainer:
             self.master_weights.copy_to_model()
         self.model.train()
 
-    def _check_checkpoints(self, job_id: str | None) -> None:
-        """Before anything is read or written (collective): with checkpoint.restart=fresh move the old run's files
-        aside; otherwise refuse, on every rank, checkpoints written with other settings. Half-written checkpoints of
-        runs that ended (this run holds the directory's lease) are removed."""
+    def _check_checkpoints(self) -> None:
+        """Before anything is read or written (collective): refuse, on every rank, checkpoints written with other
+        settings (with checkpoint.restart=fresh they are moved aside later, by ``_prepare_checkpoints``)."""
+        cfg, root = self.cfg, self.cfg.checkpoint_dir
+        outcome: list = [None]
+        if self.rank == 0 and cfg.checkpoint.restart != "fresh":
+            try:
+                outcome[0] = resume.mismatch([p for _, p in checkpoint.committed_checkpoints(root)][::-1], self.written_with)
+            except OSError as e:
+                outcome[0] = f"checkpoint.dir {root}: cannot read it ({e.strerror}: {e.filename})"
+        dist.broadcast_object_list(outcome, src=0)
+        if outcome[0]:
+            raise ConfigError(outcome[0])
+
+    def _prepare_checkpoints(self, job_id: str | None) -> None:
+        """Once the data and the model are set up, so that no later refusal finds them moved (collective): with
+        checkpoint.restart=fresh move the old run's files aside; half-written checkpoints of runs that ended (this run
+        holds the directory's lease) are removed."""
         cfg, root = self.cfg, self.cfg.checkpoint_dir
         outcome: list = [None, []]  # [refusal, log lines]
         if self.rank == 0:
@@ -215,12 +229,9 @@ class Trainer:
                     moved = resume.start_fresh(root, Path(cfg.log.dir), job_id)
                     outcome[1].append(f"checkpoint.restart=fresh: moved {moved}" if moved else
                                       "checkpoint.restart=fresh: nothing to move aside")
-                else:
-                    outcome[0] = resume.mismatch([p for _, p in checkpoint.committed_checkpoints(root)][::-1], self.written_with)
-                if outcome[0] is None:
-                    for tmp in checkpoint.tmp_dirs(root):
-                        shutil.rmtree(tmp)
-                        outcome[1].append(f"removed {tmp.name}, left half-written by a run that ended")
+                for tmp in checkpoint.tmp_dirs(root):
+                    shutil.rmtree(tmp)
+                    outcome[1].append(f"removed {tmp.name}, left half-written by a run that ended")
             except OSError as e:
                 outcome[0] = f"checkpoint.dir {root}: cannot prepare it ({e.strerror}: {e.filename})"
         dist.broadcast_object_list(outcome, src=0)
