@@ -28,6 +28,7 @@ import hostlist
 
 from hpc.node.bandwidth import MAX_BYTES, MAX_ITERS, human_bytes
 from hpc.node.cli import HpcError, Parser, error_line, fail, number, path_text, whole
+from hpc.node.files import META_BYTES, read_json_object
 from hpc.node.health import Finding
 from hpc.node.contract import ENDED_STATES, EXIT_FAILED, PREFLIGHT_RESULT, task_log
 from hpc.node.launch import PROG as LAUNCH_PROG
@@ -168,7 +169,7 @@ def plot(raw: dict, intra_expected: Optional[float], inter_expected: Optional[fl
 
 def failure_line(logs: list[Path]) -> str:
     """The most telling line of the job's logs: hpc.node.launch's own error, else the last error-looking line."""
-    texts = [p.read_text(errors="replace") for p in logs if p.exists()]
+    texts = [p.read_text(errors="replace") for p in logs if p.is_file()]  # regular files: a FIFO would block
     for text in texts:
         for line in text.splitlines():
             if line.startswith(error_line(LAUNCH_PROG, "")):
@@ -235,7 +236,7 @@ def run(argv: Optional[Sequence[str]]) -> int:
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # a failed preflight leaves no empty --out behind
         fail(PROG, f"job {job_id} {state}: {failure_line(rank_logs)} (logs: {spec.job_dir})", EXIT_FAILED)
-    raw = json.loads((out / PREFLIGHT_RESULT.format(job_id=job_id)).read_text())
+    raw = read_json_object(out / PREFLIGHT_RESULT.format(job_id=job_id), META_BYTES)
     result = analyze(raw, exp.intra_node_gbps, exp.inter_node_gbps, a.min_fraction)
     print()
     print(tables(raw))

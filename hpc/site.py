@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hpc.container import Container
 from hpc.node.cli import HpcError, shown
+from hpc.node.files import META_BYTES, NotASmallFile, read_small_text
 from hpc.node.contract import (DEFAULT_MAX_EXCLUDED_NODES, DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL,
                                NCCL_IB_HCA_VAR, NCCL_SOCKET_IFNAME_VAR, SITE_DIRS_VAR, STOP_SIGNALS)
 from hpc.node.netcheck import NcclList, NodeCheckError
@@ -312,9 +313,9 @@ def find_site(name: str) -> Path:
 def read_text(path: Path) -> str:
     """A profile's text; an unreadable or binary file is one SiteError line."""
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise SiteError(f"{path}: not a text file (not UTF-8 at byte {e.start})") from None
+        return read_small_text(path, META_BYTES)
+    except NotASmallFile as e:  # a FIFO, a device, a directory, a huge or binary file
+        raise SiteError(str(e)) from None
     except OSError as e:
         raise SiteError(f"{path}: cannot read it ({e.strerror})") from None
 

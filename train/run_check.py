@@ -34,9 +34,9 @@ def check_run(cfg: TrainConfig, env: WorldEnv) -> ParallelDims:
     """The files the run reads and writes, its parallel layout for ``env``'s ranks, the model's structure and the
     features' rules; raises an HpcError (one line)."""
     tokens = cfg.check_paths()
+    model = model_dims(cfg)
     dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads(), num_experts=cfg.model.num_experts())
     dims.grad_accum(cfg.global_batch, cfg.micro_batch)
-    model = model_dims(cfg)
     problem = weights_problem(cfg.model.path) or vocab_problem(model["vocab_size"], tokens) or \
         lora_problem(cfg, model, env.world_size) or straggler_problem(cfg, env.world_size)
     if problem:
@@ -118,14 +118,12 @@ def nf4_block_problem(name: str, shape: tuple[int, int]) -> str | None:
 
 
 def qlora_layout_problem(quantize_base: str, world_size: int) -> str | None:
-    """QLoRA's NF4 base is not sharded: one rank only; torchao must be installed."""
+    """QLoRA's NF4 base is not sharded: one rank only."""
     if quantize_base != "nf4":
         return None
     if world_size > 1:
         return (f"lora.quantize_base=nf4 trains on one rank (one GPU); this job has WORLD_SIZE={world_size}: "
                 "use lora.quantize_base=none (a bf16 base sharded by FSDP x TP) or one rank")
-    if importlib.util.find_spec("torchao") is None:
-        return "lora.quantize_base=nf4 needs torchao: pip install 'hpc-train[fp8]'"
     return None
 
 
@@ -145,6 +143,8 @@ def lora_problem(cfg: TrainConfig, dims: dict, world_size: int) -> str | None:
         if lora.quantize_base == "nf4":
             problem = next((p for t in lora.target_modules
                             if (p := nf4_block_problem(f"model.layers.{layer}.{module_path(t)}", linears[t]))), None)
+    if not problem and lora.quantize_base == "nf4" and importlib.util.find_spec("torchao") is None:  # the config first
+        return "lora.quantize_base=nf4 needs torchao: pip install 'hpc-train[fp8]'"
     return problem
 
 

@@ -75,7 +75,7 @@ def read_small_text(path: str | os.PathLike, limit: int = SMALL_BYTES) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise NotASmallFile(f"{path} is not UTF-8 text (byte {e.start})") from None
+        raise NotASmallFile(f"{path}: not a text file (not UTF-8 at byte {e.start})") from None
 
 
 def read_json(path: str | os.PathLike, limit: int = SMALL_BYTES):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -47,6 +48,7 @@ AT_START = {
     "train/loop.py:Trainer._prepare_checkpoints": "the checkpoint directory's content when the job starts",
     "train/loop.py:Trainer._resume": "the checkpoint directory's content when the job starts",
     "train/model.py:_check_hf_tensors": "the weights' content (safetensors headers), read by each rank",
+    "train/metrics.py:MetricsLog._keep_until": "the run directory's metrics file when the job starts",
     "train/data/sources.py:_load_dataset": "the data's content, read by the ranks",
     "train/data/sources.py:_jsonl_records": "the data's content, read by the ranks",
     "train/data/sources.py:records": "the data's content, read by the ranks",
@@ -215,3 +217,66 @@ def test_the_trainers_refusal_is_made_at_submit_with_the_same_line(case, tmp_pat
     at_start, at_submit = started[0][started[0].index(says):], submitted[0][submitted[0].index(says):]
     assert at_start == at_submit
     assert not (tmp_path / "run").exists() and not (tmp_path / "jobs").exists()
+
+
+# ---------------------------------------------------------------- nothing is left behind by a refusal
+
+def _start(tmp: Path, monkeypatch, capsys, *overrides: str) -> tuple[int, str]:
+    """``python -m train`` in process on one rank, as job ``mine``; its exit code and its one error line."""
+    import signal
+
+    from train.__main__ import main as train_main
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HPC_JOB_NAME", "mine")
+    monkeypatch.chdir(tmp)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}
+    try:
+        code = train_main(["--config", TINY, "steps=1", "schedule.warmup_steps=0", *overrides])
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(errors) == 1, errors
+    return code, errors[0]
+
+
+def _owned(directory: Path, job: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / ".owner.json").write_text(json.dumps({"job_name": job}) + "\n")
+    return directory
+
+
+def test_a_refused_checkpoint_directory_leaves_no_log_directory(tmp_path, monkeypatch, capsys):
+    ckpt = _owned(tmp_path / "ckpt", "another-job")
+    code, line = _start(tmp_path, monkeypatch, capsys, f"log.dir={tmp_path}/run", f"checkpoint.dir={ckpt}")
+    assert code == 2 and "checkpoint.dir" in line and "another-job" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_refused_lease_leaves_no_log_directory(tmp_path, monkeypatch, capsys):
+    import socket
+    import time
+
+    ckpt = _owned(tmp_path / "ckpt", "mine")
+    (ckpt / ".lease.json").write_text(json.dumps({"run_id": "live", "job_id": None, "job_name": "mine", "pid": os.getpid(),
+                                                  "host": socket.gethostname(), "started": time.time()}))
+    code, line = _start(tmp_path, monkeypatch, capsys, f"log.dir={tmp_path}/run", f"checkpoint.dir={ckpt}")
+    assert code == 2 and "is in use by a run 'mine'" in line
+    assert not (tmp_path / "run").exists() and sorted(p.name for p in ckpt.iterdir()) == [".lease.json", ".owner.json"]
+
+
+def test_a_fresh_start_refused_later_moves_no_checkpoint_aside(tmp_path, monkeypatch, capsys):
+    """checkpoint.restart=fresh moves the old run's files aside only once the data and the model are set up: a data
+    error found then leaves the checkpoints and metrics.jsonl where they were."""
+    run = _owned(tmp_path / "run", "mine")
+    ckpt = _owned(run / "checkpoints", "mine")
+    (ckpt / "step-00000002").mkdir()
+    (ckpt / "step-00000002" / "meta.json").write_text("{}")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    (tmp_path / "d.jsonl").write_text('{"text": "hello"}\nnot json\n')
+    code, line = _start(tmp_path, monkeypatch, capsys, f"log.dir={run}", "checkpoint.restart=fresh", f"data.path={tmp_path}/d.jsonl")
+    assert code == 2 and "data.path" in line
+    assert (ckpt / "step-00000002" / "meta.json").is_file() and (run / "metrics.jsonl").is_file()
+    assert not [p for p in ckpt.iterdir() if p.name.startswith("before-fresh")]
