@@ -1,7 +1,8 @@
 """``python -m train --config FILE.yaml [key.sub=value ...]``: run on every rank (torchrun or our Slurm launcher).
 
 The config and the parallel layout are validated from the environment variables before any process group is
-created; exit codes follow `hpc.node.contract`: 0 done, 1 failed, 2 bad input (one line), 75 stopped with a checkpoint.
+created; exit codes follow `hpc.node.contract`: 0 done, 1 failed, 2 bad input (one line), 75 stopped with a checkpoint
+(or by SIGTERM while starting, with nothing to save).
 """
 
 from __future__ import annotations

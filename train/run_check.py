@@ -16,7 +16,6 @@ from train.config import ConfigError, TrainConfig
 from train.layout import ParallelDims, WorldEnv
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
-DENSE_MLP = ("gate_proj", "up_proj", "down_proj")
 NF4_BLOCK = 64  # NF4 quantizes blocks of this many weights
 # transformers' defaults for the fields a config.json may leave out (Qwen3Config, Qwen3MoeConfig; a unit test compares)
 LIBRARY_DEFAULTS = {
@@ -27,7 +26,8 @@ LIBRARY_DEFAULTS = {
                   "moe_intermediate_size": 768, "decoder_sparse_step": 1, "mlp_only_layers": []},
 }
 _WHOLE = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "num_experts",
-          "num_experts_per_tok", "decoder_sparse_step")
+          "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step", "num_key_value_heads", "head_dim")
+_DERIVED = ("num_key_value_heads", "head_dim")  # null: derived from the others, as transformers does
 
 
 def check_run(cfg: TrainConfig, env: WorldEnv) -> ParallelDims:
@@ -68,10 +68,8 @@ def model_dims(cfg: TrainConfig) -> dict:
     if "num_local_experts" in dims:  # transformers 5 writes num_experts under this name
         dims = {"num_experts": dims["num_local_experts"], **dims}
     full = {**LIBRARY_DEFAULTS.get(model_type, LIBRARY_DEFAULTS["qwen3"]), **dims}
-    for key in _WHOLE + ("num_key_value_heads", "head_dim", "moe_intermediate_size"):
-        value = full.get(key)
-        if not (value is None and key in ("num_key_value_heads", "head_dim")) and key in full and \
-                (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+    for key, value in ((k, full[k]) for k in _WHOLE if k in full and not (full[k] is None and k in _DERIVED)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"model.path: {cfg.model.path}/config.json: {key}={shown(value)} is not a whole number of at least 1")
     layers = full["mlp_only_layers"] = full.get("mlp_only_layers") or []  # null: none, as transformers reads it
     if not isinstance(layers, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
@@ -117,35 +115,27 @@ def nf4_block_problem(name: str, shape: tuple[int, int]) -> str | None:
     return None
 
 
-def qlora_layout_problem(quantize_base: str, world_size: int) -> str | None:
-    """QLoRA's NF4 base is not sharded: one rank only."""
-    if quantize_base != "nf4":
-        return None
-    if world_size > 1:
-        return (f"lora.quantize_base=nf4 trains on one rank (one GPU); this job has WORLD_SIZE={world_size}: "
-                "use lora.quantize_base=none (a bf16 base sharded by FSDP x TP) or one rank")
-    return None
-
-
 def lora_problem(cfg: TrainConfig, dims: dict, world_size: int) -> str | None:
-    """The adapters' rules: every target in every decoder layer, QLoRA's layout and its block rule."""
+    """The adapters' rules: QLoRA's single rank, every target in every decoder layer, the NF4 block rule, torchao."""
     lora = cfg.lora
     if not lora.enabled:
         return None
-    problem = qlora_layout_problem(lora.quantize_base, world_size)
+    nf4 = lora.quantize_base == "nf4"
+    if nf4 and world_size > 1:  # the NF4 base is not sharded
+        return (f"lora.quantize_base=nf4 trains on one rank (one GPU); this job has WORLD_SIZE={world_size}: "
+                "use lora.quantize_base=none (a bf16 base sharded by FSDP x TP) or one rank")
     for layer in range(dims["num_hidden_layers"]):
-        if problem:
-            return problem
         linears = decoder_linears(dims, layer)
         missing = [t for t in lora.target_modules if t not in linears]
         if missing:
             return missing_target(missing[0], layer, linears)
-        if lora.quantize_base == "nf4":
-            problem = next((p for t in lora.target_modules
-                            if (p := nf4_block_problem(f"model.layers.{layer}.{module_path(t)}", linears[t]))), None)
-    if not problem and lora.quantize_base == "nf4" and importlib.util.find_spec("torchao") is None:  # the config first
+        for target in lora.target_modules if nf4 else ():
+            problem = nf4_block_problem(f"model.layers.{layer}.{module_path(target)}", linears[target])
+            if problem:
+                return problem
+    if nf4 and importlib.util.find_spec("torchao") is None:
         return "lora.quantize_base=nf4 needs torchao: pip install 'hpc-train[fp8]'"
-    return problem
+    return None
 
 
 def weights_problem(path: str | None) -> str | None:
