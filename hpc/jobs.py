@@ -26,6 +26,7 @@ from typing import Optional, Sequence
 
 from hpc.metrics_report import last_line, plot, read_metrics, straggler_lines, summary_table, to_tensorboard
 from hpc.node.cli import HpcError, Parser, fail, path_text, shown, whole
+from hpc.node.files import META_BYTES, read_small_text, regular_file_problem
 from hpc.node.contract import (LEASE_FILE, METRICS_FILE, RUN_CONFIG, checkpoint_step, set_aside_step,
                                task_log)
 from hpc.job_outcome import outcome_lines
@@ -60,6 +61,9 @@ def rank_log(job: Job, rank: int) -> Path:
     path = task_log(require_dir(job), job.job_id, rank)
     if not path.exists():
         raise JobError(f"job {job.job_id} has no log for task {rank} in {path.parent}" + ("" if job.finished else " (yet)"))
+    problem = regular_file_problem(path)  # a FIFO there would block the read
+    if problem:
+        raise JobError(f"job {job.job_id}: {path} is {problem}, not a log")
     return path
 
 
@@ -73,6 +77,18 @@ def plot_path(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{shown(text)}: the plot is written as {', '.join(PLOT_SUFFIXES)} (by its suffix)")
     if not path.resolve().parent.is_dir():
         raise argparse.ArgumentTypeError(f"{shown(text)}: directory {path.resolve().parent} does not exist")
+    problem = regular_file_problem(path)  # writing into a FIFO would block; into a directory, fail late
+    if problem:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is {problem}; give the plot's file name")
+    return path
+
+
+def folder_path(text: str) -> Path:
+    """--tensorboard: a directory, or a path whose nearest existing folder is one (it is made)."""
+    path = Path(path_text(text))
+    above = next(p for p in (path, *path.absolute().parents) if p.exists() or p.is_symlink())
+    if not above.is_dir():
+        raise argparse.ArgumentTypeError(f"{shown(text)}: {above} is not a directory")
     return path
 
 
@@ -148,10 +164,10 @@ def checkpoint_lines(run_dir: Path) -> list[str]:
     import yaml
 
     try:
-        cfg = yaml.safe_load((run_dir / RUN_CONFIG).read_text())
+        cfg = yaml.safe_load(read_small_text(run_dir / RUN_CONFIG, META_BYTES))
         root = Path(cfg["checkpoint"]["dir"] or Path(cfg["log"]["dir"]) / "checkpoints")
         names = sorted(p.name for p in root.iterdir())
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError):
         return []
     steps = [s for n in names if (s := checkpoint_step(n)) is not None]
     lines = [f"checkpoints {root}: " + (f"steps {', '.join(map(str, steps))}" if steps else "none yet")]
@@ -259,7 +275,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("report", help="PNG of loss, tokens/s and MFU against the step, and a summary table; of an array: every task's loss")
     s.add_argument("job", type=job_id_arg)
     s.add_argument("--out", type=plot_path, help="PNG path (default: <job dir>/report-<id>.png)")
-    s.add_argument("--tensorboard", metavar="DIR", type=path_text, help="also write the metrics as TensorBoard scalars into DIR")
+    s.add_argument("--tensorboard", metavar="DIR", type=folder_path, help="also write the metrics as TensorBoard scalars into DIR")
     s.set_defaults(run=cmd_report)
     return p
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -27,6 +28,7 @@ import hostlist
 
 from hpc.node.bandwidth import MAX_BYTES, MAX_ITERS, human_bytes
 from hpc.node.cli import HpcError, Parser, error_line, fail, number, path_text, whole
+from hpc.node.files import META_BYTES, read_json_object
 from hpc.node.health import Finding
 from hpc.node.contract import ENDED_STATES, EXIT_FAILED, PREFLIGHT_RESULT, task_log
 from hpc.node.launch import PROG as LAUNCH_PROG
@@ -169,13 +171,23 @@ def plot(raw: dict, intra_expected: Optional[float], inter_expected: Optional[fl
 
 def failure_line(logs: list[Path]) -> str:
     """The most telling line of the job's logs: hpc.node.launch's own error, else the last error-looking line."""
-    texts = [p.read_text(errors="replace") for p in logs if p.exists()]
+    texts = [p.read_text(errors="replace") for p in logs if p.is_file()]  # regular files: a FIFO would block
     for text in texts:
         for line in text.splitlines():
             if line.startswith(error_line(LAUNCH_PROG, "")):
                 return line
     errors = [l.strip() for t in texts for l in t.splitlines() if "Error" in l or "error" in l]
     return errors[-1] if errors else "no error message in the logs"
+
+
+def creatable_dir(path: Path) -> Optional[str]:
+    """Why directory ``path`` cannot be made or written (nothing is created), or None."""
+    above = next(p for p in (path, *path.parents) if p.exists())
+    if not above.is_dir():
+        return f"{above} is not a directory"
+    if not os.access(above, os.W_OK | os.X_OK):
+        return f"{above} is not writable" if above == path else f"cannot create it: {above} is not writable"
+    return None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -208,10 +220,9 @@ def run(argv: Optional[Sequence[str]]) -> int:
         health += [flag, f"{v:g}"] if v else []
     spec = dataclasses.replace(spec, program=(*spec.program, *health))
     created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)  # before submitting: an unusable --out is bad input, not a failed job
-    except OSError as e:
-        raise SpecError(f"--out {out}: cannot create it ({e.strerror})") from None
+    problem = creatable_dir(out)  # before submitting: an unusable --out is bad input, not a failed job; rank 0 makes it
+    if problem:
+        raise SpecError(f"--out {out}: {problem}")
     exp = site.network.expected
     job = submit(spec)
     job_id = job.job_id
@@ -225,10 +236,10 @@ def run(argv: Optional[Sequence[str]]) -> int:
         subprocess.run(["scancel", job_id], capture_output=True)
         state = f"not finished within {limit_s:.0f} s (cancelled)"
     if state != "COMPLETED":
-        if created and not any(out.iterdir()):
+        if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # a failed preflight leaves no empty --out behind
         fail(PROG, f"job {job_id} {state}: {failure_line(rank_logs)} (logs: {spec.job_dir})", EXIT_FAILED)
-    raw = json.loads((out / PREFLIGHT_RESULT.format(job_id=job_id)).read_text())
+    raw = read_json_object(out / PREFLIGHT_RESULT.format(job_id=job_id), META_BYTES)
     result = analyze(raw, exp.intra_node_gbps, exp.inter_node_gbps, a.min_fraction)
     print()
     print(tables(raw))

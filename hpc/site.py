@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hpc.container import Container
 from hpc.gpu_request import (BINDING_SBATCH_OPTIONS, GpuRequest, check_cpu_bind, check_gpu_bind, check_gres_flags)
 from hpc.node.cli import HpcError, shown
+from hpc.node.files import META_BYTES, NotASmallFile, read_small_text
 from hpc.node.contract import (DEFAULT_MAX_EXCLUDED_NODES, DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL,
                                NCCL_IB_HCA_VAR, NCCL_SOCKET_IFNAME_VAR, SITE_DIRS_VAR, STOP_SIGNALS)
 from hpc.node.netcheck import NcclList, NodeCheckError
@@ -54,6 +55,39 @@ PROJECT_SBATCH_OPTIONS = ("job-name", "partition", "nodes", "ntasks-per-node", "
                           "error", "array", "dependency", "ntasks", "gpus", "gres", "nodelist", "exclude")
 
 
+# sbatch's long options (Slurm 22.05 to 25.x: src/common/slurm_opt.c) and its aliases. sbatch (getopt_long) takes any
+# unique prefix of one, so an extra_sbatch key is read the same way; a key that starts no option of these is a site's
+# own (a SPANK plugin's, e.g. pyxis' container-image) and left to sbatch.
+SBATCH_LONG_OPTIONS = (
+    "account", "acctg-freq", "array", "autocomplete", "batch", "bb", "bbf", "begin", "chdir", "cluster", "cluster-constraint",
+    "clusters", "comment", "consolidate-segments", "constraint", "container", "container-id", "context", "contiguous",
+    "core-spec", "cores-per-socket", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot", "dependency",
+    "distribution", "error", "exclude", "exclusive", "export", "export-file", "external", "extra", "extra-node-info",
+    "get-user-env", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node", "gpus-per-socket", "gpus-per-task", "gres",
+    "gres-flags", "help", "hint", "hold", "ignore-pbs", "input", "job-name", "kill-on-invalid-dep", "licenses", "mail-type",
+    "mail-user", "mcs-label", "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu", "mem-update", "mincpus", "network", "nice",
+    "no-kill", "no-requeue", "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu",
+    "ntasks-per-node", "ntasks-per-socket", "ntasks-per-tres", "oom-kill-step", "open-mode", "output", "overcommit",
+    "oversubscribe", "parsable", "partition", "power", "prefer", "priority", "profile", "propagate", "qos", "quiet",
+    "reboot", "requeue", "reservation", "resources", "resv-ports", "runtime", "segment", "signal", "sockets-per-node",
+    "spread-job", "spread-segments", "stepmgr", "switches", "tasks-per-node", "test-only", "thread-spec",
+    "threads-per-core", "time", "time-min", "tmp", "tres-bind", "tres-per-task", "uid", "usage", "use-min-nodes",
+    "verbose", "version", "wait", "wait-all-nodes", "wckey", "wrap")
+SBATCH_ALIASES = {"tasks-per-node": "ntasks-per-node", "cluster": "clusters"}
+
+
+def sbatch_option(key: str) -> Optional[str]:
+    """The sbatch option ``key`` names as sbatch reads it (itself, or the one option it is a prefix of; aliases by their
+    own name); None for a site's own option; ValueError when it is a prefix of several (sbatch refuses it too)."""
+    if key in SBATCH_LONG_OPTIONS:
+        return SBATCH_ALIASES.get(key, key)
+    found = sorted({SBATCH_ALIASES.get(o, o) for o in SBATCH_LONG_OPTIONS if o.startswith(key)})
+    if len(found) > 1:
+        raise ValueError(f"{shown(key)} is a prefix of several sbatch options ({', '.join(found)}), which sbatch refuses "
+                         "as ambiguous; write the whole option")
+    return found[0] if found else None
+
+
 def _shell_names(names, what: str) -> None:
     for name in names:
         if not re.fullmatch(SHELL_NAME_RE, name):
@@ -72,10 +106,12 @@ class Submission(Strict):
         for key, value in v.items():
             if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
                 raise ValueError(f"{shown(key)} is not an sbatch long option (lower-case letters, digits and -, without the leading --)")
-            if key in PROJECT_SBATCH_OPTIONS:
-                raise ValueError(f"{shown(key)} is set by hpc.submit (from its flags and the profile's own keys); it cannot be given here")
-            if key in ("wrap", "mem-per-cpu", "mem-per-gpu"):
-                raise ValueError(f"{shown(key)} cannot be given here: " + ("the job is a script of its own" if key == "wrap" else
+            option = sbatch_option(key)
+            named = shown(key) if option == key else f"{shown(key)} (sbatch reads it as --{option}, a prefix of it)"
+            if option in PROJECT_SBATCH_OPTIONS:
+                raise ValueError(f"{named} is set by hpc.submit (from its flags and the profile's own keys); it cannot be given here")
+            if option in ("wrap", "mem-per-cpu", "mem-per-gpu"):
+                raise ValueError(f"{named} cannot be given here: " + ("the job is a script of its own" if option == "wrap" else
                                  "Slurm takes one of --mem (partitions' mem_per_node_gb), --mem-per-cpu, --mem-per-gpu"))
             if not re.fullmatch(ONE_LINE_RE, str(value)):
                 raise ValueError(f"the value of {shown(key)} must be one line")
@@ -335,9 +371,9 @@ def find_site(name: str) -> Path:
 def read_text(path: Path) -> str:
     """A profile's text; an unreadable or binary file is one SiteError line."""
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise SiteError(f"{path}: not a text file (not UTF-8 at byte {e.start})") from None
+        return read_small_text(path, META_BYTES)
+    except NotASmallFile as e:  # a FIFO, a device, a directory, a huge or binary file
+        raise SiteError(str(e)) from None
     except OSError as e:
         raise SiteError(f"{path}: cannot read it ({e.strerror})") from None
 

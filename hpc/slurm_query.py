@@ -19,6 +19,7 @@ from typing import Mapping, Optional
 
 from hpc.node.cli import HpcError, shown
 from hpc.node.contract import ENDED_STATES
+from hpc.node.files import META_BYTES, read_small_text
 
 CLIENT_TIMEOUT_S = 10  # Slurm's clients retry for a long while when slurmctld is down
 SEP = "\x1f"  # sacct's field delimiter: job names and submit lines may contain "|"
@@ -94,8 +95,8 @@ def check_controller(environ: Mapping[str, str] = os.environ, timeout_s: float =
     readable slurm.conf (a configless client) nothing is checked."""
     path = Path(environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
     try:
-        text = path.read_text(errors="replace")
-    except OSError:
+        text = read_small_text(path, META_BYTES)
+    except (OSError, ValueError):
         return
     hosts = [m.group(2) or m.group(1) for m in re.finditer(r"^\s*(?:SlurmctldHost|ControlMachine)\s*=\s*([^\s(#]+)(?:\(([^)]+)\))?",
                                                             text, re.M | re.I)]
@@ -235,7 +236,11 @@ def script_stdout(submit_line: str, workdir: str, job_id: str, name: str) -> Opt
     for word in reversed(words[1:]):
         script = Path(workdir) / word
         if script.is_file():
-            m = re.search(r"^#SBATCH\s+(?:--output[= ]|-o\s*)(\S+)", script.read_text(errors="replace"), re.M)
+            try:
+                text = read_small_text(script, META_BYTES)
+            except (OSError, ValueError):
+                return None
+            m = re.search(r"^#SBATCH\s+(?:--output[= ]|-o\s*)(\S+)", text, re.M)
             if not m:
                 return None
             pattern = shlex.split(m.group(1))[0]

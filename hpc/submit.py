@@ -30,6 +30,7 @@ from hpc.spec import MAX_COUNT, JobSpec, SpecError, add_allocation_args, build_s
 from hpc.sweep import write_table
 from hpc.submitter import check_after, first_log, follow, submit, test_only
 from train.config import TrainConfig
+from train.run_check import ignored_settings
 
 PROG = "hpc.submit"
 
@@ -91,6 +92,8 @@ def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
     """The job, with everything its ranks will run checked (the trainer's config loaded once); Slurm is not asked."""
     spec, cfg = planned_spec(a, rank_args)
     check_rank_command(spec, cfg)
+    for line in ignored_settings(cfg) if cfg is not None else ():
+        print(f"{PROG}: warning: trainer: {line}", file=sys.stderr)
     return spec
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.node.cli import HpcError, shown
+from hpc.node.files import META_BYTES, read_json_object, read_small_text
 from hpc.node.ownership import slug
 from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, RUN_DIR_KEYS
 
@@ -120,20 +121,21 @@ def write_table(sweep: Sweep, job_name: str, job_dir: Path) -> None:
     path = job_dir / SWEEP_FILE
     text = table_json(sweep, job_name)
     try:
-        if path.exists() and path.read_text() != text:
+        if path.exists() and read_small_text(path, META_BYTES) != text:
             raise SweepError(f"--sweep: job {shown(job_name)} already ran another sweep in {job_dir} ({SWEEP_FILE}); "
                              "its tasks resume only with the same --sweep values: pick another job name")
         job_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    except OSError as e:
-        raise SweepError(f"paths.job_dir: {path}: cannot write it ({e.strerror})") from None
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) else str(e).replace(f"{path} ", "it ")
+        raise SweepError(f"paths.job_dir: {path}: cannot write it ({why})") from None
 
 
 def read_table(job_dir: Path) -> dict[int, tuple[tuple[str, ...], str]]:
     """index -> (overrides, directory name) from a job directory's sweep.json; {} when there is none."""
     path = job_dir / SWEEP_FILE
     try:
-        data = json.loads(path.read_text())
+        data = read_json_object(path, META_BYTES)
         return {int(t["index"]): (tuple(t["overrides"]), str(t["dir"])) for t in data["tasks"]}
     except FileNotFoundError:
         return {}

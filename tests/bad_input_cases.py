@@ -586,7 +586,8 @@ def preflight_cases() -> list[Case]:
         ("out-twice", ["--nodes", "1", "--out", "a", "--out", "b"], "--out"),
         ("nodes-5", ["--nodes", "5"], "--nodes"),
         ("partition-nosuch", ["--nodes", "1", "--partition", "gpu"], "partition"))]
-    c.append(Case("preflight-out-unwritable", "hpc.preflight", base + ["--nodes", "1", "--out", "/proc/nope", "--time", "3"], "--out"))
+    c.append(Case("preflight-out-under-file", "hpc.preflight", base + ["--nodes", "1", "--out", "{T}/afile/out", "--time", "3"], "--out",
+                  files={"afile": "x"}))
     c.append(Case("preflight-node-out-empty", "hpc.node.preflight_node", ["--out", ""], "--out"))
     c.append(Case("smoke-out-empty", "hpc.node.smoke", ["--out", ""], "--out"))
     return c
@@ -820,9 +821,300 @@ def site_form_cases() -> list[Case]:
     return c
 
 
+# ---------------------------------------------------------------- the features added last: LoRA, MoE, health, lease, integrations
+
+LORA_ON = ["lora.enabled=true"]
+LORA_KEYS = {"r": "8", "alpha": "16", "dropout": "0.1", "target_modules": "[q_proj]", "use_rslora": "true", "merge": "true",
+             "quantize_base": "nf4"}
+LORA_BAD = {"r": ("0", "-1", "1.5", "true", "x", HUGE, ".inf", ".nan", "010"),
+            "alpha": ("0", "-1", ".nan", ".inf", "-.inf", "true", "x"),
+            "dropout": ("-0.1", "1", "1.5", ".nan", "true", "x"),
+            "target_modules": ("x_proj", "[]", "[q_proj, q_proj]", "3", "[1]", "Q_PROJ", "{a: 1}"),
+            "use_rslora": ("1", "yes", "on", "0"),
+            "quantize_base": ("nf8", "true", "NF4", "int4"),
+            "merge": ("1", "yes", "no"),
+            "enabled": ("1", "yes", "on", "2", "y")}
+MOE = ["model.shape=tiny-moe"]
+MOE_BAD = {"num_experts": ("0", "-1", "1.5", "true", ".inf", HUGE, "x"),
+           "num_experts_per_tok": ("0", "-1", "1.5", "true", ".inf", HUGE, "x"),
+           "moe_intermediate_size": ("0", "-1", "1.5", "true", ".inf", HUGE, "x"),
+           "norm_topk_prob": ("1", "yes", "x"),
+           "router_aux_loss_coef": ("-1", ".nan", ".inf", "true", "x")}
+TINY_MODEL = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 2048}
+TINY_MOE_MODEL = {**TINY_MODEL, "model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+
+
+def model_dir(config: dict, weights: bool = True) -> dict:
+    """The files of a model.path directory {T}/m: its config.json, the demo tokenizer, and (a stand-in for) weights."""
+    return {"m/config.json": json.dumps(config), **TOKENIZER_FILES, **({"m/model.safetensors": "x"} if weights else {})}
+
+
+def both(cid: str, overrides: list[str], names: str, files: Optional[dict] = None, nodes: int = 1, gpus: int = 1) -> list[Case]:
+    """The same trainer arguments refused by ``python -m train`` (one rank) and by ``hpc.submit --dry-run`` (nodes x gpus)."""
+    files = files or {}
+    return [Case(f"{cid}-train", "train", ["--config", TINY, *overrides, "log.dir={T}/run"], names, files=files),
+            Case(f"{cid}-submit", SUBMIT, ["--site", "local", "--nodes", str(nodes), "--gpus-per-node", str(gpus), "--dry-run", "--",
+                                           "--config", TINY, *overrides], names, files=files)]
+
+
+def lora_cases() -> list[Case]:
+    c: list[Case] = []
+    for key, value in LORA_KEYS.items():  # a key without lora.enabled would train a full fine-tune
+        c += both(f"lora-alone-{key}", [f"lora.{key}={value}"], f"lora.{key}")
+        c.append(Case(f"lora-alone-file-{key}", "train", ["--config", "{T}/c.yaml"], f"lora.{key}",
+                      files={"c.yaml": cfg_yaml({f"lora.{key}": yaml.safe_load(value)})}))
+    for key, values in LORA_BAD.items():
+        for i, value in enumerate(values):
+            c += both(f"lora-{key}-{i}", [*LORA_ON, f"lora.{key}={value}"], f"lora.{key}")
+    c += both("lora-merge-no-export", [*LORA_ON, "lora.merge=true"], "lora.merge")
+    for target in ("gate_proj", "up_proj", "down_proj"):  # a mixture of experts has no dense MLP in its layers
+        c += both(f"lora-moe-{target}", [*LORA_ON, *MOE, f"lora.target_modules=[q_proj,{target}]"], f"{target} is not a linear layer")
+    c += both("lora-moe-default-targets", [*LORA_ON, *MOE], "lora.target_modules: gate_proj")
+    c += both("lora-moe-path-dense-layers", [*LORA_ON, "model.shape=null", "model.path={T}/m", "lora.target_modules=[down_proj]"],
+              "decoder layer 1", files=model_dir({**TINY_MOE_MODEL, "mlp_only_layers": [0]}))
+    qlora = [*LORA_ON, "lora.quantize_base=nf4"]
+    for nodes, gpus in ((1, 2), (2, 1), (2, 2), (4, 2)):
+        c.append(Case(f"lora-nf4-ranks-{nodes}x{gpus}", SUBMIT, ["--site", "local", "--nodes", str(nodes), "--gpus-per-node", str(gpus),
+                                                                "--dry-run", "--", "--config", TINY, *qlora, "global_batch=16"],
+                      f"WORLD_SIZE={nodes * gpus}"))
+    c.append(Case("lora-nf4-ranks-env", "train", ["--config", TINY, *qlora, "log.dir={T}/run"], "WORLD_SIZE=2",
+                  env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29971"}))
+    c += both("lora-nf4-block", [*qlora, "model.dims.hidden_size=36", "model.dims.intermediate_size=100"], "not a multiple of 64")
+    c.append(Case("lora-off-on-purpose", SUBMIT, ["--site", "local", "--nodes", "1", "--dry-run", "--", "--config", TINY,
+                                                  "lora.enabled=false", "lora.r=8"], expect="ok"))
+    return c
+
+
+def moe_cases() -> list[Case]:
+    c: list[Case] = []
+    for key in ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "router_aux_loss_coef"):
+        value = {"norm_topk_prob": "true", "router_aux_loss_coef": "0.01"}.get(key, "4")
+        c += both(f"moe-dense-{key}", [f"model.dims.{key}={value}"], f"model.dims.{key}")  # silently a dense model, or a MoE of defaults
+    for key, values in MOE_BAD.items():
+        for i, value in enumerate(values):
+            c += both(f"moe-{key}-{i}", [*MOE, f"model.dims.{key}={value}"], key)
+    for cid, dims in (("9-of-8", ["model.dims.num_experts_per_tok=9"]), ("2-of-1", ["model.dims.num_experts=1"]),
+                      ("4-of-3", ["model.dims.num_experts=3", "model.dims.num_experts_per_tok=4"])):
+        c += both(f"moe-top-k-{cid}", [*MOE, *dims], "num_experts_per_tok")
+    for cid, ep, nodes, gpus, extra in (("3-of-dp2", 3, 1, 2, []), ("16-of-8-experts", 16, 4, 2, ["global_batch=32"]),
+                                        ("2-of-dp3", 2, 3, 1, ["global_batch=6"]), ("4-of-dp2", 4, 2, 1, []),
+                                        ("8-on-2-ranks", 8, 1, 2, [])):
+        c.append(Case(f"moe-ep-{cid}", SUBMIT, ["--site", "local", "--nodes", str(nodes), "--gpus-per-node", str(gpus), "--dry-run",
+                                               "--", "--config", TINY, *MOE, f"parallel.ep={ep}", *extra], "parallel.ep"))
+    for cid, ep in (("0", "0"), ("neg", "-1"), ("frac", "1.5"), ("true", "true"), ("huge", HUGE)):
+        c += both(f"moe-ep-value-{cid}", [*MOE, f"parallel.ep={ep}"], "parallel.ep")
+    path = ["model.shape=null", "model.path={T}/m"]
+    for cid, config, names in (
+            ("top-k", {**TINY_MOE_MODEL, "num_experts_per_tok": 8}, "num_experts_per_tok=8"),
+            ("experts-text", {**TINY_MOE_MODEL, "num_experts": "4"}, "num_experts"),
+            ("dense-layers-text", {**TINY_MOE_MODEL, "mlp_only_layers": "0"}, "mlp_only_layers"),
+            ("hidden-0", {**TINY_MOE_MODEL, "hidden_size": 0}, "hidden_size"),
+            ("llama", {**TINY_MODEL, "model_type": "llama"}, "llama"),
+            ("no-type", {k: v for k, v in TINY_MODEL.items() if k != "model_type"}, "allowed: qwen3, qwen3_moe"),
+            ("no-weights", TINY_MOE_MODEL, "safetensors")):
+        c += both(f"moe-path-{cid}", path, names, files=model_dir(config, weights=cid != "no-weights"))
+    return c
+
+
+def feature_key_cases() -> list[Case]:
+    """Keys that do nothing in the combination given: refused in one line."""
+    c: list[Case] = []
+    for cid, overrides, names in (("straggler-slow-s", ["straggler.test_slow_s=0.5"], "straggler.test_slow_s"),
+                                  ("straggler-slow-rank", ["straggler.test_slow_rank=0"], "straggler.test_slow_rank"),
+                                  ("straggler-stop-step", ["straggler.test_stop_step=3"], "straggler.test_stop_step"),
+                                  ("mlflow-uri", ["log.mlflow_uri=file:/tmp/x"], "log.mlflow_uri"),
+                                  ("wandb-project", ["log.wandb_project=p"], "log.wandb_project"),
+                                  ("fp8-recipe", ["fp8.recipe=rowwise"], "fp8.recipe"),
+                                  ("vocab-small", ["model.dims.vocab_size=1000"], "vocab_size=1000")):
+        c += both(f"no-effect-{cid}", overrides, names)
+    for cid, nodes, gpus, rank in (("slow-2-of-2", 1, 2, "test_slow_rank=2"), ("stop-4-of-4", 2, 2, "test_stop_rank=4"),
+                                   ("slow-1-of-1", 1, 1, "test_slow_rank=1")):
+        extra = ["straggler.test_slow_s=0.1"] if "slow" in rank else []
+        c.append(Case(f"straggler-rank-{cid}", SUBMIT, ["--site", "local", "--nodes", str(nodes), "--gpus-per-node", str(gpus),
+                                                       "--dry-run", "--", "--config", TINY, f"straggler.{rank}", *extra],
+                      f"straggler.{rank.split('=')[0]}"))
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):  # int() would read 1_0 as 10 and " 2" as 2
+        for cid, value in (("underscore", "1_0"), ("space", " 2"), ("trailing", "2 "), ("plus", "+2"), ("unicode", UNICODE_DIGIT),
+                           ("hex", "0x2"), ("float", "2.0")):
+            env = {"WORLD_SIZE": "4", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": "29972", var: value}
+            c.append(Case(f"train-env-{var}-{cid}", "train", ["--config", TINY], var, env=env))
+    return c
+
+
+def health_cases() -> list[Case]:
+    c: list[Case] = []
+    healthy = str(ROOT / "tests" / "unit" / "data" / "nvidia-smi" / "h100-healthy.txt")
+    base = ["--nvidia-smi-q", healthy]
+    for flag, whole_only, over in (("--gpus", True, "2000"), ("--matmul-tflops", False, "1e7"), ("--copy-gbps", False, "1e7"),
+                                   ("--min-fraction", False, "1.5")):
+        values = {**(BAD_WHOLE if whole_only else BAD_NUMBERS), "zero": "0", "over": over}
+        before = base if flag == "--gpus" else [*base, "--gpus", "8"]
+        for vid, value in values.items():
+            c.append(Case(f"health-{flag.strip('-')}-{vid}", "hpc.node.health", [*before, flag, value], flag))
+    smi = ["--gpus", "8", "--nvidia-smi-q"]
+    for cid, path, files, names in (("empty", "", {}, "--nvidia-smi-q"), ("space", " ", {}, "--nvidia-smi-q"),
+                                    ("fifo", "{T}/smi.txt", {"smi.txt": FIFO}, "FIFO"), ("dir", "{T}/smi", {"smi/x": ""}, "directory"),
+                                    ("missing", "{T}/nosuch.txt", {}, "nosuch.txt"), ("binary", "{T}/smi.txt", {"smi.txt": b"\xff\xfe"}, "UTF-8"),
+                                    ("nul", "a\0b", {}, "--nvidia-smi-q")):
+        c.append(Case(f"health-smi-{cid}", "hpc.node.health", [*smi, path], names, files=files))
+    for cid, path, files in (("empty", "", {}), ("space", "  ", {}), ("under-file", "{T}/afile/marks", {"afile": "x"}), ("nul", "m\0", {})):
+        c.append(Case(f"health-mark-{cid}", "hpc.node.health", [*base, "--gpus", "8", "--mark", path], "--mark", files=files))
+    c += [Case("health-gpus-twice", "hpc.node.health", [*base, "--gpus", "8", "--gpus", "4"], "--gpus"),
+          Case("health-smi-twice", "hpc.node.health", [*base, *base, "--gpus", "8"], "--nvidia-smi-q"),
+          Case("health-no-gpus", "hpc.node.health", base, "--gpus"),
+          Case("health-unknown-flag", "hpc.node.health", [*base, "--gpus", "8", "--fraction", "0.5"], "--fraction"),
+          Case("health-ok-recording", "hpc.node.health", [*base, "--gpus", "8"], expect="ok")]
+    return c
+
+
+def lease_record(**changes) -> str:
+    import socket
+    import time
+
+    record = {"run_id": "other", "job_id": None, "job_name": "mine", "host": socket.gethostname(), "pid": 2**22 + 12345,
+              "started": time.time()}
+    return json.dumps({k: v for k, v in {**record, **changes}.items() if v is not DELETE})
+
+
+LEASE_GARBAGE = {"not-json": "{holder", "empty": "", "array": "[1, 2]", "string": '"lease"', "number": "7", "null": "null",
+                 "no-run-id": lease_record(run_id=DELETE), "run-id-number": lease_record(run_id=3), "no-host": lease_record(host=DELETE),
+                 "pid-text": lease_record(pid="12"), "pid-zero": lease_record(pid=0), "pid-bool": lease_record(pid=True),
+                 "job-id-list": lease_record(job_id=[1]), "started-0": lease_record(started=0),
+                 "started-text": lease_record(started="yesterday"), "started-future": lease_record(started=4e9),
+                 "started-nan": lease_record().replace('"started": ', '"started": NaN, "x": '),
+                 "started-huge": lease_record(started=1e300), "deep": "[" * 100_000 + "]" * 100_000,
+                 "digits": '{"pid": ' + HUGE + "}", "binary": b"\xff\xfe\x00"}
+
+
+def lease_cases() -> list[Case]:
+    """A checkpoint directory whose lease file is no lease (or a live run's): one line naming it, nothing written.
+    The run's directories exist and belong to the job already, so that nothing else would be written either."""
+    import os
+
+    c: list[Case] = []
+    cfg = cfg_yaml({"checkpoint.dir": "{T}/ckpt"})
+    owned = {"run/.owner.json": json.dumps({"job_name": "mine"}), "ckpt/.owner.json": json.dumps({"job_name": "mine"})}
+    env = {"HPC_JOB_NAME": "mine"}
+    for cid, text in LEASE_GARBAGE.items():
+        c.append(Case(f"lease-{cid}", "train", ["--config", "{T}/c.yaml"], "is not a lease", env=env,
+                      files={"c.yaml": cfg, **owned, "ckpt/.lease.json": text}))
+    c.append(Case("lease-fifo", "train", ["--config", "{T}/c.yaml"], "a FIFO", env=env,
+                  files={"c.yaml": cfg, **owned, "ckpt/.lease.json": FIFO}))
+    c.append(Case("lease-directory", "train", ["--config", "{T}/c.yaml"], "a directory", env=env,
+                  files={"c.yaml": cfg, **owned, "ckpt/.lease.json/x": ""}))
+    c.append(Case("lease-huge", "train", ["--config", "{T}/c.yaml"], "bytes", env=env,
+                  files={"c.yaml": cfg, **owned, "ckpt/.lease.json": " " * (64 << 10) + "{}"}))
+    c.append(Case("lease-live-holder", "train", ["--config", "{T}/c.yaml"], "is in use by a run 'mine'", env=env,
+                  files={"c.yaml": cfg, **owned, "ckpt/.lease.json": lease_record(pid=os.getpid())}))
+    c.append(Case("lease-live-holder-new-log-dir", "train", ["--config", "{T}/c.yaml", "log.dir={T}/newrun"], "is in use", env=env,
+                  files={"c.yaml": cfg, **owned, "ckpt/.lease.json": lease_record(pid=os.getpid())}))
+    c.append(Case("owner-checkpoint-before-log", "train", ["--config", "{T}/c.yaml", "log.dir={T}/newrun"], "checkpoint.dir",
+                  env=env, files={"c.yaml": cfg, "ckpt/.owner.json": json.dumps({"job_name": "other"})}))
+    c.append(Case("owner-record-fifo", "train", ["--config", "{T}/c.yaml"], "log.dir", env=env,
+                  files={"c.yaml": cfg, "run/.owner.json": FIFO}))
+    return c
+
+
+def integration_cases() -> list[Case]:
+    """The arguments of hpc.integrations' calls, refused by the call (tests/integration_helpers.py runs it)."""
+    c: list[Case] = []
+
+    def add(cid, call, args, names, files=None):
+        c.append(Case(f"integrations-{cid}", "integration_helpers", [call, json.dumps(args)], names, files=files or {}))
+
+    for cid, directory, files in (("empty", "", {}), ("space", " ", {}), ("nul", "a\0b", {}), ("file", "{T}/afile", {"afile": "x"}),
+                                  ("under-file", "{T}/afile/ckpt", {"afile": "x"}), ("fifo", "{T}/p", {"p": FIFO}),
+                                  ("number", 3, {}), ("none", None, {}), ("list", ["{T}/a"], {})):
+        add(f"requeue-dir-{cid}", "requeue", {"directory": directory}, "directory", files)
+    for cid, keep in (("zero", 0), ("neg", -1), ("frac", 1.5), ("true", True), ("text", "2"), ("none", None), ("list", [2])):
+        add(f"requeue-keep-{cid}", "requeue", {"directory": "{T}/ckpt", "keep_last": keep}, "keep_last")
+    for call in ("requeue", "callback"):
+        for cid, environ in (("path-text", "{T}/ckpt"), ("path", {"path": "{T}/ckpt"}), ("list", ["A=1"]), ("none", None), ("number", 1)):
+            args = {"environ": environ, **({"directory": "{T}/ckpt"} if call == "requeue" else {})}
+            add(f"{call}-environ-{cid}", call, args, "environ")
+    for cid, directory, files in (("empty", "", {}), ("space", "  ", {}), ("nul", "x\0", {}), ("file", "{T}/afile", {"afile": "x"}),
+                                  ("fifo", "{T}/p", {"p": FIFO}), ("none", None, {}), ("number", 3, {}),
+                                  ("mixed", "{T}/out", {"out/checkpoint-3/meta.json": json.dumps({"step": 3, "world_size": 1}),
+                                                       "out/step-00000004/meta.json": json.dumps({"step": 4, "world_size": 1})})):
+        add(f"newest-{cid}", "newest", {"output_dir": directory}, "output_dir", files)
+    add("batches-empty", "batches", {"loader": []}, "loader")
+    add("batches-no-length", "batches", {"loader": {"generator": [1, 2]}}, "loader")
+    return c
+
+
+def jobs_more_cases() -> list[Case]:
+    c: list[Case] = []
+    for sub in ("status", "logs", "report", "cancel"):
+        for cid, jid in (("plus", "+12"), ("frac", "12.5"), ("hex", "0x10"), ("exp", "1e3"), ("trailing-space", "12 "),
+                         ("unicode-task", "12_" + UNICODE_DIGIT), ("task-trailing", "12_0_"), ("over-32-bits-task", "12_4294967296")):
+            c.append(Case(f"jobs-{sub}-more-{cid}", "hpc.jobs", [sub, jid], "job"))
+        c.append(Case(f"jobs-{sub}-two-ids", "hpc.jobs", [sub, "12", "13"], "13"))
+    for cid, out, files in (("dir", "{T}/r.png", {"r.png/x": ""}), ("fifo", "{T}/r.png", {"r.png": FIFO}), ("nul", "r\0.png", {}),
+                            ("space", " ", {})):
+        c.append(Case(f"jobs-report-out-is-{cid}", "hpc.jobs", ["report", "12", "--out", out], "--out", files=files))
+    for cid, out, files in (("file", "{T}/afile", {"afile": "x"}), ("under-file", "{T}/afile/tb", {"afile": "x"}), ("space", " ", {})):
+        c.append(Case(f"jobs-report-tensorboard-{cid}", "hpc.jobs", ["report", "12", "--tensorboard", out], "--tensorboard", files=files))
+    c += [Case("jobs-list-extra", "hpc.jobs", ["list", "12"], "12"), Case("jobs-cancel-missing", "hpc.jobs", ["cancel"], "job"),
+          Case("jobs-report-missing", "hpc.jobs", ["report"], "job"), Case("jobs-logs-missing", "hpc.jobs", ["logs"], "job"),
+          Case("jobs-since-twice", "hpc.jobs", ["list", "--since", "a", "--since", "b"], "--since")]
+    return c
+
+
+def generate_more_cases() -> list[Case]:
+    c: list[Case] = []
+    full = {"m/config.json": json.dumps(TINY_MODEL), **TOKENIZER_FILES}
+    adapter = {"a/adapter_config.json": json.dumps({"base_model_name_or_path": "{T}/m"}), **full}
+
+    def add(cid, args, names, files=None):
+        c.append(Case(f"generate-{cid}", "train.generate", args, names, files=files or {}))
+
+    add("base-on-full-model", ["{T}/m", "--base", "{T}/m"], "--base", full)
+    add("base-empty", ["{T}/a", "--base", ""], "--base", adapter)
+    add("base-space", ["{T}/a", "--base", " "], "--base", adapter)
+    add("base-twice", ["{T}/a", "--base", "{T}/m", "--base", "{T}/m"], "--base", adapter)
+    add("dir-fifo", ["{T}/m"], "{T}/m", {"m": FIFO})
+    add("dir-file", ["{T}/m"], "{T}/m", {"m": "x"})
+    for cid, text in (("fifo", FIFO), ("list", "[1]"), ("binary", b"\xff\xfe"), ("huge-number", '{"a": ' + HUGE + "}"),
+                      ("deep", "[" * 100_000 + "]" * 100_000)):
+        add(f"config-{cid}", ["{T}/m"], "config.json", {"m/config.json": text})
+    add("config-dir", ["{T}/m"], "config.json", {"m/config.json/x": ""})
+    for cid, text in (("fifo", FIFO), ("not-json", "{x"), ("list", "[1]"), ("no-base", "{}"),
+                      ("base-not-dir", json.dumps({"base_model_name_or_path": "{T}/nosuch"})),
+                      ("base-number", json.dumps({"base_model_name_or_path": 7}))):
+        add(f"adapter-{cid}", ["{T}/a"], "{T}/a", {**full, "a/adapter_config.json": text})
+    add("adapter-base-config-fifo", ["{T}/a", "--base", "{T}/b"], "{T}/b", {**adapter, "b/config.json": FIFO})
+    return c
+
+
+def sbatch_prefix_cases() -> list[Case]:
+    """extra_sbatch keys as sbatch reads them: a unique prefix of a forbidden option is that option; a prefix of several
+    options is refused, as sbatch refuses it."""
+    c: list[Case] = []
+    run = ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run", "--", "{T}/s.py"]
+    for key, names in (("part", "--partition"), ("parti", "--partition"), ("job", "--job-name"), ("job-n", "--job-name"),
+                       ("nodel", "--nodelist"), ("nodeli", "--nodelist"), ("exc", "ambiguous"), ("exclu", "ambiguous"),
+                       ("exclud", "--exclude"), ("acc", "ambiguous"), ("acco", "--account"), ("accoun", "--account"), ("qo", "--qos"),
+                       ("ti", "ambiguous"), ("tim", "ambiguous"), ("sig", "--signal"), ("requ", "--requeue"), ("reque", "--requeue"),
+                       ("requeu", "--requeue"), ("no-req", "--no-requeue"), ("chd", "--chdir"), ("op", "--open-mode"), ("open", "--open-mode"),
+                       ("out", "--output"), ("outp", "--output"), ("er", "--error"), ("arr", "--array"), ("dep", "--dependency"),
+                       ("gp", "ambiguous"), ("gpus-per-n", "--gpus-per-node"), ("ntasks-per-n", "--ntasks-per-node"),
+                       ("tasks", "--ntasks-per-node"), ("tasks-per-node", "--ntasks-per-node"), ("cpus-per-t", "--cpus-per-task"),
+                       ("wr", "--wrap"), ("mem-per-c", "--mem-per-cpu"), ("mem-per-g", "--mem-per-gpu"), ("mem-p", "ambiguous"),
+                       ("n", "ambiguous"), ("nod", "ambiguous"), ("clus", "ambiguous")):
+        c.append(Case(f"site-sbatch-prefix-{key}", SUBMIT, run, names, files={"p.yaml": site_yaml(submission__extra_sbatch={key: "x"}), **SCRIPT}))
+    for key in ("constraint", "container-image", "reservation", "mail-type", "exclusive", "gres-"):  # whole and unique, a plugin's
+        c.append(Case(f"site-sbatch-allowed-{key}", SUBMIT, run, files={"p.yaml": site_yaml(submission__extra_sbatch={key: "x"}), **SCRIPT},
+                      expect="ok"))
+    return c
+
+
 def all_cases() -> list[Case]:
     cases = (site_form_cases() + number_cases() + config_cases() + trainer_cases() + submit_cases() + site_cases() + plan_cases()
-             + preflight_cases() + jobs_cases() + launch_cases() + generate_cases() + message_cases())
+             + preflight_cases() + jobs_cases() + launch_cases() + generate_cases() + message_cases() + lora_cases()
+             + moe_cases() + feature_key_cases() + health_cases() + lease_cases() + integration_cases() + jobs_more_cases()
+             + generate_more_cases() + sbatch_prefix_cases())
     ids = [c.id for c in cases]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     assert not dup, f"duplicate case ids: {dup}"

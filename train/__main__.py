@@ -1,7 +1,8 @@
 """``python -m train --config FILE.yaml [key.sub=value ...]``: run on every rank (torchrun or our Slurm launcher).
 
 The config and the parallel layout are validated from the environment variables before any process group is
-created; exit codes follow `hpc.node.contract`: 0 done, 1 failed, 2 bad input (one line), 75 stopped with a checkpoint.
+created; exit codes follow `hpc.node.contract`: 0 done, 1 failed, 2 bad input (one line), 75 stopped with a checkpoint
+(or by SIGTERM while starting, with nothing to save).
 """
 
 from __future__ import annotations
@@ -11,20 +12,30 @@ import shutil
 import sys
 from pathlib import Path
 
-from hpc.node.stop_flag import StopFlag
+from hpc.node.cli import error_line
+from hpc.node.stop_flag import StopBeforeStart, StopFlag
 from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, MODULE as PROG
 
 
 def main(argv: list[str] | None = None) -> int:
-    stop = StopFlag()  # before the heavy imports: Slurm may send the pre-stop signal early
-    from hpc.node.cli import HpcError, Parser, error_line, path_text
+    # before the heavy imports: Slurm may send the pre-stop signal early; a SIGTERM before the run can stop at a step
+    # boundary ends the start wherever it is (a start that blocks never outlives the job)
+    stop = StopFlag(ends_start=True)
+    try:
+        return _run(stop, argv)
+    except StopBeforeStart as e:
+        print(error_line(PROG, e), file=sys.stderr)
+        return e.code
+
+
+def _run(stop: StopFlag, argv: list[str] | None) -> int:
+    from hpc.node.cli import HpcError, Parser, path_text
     from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, JOB_NAME_VAR
     from hpc.node.lease import slurm_job_id
-    from hpc.node.ownership import claim, unnamed_owner
-    from train.adapters import check_layout
+    from hpc.node.ownership import check_owner, claim, unclaim, unnamed_owner
     from train.config import load_config
     from train.layout import WorldEnv
-    from train.run_check import check_run
+    from train.run_check import check_run, ignored_settings
     from train.tokenizer import load_tokenizer, tokenizer_source
 
     parser = Parser(prog=f"python -m {PROG}", description="Train Qwen3 with dp x tp (FSDP2 + tensor parallel).")
@@ -35,12 +46,16 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.overrides)
         env = WorldEnv.from_env()
         dims = check_run(cfg, env)  # the login side's check too
+        for line in ignored_settings(cfg) if env.rank == 0 else ():
+            print(f"[train] warning: {line}", flush=True)
         load_tokenizer(tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat"))  # what needs transformers
-        check_layout(cfg.lora, env.world_size)
         job_name = os.environ.get(JOB_NAME_VAR) or unnamed_owner()
+        owned = ((Path(cfg.log.dir), LOG_DIR_KEY), (cfg.checkpoint_dir, CHECKPOINT_DIR_KEY))
+        for directory, key in owned:  # both checked before either is made: a refusal leaves nothing behind
+            check_owner(directory, job_name, key)
         made = [d for d in (Path(cfg.log.dir), cfg.checkpoint_dir, cfg.prepared_dir) if not d.exists()]
-        claim(cfg.log.dir, job_name, LOG_DIR_KEY)
-        claim(cfg.checkpoint_dir, job_name, CHECKPOINT_DIR_KEY)
+        for directory, key in owned:
+            claim(directory, job_name, key)
     except HpcError as e:
         print(error_line(PROG, e), file=sys.stderr)
         return e.code
@@ -66,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     except HpcError as e:
         if e.code != EXIT_FAILED or env.rank == 0:  # a failed save or load is the same line on every rank
             print(error_line(PROG, e), file=sys.stderr)
+        if e.code == EXIT_BAD_INPUT and group is None and env.rank == 0:  # refused the lease: unmake what this run made
+            unclaim(made, job_name)
         if e.code == EXIT_BAD_INPUT and group is not None:  # bad input found by the run that holds the checkpoint
             # directory (never by one refused its lease): leave nothing this run made behind, once every rank has seen
             # the error (the others may learn of it from a file in data.prepared)

@@ -37,11 +37,11 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
 from train.config import ConfigError, LoraConfig
+from train.run_check import NF4_BLOCK, missing_target, nf4_block_problem
 from train.shards import fill
 
 PEFT_PREFIX = "base_model.model."  # PEFT's key prefix for a Qwen3ForCausalLM's adapters
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
-NF4_BLOCK = 64
 
 
 class LoraLinear(nn.Module):
@@ -73,9 +73,8 @@ def apply_lora(model: nn.Module, cfg: LoraConfig, adapter_dtype: torch.dtype) ->
     for i, layer in enumerate(model.model.layers):
         linears = {name.rsplit(".", 1)[-1]: name for name, m in layer.named_modules() if isinstance(m, nn.Linear)}
         for target in cfg.target_modules:
-            if target not in linears:
-                raise ConfigError(f"lora.target_modules: {target} is not a linear layer of decoder layer {i} "
-                                  f"(it has: {', '.join(sorted(linears)) or 'none'})")
+            if target not in linears:  # train.run_check refuses it first, from the config's fields
+                raise ConfigError(missing_target(target, i, linears))
             parent_name, _, leaf = linears[target].rpartition(".")
             parent = layer.get_submodule(parent_name)
             setattr(parent, leaf, LoraLinear(getattr(parent, leaf), cfg.r, cfg.alpha, cfg.dropout, cfg.use_rslora, adapter_dtype))
@@ -166,29 +165,16 @@ def nf4_api():
                       f"{', '.join(NF4_MODULES)}; install torchao>=0.17")
 
 
-def require_nf4() -> None:
-    nf4_api()
-
-
-def check_layout(cfg: LoraConfig, world_size: int) -> None:
-    """QLoRA's NF4 base is not sharded: one rank only (one line, exit 2); torchao must be importable."""
-    if cfg.quantize_base != "nf4":
-        return
-    if world_size > 1:
-        raise ConfigError(f"lora.quantize_base=nf4 trains on one rank (one GPU); this job has WORLD_SIZE={world_size}: "
-                          "use lora.quantize_base=none (a bf16 base sharded by FSDP x TP) or one rank")
-    require_nf4()
-
-
 def nf4_scaler_block(numel: int) -> int:
     """The scaler block (<= 256, as QLoRA's double quantization) that divides the weight's count of NF4 blocks."""
     return math.gcd(256, numel // NF4_BLOCK)
 
 
-def nf4_weight(w: torch.Tensor):
-    """A frozen base projection's weight as an NF4Tensor (blocks of 64; a ConfigError if its count is not a multiple)."""
-    if w.numel() % NF4_BLOCK:
-        raise ConfigError(f"lora.quantize_base=nf4: a {tuple(w.shape)} projection is not a multiple of {NF4_BLOCK} weights")
+def nf4_weight(w: torch.Tensor, name: str):
+    """The frozen base projection ``name``'s weight as an NF4Tensor (blocks of NF4_BLOCK; the block rule's ConfigError)."""
+    problem = nf4_block_problem(name, tuple(w.shape))  # train.run_check refuses it first, from the config's fields
+    if problem:
+        raise ConfigError(problem)
     _, to_nf4 = nf4_api()
     return to_nf4(w, NF4_BLOCK, nf4_scaler_block(w.numel()))
 

@@ -42,6 +42,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from hpc.node.cli import HpcError
 from hpc.node.contract import CHECKPOINT_META as META
 from hpc.node.contract import CHECKPOINT_PREFIX, EXIT_FAILED, SET_ASIDE, checkpoint_name, checkpoint_step
+from hpc.node.files import META_BYTES, read_json_object
 
 
 # Only trainable parameters are saved: all of them in a full fine-tune, the adapters of a LoRA run (whose frozen
@@ -69,7 +70,7 @@ def _manifest_problem(path: Path) -> tuple[dict, str | None]:
     """meta.json and the first way the directory differs from its manifest (None: every file there with its size).
     An I/O error other than a missing file is raised."""
     try:
-        meta = json.loads((path / META).read_text())
+        meta = read_json_object(path / META, META_BYTES)
         for name, size in meta["files"].items():
             have = (path / name).stat().st_size
             if have != size:

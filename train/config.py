@@ -6,7 +6,6 @@ allowed there. ``load_config`` raises ``ConfigError`` with a one-line message.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Annotated, Literal
@@ -14,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hpc.node.cli import HpcError, shown
+from hpc.node.files import META_BYTES, NotASmallFile, read_json_object, read_small_text
 from hpc.node.strict_yaml import YamlError, load_yaml, parse_override
 from train.data.config import DataConfig
 from train.tokenizer import check_tokenizer, tokenizer_source
@@ -74,6 +74,26 @@ SHAPES: dict[str, Dims] = {
 }
 
 
+MOE_DIMS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "router_aux_loss_coef")
+MODEL_TYPES = ("qwen3", "qwen3_moe")
+
+
+def model_type_problem(path: str, model_type) -> str | None:
+    """Why a model.path directory of this config.json model_type cannot be trained, or None."""
+    if model_type in MODEL_TYPES:
+        return None
+    return f"model.path: {path} holds a {shown(model_type) if not isinstance(model_type, str) else model_type} model; allowed: {', '.join(MODEL_TYPES)}"
+
+
+def experts_problem(dims: dict, where: str) -> str | None:
+    """A mixture of experts routes each token to num_experts_per_tok of its num_experts experts."""
+    experts, top_k = dims.get("num_experts") or dims.get("num_local_experts"), dims.get("num_experts_per_tok")
+    if isinstance(experts, int) and isinstance(top_k, int) and top_k > experts:
+        return (f"{where}num_experts_per_tok={top_k} is more than num_experts={experts}: each token goes to "
+                f"num_experts_per_tok of the experts (allowed: 1 to {experts})")
+    return None
+
+
 class ModelConfig(_Strict):
     """Either ``shape`` (random init with that shape's dims, ``dims`` overriding single ones) or ``path`` (a local HF directory)."""
 
@@ -88,21 +108,33 @@ class ModelConfig(_Strict):
             raise ValueError(f"set exactly one of model.shape ({', '.join(SHAPES)}) or model.path (a local Hugging Face directory)")
         if self.path is not None and self.dims != Dims():
             raise ValueError("model.dims applies only with model.shape; a model.path directory brings its own config.json")
-        if self.path is not None and not (Path(self.path) / "config.json").is_file():
+        if self.path is not None and not (Path(self.path) / "config.json").exists():
             raise ValueError(f"model.path: {self.path} has no config.json; give a local Hugging Face model directory")
+        if self.shape is not None and SHAPES[self.shape].num_experts is None:
+            given = [k for k in MOE_DIMS if getattr(self.dims, k) is not None]
+            if given:
+                raise ValueError(f"model.dims.{given[0]} applies to a mixture of experts; model.shape {self.shape} is dense "
+                                 "(no experts): use model.shape tiny-moe, 30B-A3B or 235B-A22B, whose dims it overrides")
+        try:
+            dims = self.dims_dict()
+        except (OSError, ValueError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else ' '.join(str(e).replace(f"{self.path}/", "").split())[:100]
+            raise ValueError(f"model.path: {self.path}/config.json cannot be read as JSON ({why})") from None
         if self.path is not None:
-            try:
-                dims = self.dims_dict()
-            except (OSError, ValueError, RecursionError) as e:
-                raise ValueError(f"model.path: {self.path}/config.json cannot be read as JSON ({' '.join(str(e).split())[:100]})") from None
-            if not isinstance(dims, dict) or not isinstance(dims.get("num_attention_heads"), int):
+            if not isinstance(dims.get("num_attention_heads"), int):
                 raise ValueError(f"model.path: {self.path}/config.json has no whole-number num_attention_heads")
+            problem = model_type_problem(self.path, dims.get("model_type"))
+        else:
+            problem = None
+        problem = problem or experts_problem(dims, f"model.path: {self.path}/config.json: " if self.path else "model.dims.")
+        if problem:
+            raise ValueError(problem)
         return self
 
     def dims_dict(self) -> dict:
         """The Qwen3Config fields this model gets (vocab_size may be None: taken from the tokenizer)."""
         if self.path is not None:
-            return json.loads((Path(self.path) / "config.json").read_text())
+            return read_json_object(Path(self.path) / "config.json", META_BYTES)
         return SHAPES[self.shape].model_dump(exclude_none=True) | self.dims.model_dump(exclude_none=True)
 
     def kv_heads(self) -> int:
@@ -320,7 +352,33 @@ class TrainConfig(_Strict):
                              "set activation_checkpointing=true (or a fraction of the layers)")
         if (self.eval.every or self.eval.fraction) and not self.data.packed:
             raise ValueError("eval needs data packed by document: data.format=chat or data.pack=documents")
+        problem = self._no_effect()
+        if problem:
+            raise ValueError(problem)
         return self
+
+    def _no_effect(self) -> str | None:
+        """A key given where it does nothing is refused, not ignored (its feature switched off on purpose, ``enabled:
+        false``, is a warning instead: ``train.run_check.ignored_settings``)."""
+        for section, name in ((self.lora, "lora"), (self.fp8, "fp8")):
+            unused = sorted(section.model_fields_set - {"enabled"})
+            if unused and not section.enabled and "enabled" not in section.model_fields_set:
+                return (f"{name}.{unused[0]} is set but {name}.enabled is not: without it the key has no effect"
+                        + (" (the run would be a full fine-tune)" if name == "lora" else "")
+                        + f"; set {name}.enabled=true, or leave the {name} keys out")
+        if self.lora.merge and not self.export:
+            return "lora.merge=true writes the merged model into <export>/merged; set export (a directory) or leave lora.merge out"
+        s = self.straggler
+        for key, given, needs in (("test_slow_s", s.test_slow_s > 0, s.test_slow_rank is not None),
+                                  ("test_slow_rank", s.test_slow_rank is not None, s.test_slow_s > 0),
+                                  ("test_stop_step", "test_stop_step" in s.model_fields_set, s.test_stop_rank is not None)):
+            if given and not needs:
+                other = {"test_slow_s": "test_slow_rank", "test_slow_rank": "test_slow_s > 0", "test_stop_step": "test_stop_rank"}[key]
+                return f"straggler.{key} has no effect without straggler.{other}; set both or neither"
+        for key, tracker in (("mlflow_uri", "mlflow"), ("wandb_project", "wandb")):
+            if key in self.log.model_fields_set and tracker not in self.log.tracker:
+                return f"log.{key} has no effect without {tracker} in log.tracker; add it there or leave log.{key} out"
+        return None
 
     @model_validator(mode="after")
     def _home(self) -> TrainConfig:
@@ -340,20 +398,22 @@ class TrainConfig(_Strict):
     def prepared_dir(self) -> Path:
         return Path(self.data.prepared) if self.data.prepared else Path(self.log.dir) / "data"
 
-    def check_paths(self) -> None:
+    def check_paths(self) -> int | None:
         """The files the run reads and writes, checked before any rank starts (torch-free): the data source (and
-        eval.path), the tokenizer's files, and that the export can be created. Raises ConfigError or DataError with one line."""
+        eval.path), the tokenizer's files, and that the export can be created. Raises ConfigError or DataError with one
+        line; returns the tokenizer's count of tokens where its tokenizer.json gives it."""
         from train.data.sources import source_path
 
         source_path(self.data)
         if self.eval.path is not None:
             source_path(self.data.model_copy(update={"path": self.eval.path}))
-        check_tokenizer(tokenizer_source(self.data.tokenizer, self.model.path, self.data.format == "chat"))
+        tokens = check_tokenizer(tokenizer_source(self.data.tokenizer, self.model.path, self.data.format == "chat"))
         if self.export:
             target = Path(self.log.dir) / self.export  # a relative export lives in log.dir
             above = next((p for p in target.parents if p.exists()), None)
             if target.exists() and not target.is_dir() or above is not None and not above.is_dir():
                 raise ConfigError(f"export: {target} cannot be created: {target if target.exists() else above} is a file")
+        return tokens
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
@@ -427,14 +487,12 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> TrainConfig:
     if not str(path).strip() or "\0" in str(path):
         raise ConfigError(f"--config {shown(str(path))}: not a file name")
     path = Path(path)
-    if path.exists() and not path.is_file():  # a directory, or a FIFO that would block the read
-        raise ConfigError(f"--config {path}: not a regular file")
-    try:
-        raw = load_yaml(path.read_text(encoding="utf-8"), f"--config {path}") or {}
+    try:  # a regular file of bounded size: a directory, a FIFO (whose read would block) or a device is refused unread
+        raw = load_yaml(read_small_text(path, META_BYTES), f"--config {path}") or {}
+    except NotASmallFile as e:
+        raise ConfigError(f"--config {e}") from None
     except OSError as e:
         raise ConfigError(f"--config {path}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"--config {path}: not a text file (not UTF-8 at byte {e.start})") from None
     except YamlError as e:
         raise ConfigError(str(e)) from None
     if not isinstance(raw, dict):

@@ -13,30 +13,46 @@ from pathlib import Path
 
 import torch
 
-from hpc.node.cli import HpcError, Parser, fail, path_text, whole
+from hpc.node.cli import HpcError, Parser, fail, path_text, shown, whole
+from hpc.node.files import META_BYTES, read_json_object
+from train.adapters import ADAPTER_CONFIG
 
 PROG = "train.generate"
+
+
+def model_config(model_dir: str | Path) -> dict:
+    """A model directory's config.json (a small regular JSON object), before transformers reads it."""
+    if not Path(model_dir).is_dir():
+        raise HpcError(f"{model_dir} is not a directory; give an exported model directory")
+    path = Path(model_dir) / "config.json"
+    if not path.exists():
+        raise HpcError(f"{model_dir} is not an exported model directory (no config.json or {ADAPTER_CONFIG})")
+    try:
+        return read_json_object(path, META_BYTES)
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).replace(f"{path} ", "it ")
+        raise HpcError(f"{model_dir}: config.json cannot be read ({why})") from None
 
 
 def load(model_dir: str | Path, base: str | Path | None = None):
     """(tokenizer, model in eval mode) of a Hugging Face directory, or of a PEFT adapter directory on its base; a
     directory they cannot be loaded from is one HpcError line."""
-    import json
-
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from train.adapters import ADAPTER_CONFIG
 
     adapter_config = Path(model_dir) / ADAPTER_CONFIG
     try:
-        if not adapter_config.is_file():
-            if not (Path(model_dir) / "config.json").is_file():
-                raise HpcError(f"{model_dir} is not an exported model directory (no config.json or adapter_config.json)")
+        if not adapter_config.exists():
+            if base is not None:
+                raise HpcError(f"--base {base}: {model_dir} is a full model, not a LoRA adapter (no {ADAPTER_CONFIG}); "
+                               "--base applies to an adapter directory only")
+            model_config(model_dir)
             return (AutoTokenizer.from_pretrained(model_dir, local_files_only=True),
                     AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True).eval())
-        base = base or json.loads(adapter_config.read_text()).get("base_model_name_or_path")
-        if not base or not (Path(base) / "config.json").is_file():
-            raise HpcError(f"{model_dir} is a LoRA adapter whose base {base!r} is not a model directory: give --base DIR")
+        saved = read_json_object(adapter_config, META_BYTES).get("base_model_name_or_path")
+        base = base or saved
+        if not isinstance(base, str) or not base or not (Path(base) / "config.json").is_file():
+            raise HpcError(f"{model_dir} is a LoRA adapter whose base {shown(base)} is not a model directory: give --base DIR")
+        model_config(base)
         try:
             from peft import PeftModel
         except ImportError:

@@ -7,6 +7,7 @@ splits the experts)."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from hpc.node.cli import shown
@@ -63,10 +64,9 @@ class WorldEnv:
             value = os.environ.get(name)
             if value is None:
                 return default
-            try:
-                return int(value)
-            except ValueError:
-                raise ConfigError(f"environment {name}={shown(value)}: must be an integer") from None
+            if not re.fullmatch(r"[0-9]{1,10}", value):  # int() would read "1_0" as 10, " 1" as 1, and other scripts' digits
+                raise ConfigError(f"environment {name}={shown(value)}: must be a whole number (ASCII digits)")
+            return int(value)
 
         world = get(WORLD_SIZE_VAR, 1)
         env = cls(get(RANK_VAR, 0), get(LOCAL_RANK_VAR, 0), world, get(LOCAL_WORLD_SIZE_VAR, world))

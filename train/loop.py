@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from hpc.node.cli import HpcError
 from hpc.node.contract import EXIT_FAILED, RUN_CONFIG
 from hpc.node.hang import collective_failure, gather_nodes, mark_bad_nodes, name_the_missing
-from train import adapters, checkpoint, offload, resume
+from train import adapters, checkpoint, resume
 from train.config import ConfigError, TrainConfig
 from train.data.prepared import open_prepared, split_rows
 from train.data.stream import PackedStream, TokenStream, eval_batches
@@ -103,7 +103,7 @@ class Trainer:
         self.hf_config = hf_config(cfg.model, self.tokenizer)
         self.lora_meta = adapters.lora_meta(cfg.lora, adapters.base_identity(cfg.model.path, cfg.model.shape, cfg.model.dims_dict(), cfg.seed))
         self.written_with = resume.written_with(cfg, self.hf_config, self.lora_meta)
-        self._check_checkpoints(job_id)
+        self._check_checkpoints()
         self._setup_data()
         self._setup_model(env.world_size)
         o = cfg.optim
@@ -117,6 +117,7 @@ class Trainer:
         background = cfg.checkpoint.async_save
         self._stager = checkpoint.host_stager(pinned=self.on_gpu) if background else None
         self._write_group = dist.new_group(backend="gloo") if background else None  # the writer thread's own collectives
+        self._prepare_checkpoints(job_id)
         self._resume()
         self.nodes = gather_nodes()  # each rank's node, by rank: for the stragglers and the missing at a hang
         self.straggler = StragglerMonitor(cfg.straggler, self.rank, device, cfg.log.log_every, self.nodes)
@@ -182,16 +183,12 @@ class Trainer:
         one_rank = self.mesh.size() == 1  # no FSDP: the model computes in compute_dtype, ``self.master`` holds the weights
         lora = cfg.lora.enabled  # a frozen base in compute_dtype, adapters in master_dtype: no twin
         twin = one_rank and master_dtype != compute_dtype and not lora
-        offload.check_layout(cfg.activation_offload, world_size)
         self.model = parallelize(build_meta_model(c).to(compute_dtype if one_rank or lora else master_dtype), self.mesh,
                                  activation_checkpointing=cfg.activation_checkpointing, compile=cfg.compile, param_dtype=compute_dtype,
                                  fp8_recipe=cfg.fp8.recipe if cfg.fp8.enabled else None, lora=cfg.lora, adapter_dtype=master_dtype,
                                  offload_to=device if cfg.activation_offload else None)
         self.master = build_meta_model(c).to(master_dtype) if twin else self.model
-        nf4 = lora and cfg.lora.quantize_base == "nf4"
-        if nf4:
-            adapters.check_layout(cfg.lora, world_size)
-        load_initial_weights(self.master, cfg.model, c, cfg.seed, device, nf4=nf4)
+        load_initial_weights(self.master, cfg.model, c, cfg.seed, device, nf4=lora and cfg.lora.quantize_base == "nf4")
         if lora:
             trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
             # the frozen base gets no weight gradients: 4 FLOPs per weight and token instead of 6; the adapters 6
@@ -205,10 +202,24 @@ class Trainer:
             self.master_weights.copy_to_model()
         self.model.train()
 
-    def _check_checkpoints(self, job_id: str | None) -> None:
-        """Before anything is read or written (collective): with checkpoint.restart=fresh move the old run's files
-        aside; otherwise refuse, on every rank, checkpoints written with other settings. Half-written checkpoints of
-        runs that ended (this run holds the directory's lease) are removed."""
+    def _check_checkpoints(self) -> None:
+        """Before anything is read or written (collective): refuse, on every rank, checkpoints written with other
+        settings (with checkpoint.restart=fresh they are moved aside later, by ``_prepare_checkpoints``)."""
+        cfg, root = self.cfg, self.cfg.checkpoint_dir
+        outcome: list = [None]
+        if self.rank == 0 and cfg.checkpoint.restart != "fresh":
+            try:
+                outcome[0] = resume.mismatch([p for _, p in checkpoint.committed_checkpoints(root)][::-1], self.written_with)
+            except OSError as e:
+                outcome[0] = f"checkpoint.dir {root}: cannot read it ({e.strerror}: {e.filename})"
+        dist.broadcast_object_list(outcome, src=0)
+        if outcome[0]:
+            raise ConfigError(outcome[0])
+
+    def _prepare_checkpoints(self, job_id: str | None) -> None:
+        """Once the data and the model are set up, so that no later refusal finds them moved (collective): with
+        checkpoint.restart=fresh move the old run's files aside; half-written checkpoints of runs that ended (this run
+        holds the directory's lease) are removed."""
         cfg, root = self.cfg, self.cfg.checkpoint_dir
         outcome: list = [None, []]  # [refusal, log lines]
         if self.rank == 0:
@@ -217,12 +228,9 @@ class Trainer:
                     moved = resume.start_fresh(root, Path(cfg.log.dir), job_id)
                     outcome[1].append(f"checkpoint.restart=fresh: moved {moved}" if moved else
                                       "checkpoint.restart=fresh: nothing to move aside")
-                else:
-                    outcome[0] = resume.mismatch([p for _, p in checkpoint.committed_checkpoints(root)][::-1], self.written_with)
-                if outcome[0] is None:
-                    for tmp in checkpoint.tmp_dirs(root):
-                        shutil.rmtree(tmp)
-                        outcome[1].append(f"removed {tmp.name}, left half-written by a run that ended")
+                for tmp in checkpoint.tmp_dirs(root):
+                    shutil.rmtree(tmp)
+                    outcome[1].append(f"removed {tmp.name}, left half-written by a run that ended")
             except OSError as e:
                 outcome[0] = f"checkpoint.dir {root}: cannot prepare it ({e.strerror}: {e.filename})"
         dist.broadcast_object_list(outcome, src=0)

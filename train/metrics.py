@@ -10,7 +10,9 @@ from pathlib import Path
 
 import torch
 
+from hpc.node.cli import HpcError
 from hpc.node.contract import METRICS_FILE
+from hpc.node.files import regular_file_problem
 from train.tracking import Tracking
 
 # Dense peak FLOP/s per GPU for the 16-bit compute dtype (bf16), by a substring of the device name.
@@ -77,6 +79,9 @@ class MetricsLog:
         was killed, or damaged) is appended to ``metrics.jsonl.unreadable`` and named in the log, never dropped."""
         if not self.path.exists():
             return []
+        problem = regular_file_problem(self.path)
+        if problem:  # reading a FIFO would block the start
+            raise HpcError(f"log.dir: {self.path} is {problem}, not the run's metrics file")
         kept, records, unreadable = [], [], []
         for number, line in enumerate(self.path.read_text(errors="replace").splitlines(), 1):
             try:

@@ -31,9 +31,10 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig
 
 from train.adapters import LoraLinear, hf_key, init_adapters, is_adapter_key, nf4_weight
-from train.config import ConfigError, ModelConfig
+from train.config import ConfigError, ModelConfig, model_type_problem
 from train.loss import linear_cross_entropy
 from train.moe import Qwen3MoeForTraining, to_hf_experts
+from train.run_check import vocab_problem, weights_problem
 from train.shards import fill
 
 _EXPORT_SHARD_SIZE = "5GB"
@@ -48,8 +49,8 @@ def hf_config(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3Conf
     the shape's dims with the tokenizer's vocab and special tokens."""
     if cfg.path is not None:
         config = AutoConfig.from_pretrained(cfg.path)
-        if type(config) not in (Qwen3Config, Qwen3MoeConfig):
-            raise ConfigError(f"model.path: {cfg.path} holds a {config.model_type} model; allowed: qwen3, qwen3_moe")
+        if type(config) not in (Qwen3Config, Qwen3MoeConfig):  # the config's validation refuses it first
+            raise ConfigError(model_type_problem(cfg.path, config.model_type))
     else:
         dims = cfg.dims_dict()
         rope_theta = dims.pop("rope_theta")
@@ -62,8 +63,9 @@ def hf_config(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3Conf
     # No padding_idx: nn.Embedding would freeze that row, while packed blocks hold no padding
     # and a tokenizer's pad is often its EOS, the document separator.
     config.pad_token_id = None
-    if len(tokenizer) > config.vocab_size:
-        raise ConfigError(f"model: vocab_size={config.vocab_size} is smaller than the tokenizer's {len(tokenizer)} tokens; use a matching data.tokenizer")
+    problem = vocab_problem(config.vocab_size, len(tokenizer))  # train.run_check refuses it first, from the tokenizer's files
+    if problem:
+        raise ConfigError(problem)
     config.use_cache = False
     config._attn_implementation = cfg.attn_implementation
     return config
@@ -151,8 +153,9 @@ def _check_hf_tensors(path: str, want: dict[str, tuple[int, ...]]) -> None:
 def _load_hf_shards(model: nn.Module, path: str, config: Qwen3Config | Qwen3MoeConfig) -> None:
     """Fill the (parallelized, materialized) model from the directory's safetensors; each rank reads only its slices
     (of fused expert weights: the experts its shard holds, from the files' per-expert tensors). Collective."""
-    if not any(Path(path).glob("*.safetensors")):
-        raise ConfigError(f"model.path: {path} has no *.safetensors files")
+    problem = weights_problem(path)  # train.run_check refuses it first
+    if problem:
+        raise ConfigError(problem)
     names = _hf_names(model)
     full = get_model_state_dict(model)
     state = {hf: full[key] for hf, key in names.items()}
@@ -275,8 +278,9 @@ def _stream_one_rank(model: nn.Module, cfg: ModelConfig, config: Qwen3Config | Q
     projection quantized to NF4 as it arrives (``train.adapters.nf4_weight``): no more than one tensor in full at a time."""
     where = None
     if cfg.path is not None:
-        if not any(Path(cfg.path).glob("*.safetensors")):
-            raise ConfigError(f"model.path: {cfg.path} has no *.safetensors files")
+        problem = weights_problem(cfg.path)  # train.run_check refuses it first
+        if problem:
+            raise ConfigError(problem)
         want = {hf_key(k): tuple(getattr(m, attr).shape) for m, attr, k in _one_rank_params(model) if not is_adapter_key(k)}
         if config.tie_word_embeddings:
             want.pop("lm_head.weight", None)
@@ -300,7 +304,7 @@ def _stream_one_rank(model: nn.Module, cfg: ModelConfig, config: Qwen3Config | Q
         else:
             value = initial_value(hf, tuple(param.shape), config.initializer_range, seed, device)
         if attr == "weight" and key.endswith(".base_layer.weight"):
-            new = nn.Parameter(nf4_weight(value.to(param.dtype)), requires_grad=False)
+            new = nn.Parameter(nf4_weight(value.to(param.dtype), hf), requires_grad=False)
         else:
             new = nn.Parameter(value.to(param.dtype), requires_grad=param.requires_grad)
         setattr(module, attr, new)

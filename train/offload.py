@@ -6,7 +6,8 @@ A checkpointed layer keeps only its input hidden states ([micro_batch, seq, hidd
 a side stream (the GPU tensor is released once the copy is done; the compute stream never waits for it), runs the layer
 without keeping anything, and the backward brings the input back (prefetching the next layer's while this one
 recomputes), recomputes the layer with the forward's random state and back-propagates through it. The layer's
-parameters get their gradients from that inner backward, as with reentrant checkpointing: one rank only (no FSDP).
+parameters get their gradients from that inner backward, as with reentrant checkpointing: one rank only (no FSDP;
+``train.run_check.offload_problem``).
 """
 
 from __future__ import annotations
@@ -17,15 +18,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-
-from train.config import ConfigError
-
-
-def check_layout(offload: bool, world_size: int) -> None:
-    """activation_offload trains on one rank (one line, exit 2)."""
-    if offload and world_size > 1:
-        raise ConfigError(f"activation_offload=true trains on one rank (one GPU); this job has WORLD_SIZE={world_size}: "
-                          "use activation_checkpointing alone")
 
 
 class HostStore:

@@ -130,11 +130,11 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing:
                                 only_frozen=lora is not None and lora.enabled)
     if mesh["tp"].size() > 1:
         for layer in layers:
-            plan = MOE_LAYER_TP_PLAN if isinstance(layer.mlp, MoEBlock) else adapters.tp_plan(LAYER_TP_PLAN, layer)
-            parallelize_module(layer, mesh["tp"], plan)
-        if lora is not None and lora.enabled:
-            adapters.freeze_base(model)
+            plan = MOE_LAYER_TP_PLAN if isinstance(layer.mlp, MoEBlock) else LAYER_TP_PLAN
+            parallelize_module(layer, mesh["tp"], adapters.tp_plan(plan, layer))
     ep_blocks = apply_ep(layers, mesh) if "ep" in (mesh.mesh_dim_names or ()) else []
+    if lora is not None and lora.enabled:  # again: TP's SequenceParallel and EP's sharded experts made new parameters
+        adapters.freeze_base(model)
     checkpointed = checkpointed_layers(len(layers), float(activation_checkpointing))
     store = offload.HostStore(offload_to) if offload_to is not None else None
     for i, layer in enumerate(layers):

@@ -11,6 +11,7 @@ sources is prepared again. Bad input: one line on stderr, exit 2.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import time
@@ -25,10 +26,9 @@ def task_of(environ: dict) -> tuple[int, int]:
     """(rank, world) from torchrun's or Slurm's variables; (0, 1) outside both."""
     for rank_var, world_var in ((RANK_VAR, WORLD_SIZE_VAR), ("SLURM_PROCID", "SLURM_NTASKS")):
         if rank_var in environ and world_var in environ:
-            try:
-                rank, world = int(environ[rank_var]), int(environ[world_var])
-            except ValueError:
-                raise HpcError(f"environment {rank_var}={shown(environ[rank_var])} / {world_var}={shown(environ[world_var])}: must be integers") from None
+            if not all(re.fullmatch(r"[0-9]{1,10}", environ[v]) for v in (rank_var, world_var)):  # not "1_0", " 1"
+                raise HpcError(f"environment {rank_var}={shown(environ[rank_var])} / {world_var}={shown(environ[world_var])}: must be whole numbers")
+            rank, world = int(environ[rank_var]), int(environ[world_var])
             if not 0 <= rank < world:
                 raise HpcError(f"environment {rank_var}={rank} must be in [0, {world_var}={world})")
             return rank, world

@@ -9,11 +9,16 @@ import time
 from pathlib import Path
 
 from hpc.node.contract import CHECKPOINT_META, CHECKPOINT_PREFIX, FRESH_MARKER, METRICS_FILE
+from hpc.node.files import META_BYTES, read_json_object
 from train.config import TrainConfig
 
-# The model config fields that decide the shapes of the saved state.
+# The model config fields that decide the shapes of the saved state, and a mixture of experts' routing (which experts
+# a token reaches and how their outputs are weighted: the trained state means something else under another).
 STATE_DIMS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "head_dim", "tie_word_embeddings", "num_experts", "moe_intermediate_size")
+ROUTING_DIMS = ("num_experts_per_tok", "norm_topk_prob")
+# Settings recorded since a later version: a checkpoint written before holds no value for them, and is not refused for it.
+RECORDED_LATER = tuple(f"model.dims.{k}" for k in ROUTING_DIMS)
 _SHOWN = 60  # characters of a value in a message
 
 
@@ -21,7 +26,7 @@ def written_with(cfg: TrainConfig, config, lora: dict | None) -> dict:
     """The settings a checkpoint of this run is written with, by config key (``lora``: the adapters' settings and
     base, None for a full fine-tune); a key that is off is None, so a key added later reads the same in older
     checkpoints."""
-    settings = {f"model.dims.{k}": getattr(config, k, None) for k in STATE_DIMS}
+    settings = {f"model.dims.{k}": getattr(config, k, None) for k in STATE_DIMS + ROUTING_DIMS}
     settings |= {"master_dtype": cfg.master_dtype, "fp8.enabled": cfg.fp8.enabled, "data.packed": cfg.data.packed}
     settings |= {f"lora.{k}": v for k, v in (lora or {}).items()}
     return json.loads(json.dumps(settings))  # as meta.json holds them
@@ -35,7 +40,7 @@ def _short(value) -> str:
 def differences(saved: dict, now: dict) -> list[str]:
     """``key saved (saved) vs now (now)`` for each setting that differs."""
     return [f"{k} {_short(saved.get(k))} (saved) vs {_short(now.get(k))} (now)"
-            for k in sorted(saved.keys() | now.keys()) if saved.get(k) != now.get(k)]
+            for k in sorted(saved.keys() | now.keys()) if saved.get(k) != now.get(k) and (k in saved or k not in RECORDED_LATER)]
 
 
 def mismatch(checkpoints: list[Path], now: dict) -> str | None:
@@ -43,8 +48,8 @@ def mismatch(checkpoints: list[Path], now: dict) -> str | None:
     Checkpoints written before settings were recorded, or whose meta cannot be read, are left to the load."""
     for path in checkpoints:
         try:
-            saved = json.loads((path / CHECKPOINT_META).read_text()).get("written_with")
-        except (OSError, ValueError, AttributeError):
+            saved = read_json_object(path / CHECKPOINT_META, META_BYTES).get("written_with")
+        except (OSError, ValueError):
             continue
         if isinstance(saved, dict) and (diffs := differences(saved, now)):
             return (f"checkpoint.dir {path.parent}: {path.name} was written with other settings: {'; '.join(diffs)}; "
@@ -58,11 +63,11 @@ def start_fresh(root: Path, log_dir: Path, job_id: str | None) -> str | None:
     ``<root>/before-fresh-<time>/`` and metrics.jsonl beside itself, unless this job did so already (a requeue of
     it goes on from its own checkpoints). Returns what was moved, for the log."""
     root, marker = Path(root), Path(root) / FRESH_MARKER
-    if job_id is not None and marker.is_file():
+    if job_id is not None and marker.exists():
         try:
-            if json.loads(marker.read_text()).get("job_id") == job_id:
+            if read_json_object(marker).get("job_id") == job_id:
                 return None
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError):
             pass
     stamp = time.strftime("%Y%m%d-%H%M%S")
     old = sorted(d for d in root.iterdir() if d.name.startswith(CHECKPOINT_PREFIX)) if root.is_dir() else []

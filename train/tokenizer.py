@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpc.node.cli import HpcError
+from hpc.node.files import META_BYTES, read_small_text, regular_file_problem
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                   "added_tokens.json", "chat_template.jinja")
 DEMO_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "tokenizer"
 # The demo tokenizer plus Qwen3's chat tokens (<|im_start|>, <|im_end|> = EOS, <think>, </think>) and a Qwen3-style chat template.
 DEMO_CHAT_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "chat_tokenizer"
@@ -43,6 +46,10 @@ def _directory(path: str | None) -> Path:
             f"tokenizer: {directory} is not a Hugging Face tokenizer directory "
             "(need tokenizer.json or tokenizer_config.json); use null for the demo tokenizer"
         )
+    for name in TOKENIZER_FILES:  # transformers reads each that is there: a FIFO would block it
+        problem = regular_file_problem(directory / name)
+        if problem:
+            raise HpcError(f"tokenizer: {directory / name} is {problem}, not a regular file")
     return directory
 
 
@@ -59,7 +66,7 @@ def check_tokenizer(path: str | None) -> int | None:
     directory = _directory(path)
     try:
         config = directory / "tokenizer_config.json"
-        if config.is_file() and not isinstance(json.loads(config.read_text(encoding="utf-8")), dict):
+        if config.is_file() and not isinstance(json.loads(read_small_text(config, META_BYTES)), dict):
             raise ValueError("tokenizer_config.json is not a JSON object")
         if (directory / "tokenizer.json").is_file():
             return Tokenizer.from_file(str(directory / "tokenizer.json")).get_vocab_size(with_added_tokens=True)

@@ -19,7 +19,6 @@ the contract's marker; the requeued job's ``load()`` takes the newest complete o
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -28,8 +27,10 @@ from typing import Iterator, Sized
 import torch
 import torch.distributed as dist
 
-from hpc.integrations.checkpoints import mark_complete, newest_complete_checkpoint
+from hpc.integrations.checkpoints import IntegrationError, directory_arg, environ_arg, mark_complete, newest_complete_checkpoint
+from hpc.node.cli import shown
 from hpc.node.contract import CHECKPOINT_META, EXIT_STOPPED, checkpoint_name, checkpoint_step
+from hpc.node.files import read_json_object
 from hpc.node.stop_flag import StopFlag
 
 
@@ -41,9 +42,12 @@ class Requeue:
     stream, so a resumed run draws the same dropout masks as an uninterrupted one."""
 
     def __init__(self, accelerator, directory: str | os.PathLike, keep_last: int = 2, environ=os.environ):
-        if keep_last < 1:
-            raise ValueError(f"keep_last {keep_last}: at least 1")
-        self.accelerator, self.directory, self.keep_last = accelerator, Path(directory), keep_last
+        # every argument checked here, before the signals are caught: an IntegrationError naming it
+        self.directory = directory_arg(directory, "Requeue", "directory", writable=True)
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+            raise IntegrationError(f"Requeue(keep_last={shown(keep_last)}): a whole number of checkpoints to keep, at least 1")
+        environ = environ_arg(environ, "Requeue")
+        self.accelerator, self.keep_last = accelerator, keep_last
         self.stop = StopFlag(environ)
         if dist.is_initialized():
             self.stop.join_all(environ)
@@ -57,14 +61,25 @@ class Requeue:
         if path is None:
             return 0
         self.accelerator.load_state(path)
-        meta = json.loads((Path(path) / CHECKPOINT_META).read_text())
+        meta = read_json_object(Path(path) / CHECKPOINT_META)
         self.batches_seen = meta["batches"]
         self.accelerator.print(f"[requeue] resumed from {path} (step {meta['step']}, batch {self.batches_seen})")
         return meta["step"]
 
     def batches(self, loader: Sized) -> Iterator:
-        """The loader's batches epoch after epoch, starting after the ones already trained on."""
-        per_epoch = len(loader)
+        """The loader's batches epoch after epoch, starting after the ones already trained on; a loader without batches
+        (or without a length) is an IntegrationError here, not an endless loop."""
+        try:
+            per_epoch = len(loader)
+        except TypeError:
+            raise IntegrationError(f"Requeue.batches(loader={shown(loader)}): the loader has no length; give a DataLoader "
+                                   "over a dataset of known size") from None
+        if per_epoch < 1:
+            raise IntegrationError(f"Requeue.batches(loader={shown(loader)}): the loader has no batches (length 0): "
+                                   "nothing to train on")
+        return self._batches(loader, per_epoch)
+
+    def _batches(self, loader: Sized, per_epoch: int) -> Iterator:
         epoch, skip = divmod(self.batches_seen, per_epoch)
         while True:
             if hasattr(loader, "set_epoch"):

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hpc.integrations.checkpoints import mark_complete
+from hpc.integrations.checkpoints import environ_arg, mark_complete
 from hpc.node.contract import EXIT_STOPPED
 from hpc.node.stop_flag import StopFlag
 
@@ -27,6 +27,7 @@ class RequeueCallback(TrainerCallback):
     (hpc.node.launch keeps a notice that came before)."""
 
     def __init__(self, environ=os.environ):
+        environ = environ_arg(environ, "RequeueCallback")
         self.stop, self.environ = StopFlag(environ), environ
         self.stopped_at: int | None = None
 

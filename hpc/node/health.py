@@ -12,6 +12,7 @@ One line per finding, ``[health] NODE ...``; exit 0: healthy, 1: a check failed 
 """
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -22,11 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from hpc.node.cli import Parser
+from hpc.node.cli import HpcError, Parser, fail, number, path_text, whole
 from hpc.node.contract import EXIT_FAILED
+from hpc.node.files import META_BYTES, read_small_text
 from hpc.node.slurm_env import node_name
 
+PROG = "hpc.node.health"
 DEFAULT_MIN_FRACTION = 0.8  # a GPU below this fraction of the profile's matmul or copy rate fails
+MAX_GPUS = 1024  # GPUs per node a job may ask for (as hpc.node.preflight_node)
+MAX_RATE = 1e6  # TFLOP/s or GB/s an expectation may state
 DCGM_TIMEOUT_S = 300
 
 
@@ -220,28 +225,45 @@ def node_findings(gpus: int, smi_text: Optional[str], tflops: Optional[float], c
 
 
 def read_smi(path: Optional[str]) -> Optional[str]:
-    """A recorded ``nvidia-smi -q`` (path), else this node's, else None (no driver)."""
-    if path:
-        return Path(path).read_text()
+    """A recorded ``nvidia-smi -q`` (path: a regular file of bounded size, else an HpcError naming it), else this
+    node's, else None (no driver)."""
+    if path is not None:
+        try:
+            return read_small_text(path, META_BYTES)
+        except (OSError, ValueError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).replace(f"{path} ", "it ")
+            raise HpcError(f"--nvidia-smi-q {path}: cannot read it ({why})") from None
     if shutil.which("nvidia-smi") is None:
         return None
     r = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True, timeout=120)
     return r.stdout if r.returncode == 0 else f"nvidia-smi -q failed: {r.stderr.strip()}"
 
 
+def mark_dir(text: str) -> str:
+    """argparse type of --mark: a path whose nearest existing folder is a folder (it is made on failure)."""
+    path = Path(path_text(text))
+    above = next((p for p in (path, *path.parents) if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise argparse.ArgumentTypeError(f"{above} is not a directory")
+    return text
+
+
 def main(argv=None) -> int:
-    p = Parser(prog="python -m hpc.node.health", description=__doc__.split("\n")[0])
-    p.add_argument("--gpus", type=int, required=True, help="GPUs the partition has per node")
-    p.add_argument("--matmul-tflops", type=float, help="expected bf16 matmul TFLOP/s per GPU (the profile's)")
-    p.add_argument("--copy-gbps", type=float, help="expected device copy GB/s per GPU (the profile's)")
-    p.add_argument("--min-fraction", type=float, default=DEFAULT_MIN_FRACTION, help="fail below this fraction of an expectation")
-    p.add_argument("--nvidia-smi-q", metavar="FILE", help="a recorded `nvidia-smi -q` output instead of this node's")
-    p.add_argument("--mark", metavar="DIR", help="on failure, create DIR/NODE (the batch script requeues without NODE)")
+    p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
+    p.add_argument("--gpus", type=whole(1, MAX_GPUS), required=True, help="GPUs the partition has per node")
+    p.add_argument("--matmul-tflops", type=number(0, MAX_RATE, lo_open=True), help="expected bf16 matmul TFLOP/s per GPU (the profile's)")
+    p.add_argument("--copy-gbps", type=number(0, MAX_RATE, lo_open=True), help="expected device copy GB/s per GPU (the profile's)")
+    p.add_argument("--min-fraction", type=number(0, 1, lo_open=True), default=DEFAULT_MIN_FRACTION,
+                   help="fail below this fraction of an expectation")
+    p.add_argument("--nvidia-smi-q", metavar="FILE", type=path_text, help="a recorded `nvidia-smi -q` output instead of this node's")
+    p.add_argument("--mark", metavar="DIR", type=mark_dir, help="on failure, create DIR/NODE (the batch script requeues without NODE)")
     a = p.parse_args(argv)
-    if a.gpus < 1 or not 0 < a.min_fraction <= 1:
-        p.error("--gpus must be at least 1 and --min-fraction in (0, 1]")
+    try:
+        smi = read_smi(a.nvidia_smi_q)
+    except HpcError as e:
+        fail(PROG, e)
     node = node_name()
-    found = node_findings(a.gpus, read_smi(a.nvidia_smi_q), a.matmul_tflops, a.copy_gbps, a.min_fraction)
+    found = node_findings(a.gpus, smi, a.matmul_tflops, a.copy_gbps, a.min_fraction)
     for f in found:
         print(f.line(node), flush=True)
     failed = [f for f in found if not f.ok]

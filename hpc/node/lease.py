@@ -24,12 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from hpc.node.cli import HpcError
+from hpc.node.cli import HpcError, shown
 from hpc.node.contract import ENDED_STATES, LEASE_FILE
+from hpc.node.files import read_json_object
 
 REFRESH_S = 30.0
 TAKEOVER_LOCK = ".lease.lock"  # beside the lease: serializes take-overs
 STALE_S = 300.0  # ten missed refreshes: the holder is gone even where Slurm cannot be asked (inside a container)
+LEASE_BYTES = 64 << 10  # a lease record is about 200 bytes
 
 
 class LeaseHeld(HpcError):
@@ -94,24 +96,62 @@ class Lease:
         """Stop refreshing and remove the lease if it is still this run's."""
         self._stop.set()
         try:
-            if json.loads(self.path.read_text()).get("run_id") == self.run_id:
+            if read_json_object(self.path, LEASE_BYTES).get("run_id") == self.run_id:
                 self.path.unlink()
         except (OSError, ValueError):
             pass
 
 
-def _holder(path: Path) -> tuple[dict, float] | None:
-    """The lease's record and age in seconds; None when there is no lease."""
+class NotALease(HpcError):
+    """The file where the lease belongs is not a lease this project writes (bad input: exit 2, nothing written)."""
+
+
+EARLIEST_START = 946684800.0  # 2000-01-01: a lease "started" before it was written by no run of this project
+CLOCK_SKEW_S = 86400.0  # a start this far ahead of this host's clock (another host's) is still believed
+
+
+def _record_problem(record: dict) -> str | None:
+    """What makes a JSON object not a lease record (`take` writes run_id, job_id, job_name, host, pid, started)."""
+    def text(key: str, optional: bool = False) -> bool:
+        value = record.get(key)
+        return isinstance(value, str) and (value != "" or key == "job_name") or optional and value is None
+
+    for key, optional in (("run_id", False), ("job_id", True), ("job_name", False), ("host", False)):
+        if key not in record or not text(key, optional):
+            return f"{key} is {'missing' if key not in record else shown(record[key])}, not a {'job id or null' if optional else 'string'}"
+    pid, started = record.get("pid"), record.get("started")
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31:
+        return f"pid is {'missing' if 'pid' not in record else shown(pid)}, not a process id"
+    if isinstance(started, bool) or not isinstance(started, (int, float)) or not \
+            EARLIEST_START <= started <= time.time() + CLOCK_SKEW_S:  # nan fails both
+        return f"started is {'missing' if 'started' not in record else shown(started)}, not a time since 2000"
+    return None
+
+
+def _holder(path: Path, directory: Path, what: str) -> tuple[dict, float] | None:
+    """The lease's record and age in seconds; None when there is no lease; NotALease when the file there is not one."""
     try:
-        age = time.time() - path.stat().st_mtime
+        age = time.time() - path.lstat().st_mtime
     except FileNotFoundError:
         return None
+
+    def garbage(reason: str) -> NotALease:
+        return NotALease(f"{what} {directory}: its {LEASE_FILE} is not a lease ({reason}); no live run holds the directory "
+                         f"through it: if no run uses {directory}, remove {path} and start again")
+
     try:
-        return json.loads(path.read_text()), age
+        record = read_json_object(path, LEASE_BYTES)
     except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return {}, age  # unreadable: judged by its age alone
+        if path.is_symlink():
+            raise garbage("a symbolic link to a missing file") from None
+        return None  # released meanwhile
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).replace(f"{path} ", "it ").replace(f"{path}: ", "")
+        raise garbage(reason if not isinstance(e, json.JSONDecodeError) else f"not JSON: {e.msg} at character {e.pos}") from None
+    problem = _record_problem(record)
+    if problem:
+        raise garbage(problem)
+    return record, age
 
 
 def _ended(holder: dict, age: float, me: dict) -> str | None:
@@ -138,7 +178,7 @@ def describe(holder: dict) -> str:
 
 def _judge(path: Path, me: dict, directory: Path, what: str) -> tuple[dict | None, str | None]:
     """The holder's record and why it has surely ended ((None, None) when there is no lease); LeaseHeld while it lives."""
-    holder = _holder(path)
+    holder = _holder(path, directory, what)
     if holder is None:
         return None, None
     why = _ended(*holder, me)
@@ -164,10 +204,10 @@ def _takeover_lock(directory: Path):
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def _replace(directory: Path, path: Path, tmp: Path, me: dict, judged: dict) -> bool:
+def _replace(directory: Path, path: Path, tmp: Path, me: dict, judged: dict, what: str) -> bool:
     """Under the take-over lock: move the ended holder's lease aside and link this run's; False when the lease there is
     no longer the one judged (look again)."""
-    now = _holder(path)
+    now = _holder(path, directory, what)
     if now is None or now[0] != judged:
         return False
     aside = directory / f".lease.{me['run_id']}.ended"
@@ -176,7 +216,7 @@ def _replace(directory: Path, path: Path, tmp: Path, me: dict, judged: dict) -> 
     except FileNotFoundError:
         return False
     try:
-        moved = json.loads(aside.read_text())
+        moved = read_json_object(aside, LEASE_BYTES)
     except (OSError, ValueError):
         moved = {}
     if moved != judged:  # the holder released it and another run linked its own meanwhile: put that one back
@@ -201,6 +241,7 @@ def take(directory: Path, job_name: str, environ: Mapping[str, str], what: str =
     path = directory / LEASE_FILE
     tmp = directory / f".lease.{me['run_id']}.tmp"
     try:
+        _judge(path, me, directory, what)  # a live holder or a file that is no lease: refused before anything is written
         tmp.write_text(json.dumps(me) + "\n")
         for _ in range(3):
             try:
@@ -208,10 +249,9 @@ def take(directory: Path, job_name: str, environ: Mapping[str, str], what: str =
                 return Lease(directory, me), None
             except FileExistsError:
                 pass
-            _judge(path, me, directory, what)  # a live holder is refused before anything is locked or moved
             with _takeover_lock(directory):
                 holder, why = _judge(path, me, directory, what)
-                if holder is not None and _replace(directory, path, tmp, me, holder):
+                if holder is not None and _replace(directory, path, tmp, me, holder, what):
                     return Lease(directory, me), why
     except OSError as e:
         raise HpcError(f"{what} {directory}: cannot take its lease ({e.strerror})") from None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hpc.node.cli import HpcError
 from hpc.node.contract import OWNER_FILE
+from hpc.node.files import read_json_object
 
 _NAME_MAX = 64
 
@@ -54,7 +55,10 @@ def check_owner(directory: Path, job_name: str, what: str) -> None:
 
 def _read_owner(owner_file: Path, directory: Path, what: str) -> str:
     try:
-        return json.loads(owner_file.read_text())["job_name"]
+        name = read_json_object(owner_file)["job_name"]
+        if not isinstance(name, str):
+            raise TypeError(name)
+        return name
     except (OSError, ValueError, KeyError, TypeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else f"unreadable {OWNER_FILE}"
         raise OwnershipError(f"{what} {directory}: cannot use it ({reason})") from None
@@ -86,3 +90,16 @@ def claim(directory: Path, job_name: str, what: str) -> None:
     except OSError as e:
         raise OwnershipError(f"{what} {directory}: cannot use it ({e.strerror})") from None
     _compare(directory, _read_owner(owner_file, directory, what), job_name, what)
+
+
+def unclaim(directories, job_name: str) -> None:
+    """Undo `claim` on directories this run made (a later refusal): each goes again, deepest first, when it holds
+    nothing but ``job_name``'s owner record; anything else there stays."""
+    for directory in sorted((Path(d) for d in directories), key=lambda d: len(d.parts), reverse=True):
+        owner = directory / OWNER_FILE
+        try:
+            if [p.name for p in directory.iterdir()] == [OWNER_FILE] and read_json_object(owner).get("job_name") == job_name:
+                owner.unlink()
+            directory.rmdir()  # only when empty
+        except (OSError, ValueError):
+            pass

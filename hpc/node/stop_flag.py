@@ -19,14 +19,26 @@ import signal
 import time
 from pathlib import Path
 
-from hpc.node.contract import DIST_TIMEOUT_VAR, STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR, stop_signals
+from hpc.node.cli import HpcError
+from hpc.node.contract import DIST_TIMEOUT_VAR, EXIT_STOPPED, STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR, stop_signals
+from hpc.node.files import read_small_text
+
+
+class StopBeforeStart(HpcError):
+    """SIGTERM reached a program that cannot act on a stop yet (still starting): it ends the start (exit 75, nothing
+    was trained since the last checkpoint), wherever the start was, even blocked in a system call."""
+
+    code = EXIT_STOPPED
 
 
 class StopFlag:
-    """Records stop signals on this rank; `agreed()` is the collective decision."""
+    """Records stop signals on this rank; `agreed()` is the collective decision. With ``ends_start`` a SIGTERM that
+    comes before `join` (the program cannot stop at a step boundary yet) raises StopBeforeStart where the program is,
+    so a start that blocks never outlives the job's end; the pre-stop signal is only recorded, as later."""
 
-    def __init__(self, environ=os.environ):
+    def __init__(self, environ=os.environ, ends_start: bool = False):
         self.received: str | None = None
+        self._starting = ends_start
         self.group = None
         self.nodes: list[str] = []  # each rank's node, by rank, when a failed agreement names the missing (join_all)
         self._agreed_at = time.monotonic()
@@ -39,6 +51,9 @@ class StopFlag:
 
     def _on_signal(self, signum: int, frame) -> None:
         self._record(signal.Signals(signum).name)
+        if self._starting and signum == signal.SIGTERM:
+            self._starting = False
+            raise StopBeforeStart(f"got SIGTERM while starting, before any step: stopped with nothing to save (exit {EXIT_STOPPED})")
 
     def _record(self, name: str) -> None:
         if self.received is None:
@@ -48,11 +63,17 @@ class StopFlag:
     def noticed(self) -> bool:
         """Whether this rank got a stop signal, caught here or left in the notice file by ``hpc.node.launch``."""
         if self.received is None and self._notice and os.path.exists(self._notice):
-            self._record(Path(self._notice).read_text().strip() or "a stop notice")
+            try:
+                name = read_small_text(self._notice).strip()
+            except (OSError, ValueError):  # hpc.node.launch writes a signal's name; anything else there is a notice all the same
+                name = ""
+            self._record(name or "a stop notice")
         return self.received is not None
 
     def join(self, group) -> None:
-        """The (gloo) process group that `agreed` reduces over; released at interpreter exit."""
+        """The (gloo) process group that `agreed` reduces over; released at interpreter exit. From now on a SIGTERM is
+        acted on at the next step boundary."""
+        self._starting = False
         self.group = group
         atexit.register(self._release_group)
 
@@ -87,6 +108,7 @@ class StopFlag:
     def ignore_further(self) -> None:
         """Ignore stop signals from now on: the run has decided (a late notice during
         interpreter shutdown would otherwise kill the process with the default action)."""
+        self._starting = False
         for sig in self._signals:
             signal.signal(sig, signal.SIG_IGN)
 

@@ -78,3 +78,19 @@ def test_checkpoint_of_another_rank_is_refused_in_one_line(runs, tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("train: error")]
     assert len(errors) == 1 and "lora.r 4 (saved) vs 8 (now)" in errors[0] and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert (tmp_path / "checkpoints" / "step-00000003" / "meta.json").is_file(), "the checkpoint stays where it was"
+
+
+def test_lora_on_a_mixture_of_experts_trains_the_adapters_alone(tmp_path):
+    """LoRA on tiny-moe's attention projections under dp2 x tp2 with the experts split over ep=2 trains what one process
+    trains: the adapters alone (tensor parallelism shards them with their bases in MoE layers too, and the experts that
+    expert parallelism re-registers stay frozen), so the losses and the exported adapters are one process's."""
+    moe = [*LORA, "model.shape=tiny-moe", "lora.target_modules=[q_proj,k_proj,v_proj,o_proj]", "steps=3", "checkpoint.interval=0"]
+    one, four = tmp_path / "one", tmp_path / "dp2tp2ep2"
+    procs = [(launch(1, one, *moe), one), (launch(4, four, *moe, "parallel.tp=2", "parallel.ep=2"), four)]
+    outs = [finish(proc, run) for proc, run in procs]
+    trainable = [line for out in outs for line in out.splitlines() if "trainable parameters" in line]
+    adapters = 2 * 4 * (64 + 64 + 64 + 32 + 64 + 32 + 64 + 64)  # layers x r x (in + out) of q (64->64), k, v (64->32), o
+    assert len(trainable) == 2 and trainable[0] == trainable[1] and f"{adapters:,} trainable" in trainable[0], trainable
+    torch.testing.assert_close(torch.tensor(_losses(four, range(1, 4))), torch.tensor(_losses(one, range(1, 4))), rtol=1e-5, atol=0)
+    a, b = load_file(one / "peft" / "adapter_model.safetensors"), load_file(four / "peft" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and len(a) == 2 * 4 * 2 and all(".self_attn." in k for k in a)

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from transformers import Qwen3Config
 
-from train.adapters import LoraLinear, require_nf4
+from train.adapters import LoraLinear, nf4_api
 from train.config import LoraConfig, ModelConfig, ParallelConfig
 from train.model import build_meta_model, load_initial_weights
 from train.parallel import ParallelDims, WorldEnv, build_mesh, parallelize
@@ -54,7 +54,7 @@ def main() -> None:
     lora = LoraConfig(enabled=True, r=8, alpha=16, target_modules=TARGETS, quantize_base="nf4") if a.qlora else None
     model = parallelize(model, mesh, activation_checkpointing=False, compile=False, param_dtype=torch.float32, lora=lora)
     if a.qlora:
-        require_nf4()  # torchao imported before, as the trainer's layout check does
+        nf4_api()  # torchao imported before, as the trainer's check does
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     load_initial_weights(model, ModelConfig(shape="tiny"), config, seed=0, device=torch.device("cpu"), nf4=a.qlora)
     growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before

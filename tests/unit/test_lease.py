@@ -15,7 +15,7 @@ from hpc.node.contract import LEASE_FILE
 
 def write_holder(directory, **record):
     (directory / LEASE_FILE).write_text(json.dumps({"run_id": "other", "job_name": "exp", "host": socket.gethostname(),
-                                                    "started": 0, **record}))
+                                                    "started": time.time(), **record}))
 
 
 def test_the_first_run_takes_it_and_releases_it(tmp_path):
@@ -89,8 +89,8 @@ def test_a_take_over_never_moves_aside_a_lease_it_did_not_judge(tmp_path, monkey
     write_holder(tmp_path, pid=2**22 + 12345, job_id=None)
     real_holder = lease._holder
 
-    def holder_replaced_after_judging(path):  # the ended holder's lease gives way to a live run's right after the check
-        seen = real_holder(path)
+    def holder_replaced_after_judging(*args):  # the ended holder's lease gives way to a live run's right after the check
+        seen = real_holder(*args)
         if seen and seen[0].get("run_id") == "other":
             write_holder(tmp_path, run_id="live", pid=os.getpid(), job_id=None)
         return seen
@@ -99,3 +99,55 @@ def test_a_take_over_never_moves_aside_a_lease_it_did_not_judge(tmp_path, monkey
     with pytest.raises(lease.LeaseHeld):
         lease.take(tmp_path, "exp", {})
     assert json.loads((tmp_path / LEASE_FILE).read_text())["run_id"] == "live"
+
+
+GARBAGE = {  # what is where the lease belongs -> what the one line says about it
+    "not-json": (b"{holder", "not JSON"),
+    "empty": (b"", "not JSON"),
+    "array": (b"[1, 2]", "holds a JSON array, not an object"),
+    "null": (b"null", "holds a JSON null, not an object"),
+    "no-started": (json.dumps({"run_id": "a", "job_id": None, "job_name": "x", "host": "h", "pid": 5}).encode(), "started is missing"),
+    "started-1970": (json.dumps({"run_id": "a", "job_id": None, "job_name": "x", "host": "h", "pid": 5, "started": 0}).encode(),
+                     "started is 0, not a time since 2000"),
+    "started-text": (json.dumps({"run_id": "a", "job_id": None, "job_name": "x", "host": "h", "pid": 5, "started": "now"}).encode(),
+                     "started is 'now'"),
+    "started-nan": (b'{"run_id": "a", "job_id": null, "job_name": "x", "host": "h", "pid": 5, "started": NaN}', "started is nan"),
+    "started-huge": (b'{"run_id": "a", "job_id": null, "job_name": "x", "host": "h", "pid": 5, "started": 1e300}', "started is 1e+300"),
+    "pid-text": (json.dumps({"run_id": "a", "job_id": None, "job_name": "x", "host": "h", "pid": "5", "started": 2e9}).encode(),
+                 "pid is '5', not a process id"),
+    "job-id-list": (json.dumps({"run_id": "a", "job_id": [1], "job_name": "x", "host": "h", "pid": 5, "started": 2e9}).encode(),
+                    "job_id is [1], not a job id or null"),
+    "huge": (b" " * (lease.LEASE_BYTES + 1), "holds"),
+    "binary": (b"\xff\xfe\x00", "not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(GARBAGE) + ["directory", "fifo", "dangling-link"])
+def test_a_file_that_is_no_lease_is_named_and_nothing_is_written(kind, tmp_path):
+    path = tmp_path / LEASE_FILE
+    if kind == "directory":
+        path.mkdir()
+        says = "a directory"
+    elif kind == "fifo":
+        os.mkfifo(path)
+        says = "a FIFO"
+    elif kind == "dangling-link":
+        path.symlink_to(tmp_path / "nowhere")
+        says = "a symbolic link to a missing file"
+    else:
+        data, says = GARBAGE[kind]
+        path.write_bytes(data)
+    before = sorted((p.name, p.lstat().st_mtime_ns) for p in tmp_path.iterdir()), tmp_path.stat().st_mtime_ns
+    with pytest.raises(lease.NotALease) as e:
+        lease.take(tmp_path, "exp", {})
+    line = str(e.value)
+    assert line.startswith(f"checkpoint.dir {tmp_path}: its {LEASE_FILE} is not a lease (") and says in line, line
+    assert "since 19" not in line and "\n" not in line and len(line) < 600
+    assert (sorted((p.name, p.lstat().st_mtime_ns) for p in tmp_path.iterdir()), tmp_path.stat().st_mtime_ns) == before
+
+
+def test_a_live_holder_named_with_its_start_time(tmp_path):
+    started = time.time() - 60
+    write_holder(tmp_path, pid=os.getpid(), job_id=None, started=started)
+    with pytest.raises(lease.LeaseHeld, match=time.strftime("since %Y-%m-%d %H:%M", time.localtime(started))):
+        lease.take(tmp_path, "exp", {})

@@ -56,10 +56,55 @@ def test_checkpoint_of_other_lora_settings_is_refused_in_one_line(tmp_path, save
 
 
 def test_qlora_on_several_ranks_is_one_line():
-    from train.adapters import check_layout
+    from train.layout import WorldEnv
+    from train.run_check import check_run
 
-    cfg = load_config(TINY, ["lora.enabled=true", "lora.quantize_base=nf4"]).lora
+    cfg = load_config(TINY, ["lora.enabled=true", "lora.quantize_base=nf4"])
     with pytest.raises(ConfigError, match=r"^lora.quantize_base=nf4 trains on one rank \(one GPU\); this job has WORLD_SIZE=4: "):
-        check_layout(cfg, 4)
+        check_run(cfg, WorldEnv(rank=0, local_rank=0, world_size=4, local_world_size=4))
     with pytest.raises(ConfigError, match="lora.quantize_base=nf4 and fp8.enabled=true exclude each other"):
         load_config(TINY, ["lora.enabled=true", "lora.quantize_base=nf4", "fp8.enabled=true"])
+
+
+@pytest.mark.parametrize("config", [
+    {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+     "num_key_value_heads": 2, "head_dim": 24},
+    {"model_type": "qwen3", "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 1, "num_attention_heads": 4},
+    {"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
+     "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32},
+    {"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
+     "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [2], "decoder_sparse_step": 2},
+], ids=["qwen3", "qwen3-library-head-dim", "qwen3-moe", "qwen3-moe-dense-layers"])
+def test_decoder_linears_are_the_linear_layers_transformers_builds(config, tmp_path):
+    """train.run_check's table of a decoder layer's linear layers (names and shapes, from a config.json's fields over
+    transformers' defaults) is what transformers builds, and what the trainer's own MoE model (which apply_lora wraps)
+    has."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from train.model import build_meta_model
+    from train.run_check import decoder_linears, model_dims
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "tokenizer.json").write_text("{}")
+    cfg = load_config(TINY, ["model.shape=null", f"model.path={tmp_path}"])
+    hf = AutoConfig.from_pretrained(tmp_path)
+    dims = model_dims(cfg)
+    hf.save_pretrained(tmp_path)  # as transformers writes it (an export, num_local_experts): the same layers
+    saved = model_dims(load_config(TINY, ["model.shape=null", f"model.path={tmp_path}"]))
+    assert all(decoder_linears(saved, i) == decoder_linears(dims, i) for i in range(hf.num_hidden_layers))
+    with torch.device("meta"):
+        theirs = AutoModelForCausalLM.from_config(hf)
+    for model in (theirs, build_meta_model(hf)):
+        for i, layer in enumerate(model.model.layers):
+            have = {name.rsplit(".", 1)[-1]: tuple(m.weight.shape) for name, m in layer.named_modules() if isinstance(m, torch.nn.Linear)}
+            assert have == decoder_linears(dims, i), (type(model).__name__, i)
+
+
+def test_library_defaults_are_transformers_defaults():
+    from transformers import Qwen3Config, Qwen3MoeConfig
+
+    from train.run_check import LIBRARY_DEFAULTS
+
+    for name, cls in (("qwen3", Qwen3Config), ("qwen3_moe", Qwen3MoeConfig)):
+        ours, theirs = LIBRARY_DEFAULTS[name], cls()
+        assert {k: getattr(theirs, k) for k in ours} == ours, name

@@ -113,3 +113,28 @@ def test_ep_errors_are_one_line_before_any_process_group():
         ParallelDims.build(ParallelConfig(ep=4, tp=2), env, kv_heads=2, num_experts=6)
     assert ParallelDims.build(ParallelConfig(ep=2, tp=2), env, kv_heads=2, num_experts=8) == ParallelDims(dp=2, tp=2, ep=2)
     assert ModelConfig(shape="tiny").num_experts() == 0 and ModelConfig(shape="tiny-moe").num_experts() == 8
+
+
+@pytest.mark.parametrize("saved_top_k, saved_norm, says", [
+    (2, True, None), (4, True, "model.dims.num_experts_per_tok 4 (saved) vs 2 (now)"),
+    (2, False, "model.dims.norm_topk_prob false (saved) vs true (now)"), ("unrecorded", None, None)])
+def test_a_checkpoint_of_other_routing_is_refused_like_other_dims(tmp_path, saved_top_k, saved_norm, says):
+    """Routing decides what the experts' weights mean: a checkpoint written with another top-k or top-k normalization is
+    refused in one line; one written before routing was recorded (no such keys) resumes."""
+    import json
+
+    from train.config import load_config
+    from train.resume import mismatch, written_with
+    from train_helpers import TINY
+
+    cfg = load_config(TINY, ["model.shape=tiny-moe"])
+    config = hf_config(cfg.model, load_tokenizer(None))
+    saved = written_with(cfg, config, None)
+    if saved_top_k == "unrecorded":
+        saved = {k: v for k, v in saved.items() if k not in ("model.dims.num_experts_per_tok", "model.dims.norm_topk_prob")}
+    else:
+        saved |= {"model.dims.num_experts_per_tok": saved_top_k, "model.dims.norm_topk_prob": saved_norm}
+    (tmp_path / "step-00000004").mkdir()
+    (tmp_path / "step-00000004" / "meta.json").write_text(json.dumps({"step": 4, "written_with": saved}))
+    refusal = mismatch([tmp_path / "step-00000004"], written_with(cfg, config, None))
+    assert refusal is None if says is None else (says in refusal and "\n" not in refusal), refusal

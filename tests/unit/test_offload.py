@@ -8,7 +8,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import Checkpoi
 from train.config import ConfigError, LoraConfig, ModelConfig, ParallelConfig, load_config
 from train.layout import ParallelDims, WorldEnv
 from train.model import build_meta_model, hf_config, load_initial_weights
-from train.offload import check_layout
+from train.run_check import offload_problem
 from train.parallel import build_mesh, parallelize
 from train.tokenizer import load_tokenizer
 from train_helpers import TINY
@@ -45,6 +45,6 @@ def test_offload_needs_checkpointing_and_one_rank():
     with pytest.raises(ConfigError, match=r"\(with overrides activation_offload=true\): activation_offload=true offloads the inputs that checkpointed layers keep: set activation_checkpointing=true"):
         load_config(TINY, ["activation_offload=true"])
     load_config(TINY, ["activation_offload=true", "activation_checkpointing=0.5"])
-    with pytest.raises(ConfigError, match=r"^activation_offload=true trains on one rank \(one GPU\); this job has WORLD_SIZE=2: "):
-        check_layout(True, 2)
-    check_layout(False, 2)
+    cfg = load_config(TINY, ["activation_offload=true", "activation_checkpointing=true"])
+    assert offload_problem(cfg, 2).startswith("activation_offload=true trains on one rank (one GPU); this job has WORLD_SIZE=2: ")
+    assert offload_problem(cfg, 1) is None

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from hpc.node.contract import PREPARED_MANIFEST as MANIFEST
+from hpc.node.files import META_BYTES, read_json_object, read_small_text
 from train.data.config import DataConfig
 from train.data.formats import make_format
 from train.data.packing import PackStats, pack
@@ -106,8 +107,8 @@ def _save_npy(target: Path, array: np.ndarray) -> None:
 
 def _chunk_done(out: Path, index: int, key: str) -> dict | None:
     try:
-        info = json.loads((out / f"chunk-{index:05d}.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        info = read_json_object(out / f"chunk-{index:05d}.json", META_BYTES)
+    except (OSError, ValueError):
         return None
     return info if info.get("key") == key else None
 
@@ -127,10 +128,10 @@ def manifest_mismatch(manifest: dict, expected: dict) -> str | None:
 
 def read_manifest(out: Path) -> dict | None:
     try:
-        return json.loads((out / MANIFEST).read_text())
+        return read_json_object(out / MANIFEST, META_BYTES)
     except FileNotFoundError:
         return None
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):
         raise DataError(f"data.prepared: {out / MANIFEST} is corrupt; delete {out} and prepare again") from None
 
 
@@ -186,7 +187,7 @@ def wait_until_prepared(out: Path, expected: dict) -> dict:
     while True:
         error = out / f"error-{key}.txt"
         if error.is_file():
-            raise DataError(error.read_text().strip())
+            raise DataError(read_small_text(error).strip())
         manifest = read_manifest(out)
         if manifest is not None and manifest.get("key") == key:
             return manifest

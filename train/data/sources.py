@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.node.cli import HpcError
+from hpc.node.files import regular_file_problem
 from train.data.config import DataConfig
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -60,6 +61,9 @@ def source_path(cfg: DataConfig) -> Path:
     if not path.exists():
         raise DataError(f"data.path: {path} does not exist; give a .jsonl/.txt file, a datasets directory, or null for the demo data")
     allowed = (".jsonl",) if cfg.format == "chat" else (".jsonl", ".txt")
+    problem = None if path.is_dir() else regular_file_problem(path)
+    if problem:  # a FIFO or a device would block or never end the read
+        raise DataError(f"data.path: {path} is {problem}, not a regular file or a datasets directory")
     if path.is_file() and path.suffix not in allowed:
         raise DataError(f"data.path: {path} has suffix {path.suffix!r}; allowed: "
                         f"{', '.join(allowed)}, or a datasets save_to_disk directory (with data.format={cfg.format})")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from hpc.node.files import read_small_text
 from train.data.config import DataConfig
 from train.data.formats import TextFormat
 from train.data.sources import DataError, chunks, records, source_files, source_path
@@ -86,6 +87,6 @@ def load_tokens_on_rank0(cfg: DataConfig, tokenizer, cache_dir: str, rank: int) 
             raise
     while not target.is_file():
         if error.is_file():
-            raise DataError(error.read_text().strip())
+            raise DataError(read_small_text(error).strip())
         time.sleep(POLL_S)
     return torch.load(target, mmap=True, weights_only=True)
