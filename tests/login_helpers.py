@@ -29,6 +29,7 @@ CASES = {
     "local-nodes-preflight": ["--site", "local", "--nodes", "2", "--nodelist", "n[1-2]", "--exclude", "n4",  # where it runs,
                               "--preflight"],                                                        # health checked first
     "ib-h200-preflight": ["--site", "ib-h200", "--nodes", "2", "--exclude", "gpu[07-08],gpu11", "--preflight"],  # rates judged
+    "local-spares": ["--site", "local", "--nodes", "2", "--spare-nodes", "1", "--preflight"],  # in-job restarts on a spare
     "submitit": ["--site", "local", "--nodes", "2", "--job-name", "smoke", "--", "-m", "hpc.node.smoke", "--out", "{WORK}/ranks"],
 }
 

@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from hpc.integrations.checkpoints import mark_complete, newest_complete_checkpoint
+from hpc.node.attempt import Progress
 from hpc.node.contract import CHECKPOINT_META, EXIT_STOPPED, checkpoint_name, checkpoint_step
 from hpc.node.stop_flag import StopFlag
 
@@ -49,16 +50,20 @@ class Requeue:
             self.stop.join_all(environ)
         self.batches_seen = 0
         self._saved: int | None = None
+        self.progress = Progress(accelerator.process_index, environ)  # a job with spare nodes: for hpc.node.restart
 
     def load(self) -> int:
         """Load the newest complete checkpoint's state (model, optimizer, scheduler, RNG, registered objects) and
         data position; its step, or 0 when there is none."""
         path = newest_complete_checkpoint(self.directory)
+        self.progress.loading()
         if path is None:
+            self.progress.loaded(0)
             return 0
         self.accelerator.load_state(path)
         meta = json.loads((Path(path) / CHECKPOINT_META).read_text())
         self.batches_seen = meta["batches"]
+        self.progress.loaded(meta["step"])
         self.accelerator.print(f"[requeue] resumed from {path} (step {meta['step']}, batch {self.batches_seen})")
         return meta["step"]
 
@@ -107,6 +112,7 @@ class Requeue:
     def stop_if_noticed(self, step: int) -> None:
         """After each optimizer step: when any rank got a stop signal, all save ``step`` together (unless just
         saved) and the process exits with EXIT_STOPPED, so the batch script requeues the job."""
+        self.progress.stepped(step)
         if not self.stop.agreed(step):
             return
         if self._saved != step:
