@@ -17,6 +17,7 @@ import ctypes
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -56,7 +57,8 @@ def planned(rank: int, environ: Mapping[str, str] = os.environ) -> dict[int, Fau
 
 def fire(fault: Fault, where: str) -> None:
     """Inject ``fault`` now (``where``: this rank and node, for the log line before it)."""
-    print(f"[fault] {where} (pid {os.getpid()}): {TEST_FAULTS_VAR}: {fault.kind} after step {fault.step}", flush=True)
+    print(f"[fault] {where} (pid {os.getpid()}) at {time.time():.3f}: {TEST_FAULTS_VAR}: {fault.kind} after step {fault.step}",
+          flush=True)
     if fault.kind == "exception":
         raise RuntimeError(f"injected fault after step {fault.step}")
     if fault.kind in ("exit", "no-restart"):

@@ -419,6 +419,7 @@ class Trainer:
             if failure is None:
                 raise
             raise self._report_hang(failure) from None
+        self.straggler.close()
         saved_at = self._saved_at
         if saved_at != self.step:  # the steps since the last save, saved below
             self._check_steps(weights=True)
@@ -452,6 +453,7 @@ class Trainer:
             if cfg.eval.every and self.step % cfg.eval.every == 0:
                 record["eval_loss"] = self.metrics.untimed(self.evaluate)
             self.metrics.log(record)
+            self.progress.stepped(self.step)
             self.guard.record(self.step, record["loss"], record["grad_norm"], record["loss_tokens"])
             saving = bool(interval) and self.step % interval == 0
             if saving or self.step % self.sync_every == 0:
@@ -463,7 +465,6 @@ class Trainer:
                 self.metrics.restart_clock()
             elif self.pending is not None and self.step % self.sync_every == 0 and self._background_save_written():
                 self.finish_save()
-            self.progress.stepped(self.step)
             self._test_stop()
             if self.step in self.faults:
                 faults.fire(self.faults[self.step], f"rank {self.rank} on {self.nodes[self.rank]}")

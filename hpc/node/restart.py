@@ -35,6 +35,7 @@ from hpc.node.cli import HpcError, Parser, fail, path_text, whole
 from hpc.node.contract import (ATTEMPT_DIR, ATTEMPT_DIR_VAR, ATTEMPT_VAR, BAD_NODE_MARKS_VAR, DEFAULT_MAX_RESTARTS,
                                DEFAULT_MAX_RESTARTS_PER_NODE, JOB_DIR_VAR, RESTART_DIR, RESTART_LOG, STOP_RECORD_VAR)
 from hpc.node.hang import GRACE_S, STORE_TIMEOUT_S
+from hpc.node.lease import slurm_job_id
 from hpc.node.restart_policy import (DONE_ACTION, END, REQUEUE, RESTART, STOP, Decision, Failure, History, Limits, decide,
                                      decisive, judge, place)
 from hpc.node.slurm_env import node_hosts
@@ -77,6 +78,23 @@ def append_log(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def restart_lines(decisions: list[dict]) -> list[str]:
+    """Each in-job decision of a job (`read_log`), as ``hpc.jobs status`` and ``report`` show it: what failed, which
+    node a spare replaced, and the time and steps lost until the ranks trained again; or why it was not restarted."""
+    lines = []
+    for rec in sorted(decisions, key=lambda r: (r.get("restart", 0), r.get("attempt", 0))):
+        where = f"run {rec.get('restart', 0)} attempt {rec.get('attempt', 0)}"
+        if rec.get("action") != RESTART:
+            lines.append(f"{where}: {rec.get('what')}: {rec.get('why')}")
+            continue
+        replaced = rec.get("replaced") or {}
+        nodes = (", ".join(f"{old} replaced by {new}" for old, new in replaced.items()) if replaced
+                 else "on the same nodes" if "next_nodes" in rec else "")
+        done = timing_line(rec) if rec.get("trained_at") else "not training again (yet)"
+        lines.append(f"restart {rec.get('number', '?')} ({where}): {rec.get('what')}; {nodes + '; ' if nodes else ''}{done}")
+    return lines
+
+
 def timing_line(rec: dict) -> str:
     """How long a restart took to train again, split (from a completed record)."""
     parts = []
@@ -101,7 +119,8 @@ class Supervisor:
         self.marks = Path(a.marks)
         self.limits = Limits(a.max_restarts, a.max_restarts_per_node)
         self.command = command
-        self.job = self.env["SLURM_JOB_ID"]
+        self.job = self.env["SLURM_JOB_ID"]  # this job's own id (an array task's too): its steps, its directories
+        self.job_ref = slurm_job_id(environ) or self.job  # as Slurm's clients and hpc.jobs name it (ARRAY_TASK)
         self.allocation = node_hosts(self.env["SLURM_JOB_NODELIST"])
         job_dir = Path(self.env[JOB_DIR_VAR])
         self.log = job_dir / RESTART_LOG
@@ -122,16 +141,16 @@ class Supervisor:
             (self.marks / name).unlink()
         self.out |= set(unhealthy) & set(self.allocation)
         if unhealthy:
-            print(f"[restart] {', '.join(unhealthy)} failed the health check: left out of job {self.job}", flush=True)
+            print(f"[restart] {', '.join(unhealthy)} failed the health check: left out of job {self.job_ref}", flush=True)
         previous: list[str] = []
         avoid: set[str] = set()
         pending: Optional[dict] = None  # the last restart's record, completed once the ranks train again
         attempt, rc = 0, 1
         while True:
-            history = History.of(read_log(self.log, self.job))
+            history = History.of(read_log(self.log, self.job_ref))
             chosen = place(self.allocation, previous, self.out, avoid, history.caused, self.nodes)
             if chosen is None:
-                print(f"[restart] {len(set(self.allocation) - self.out)} healthy node(s) left in job {self.job}, the "
+                print(f"[restart] {len(set(self.allocation) - self.out)} healthy node(s) left in job {self.job_ref}, the "
                       f"ranks need {self.nodes}: back to the batch script", flush=True)
                 self._leave_marks(self.out)
                 return rc
@@ -178,7 +197,7 @@ class Supervisor:
         env = {**self.environ, ATTEMPT_VAR: str(attempt), ATTEMPT_DIR_VAR: str(directory),
                BAD_NODE_MARKS_VAR: str(directory / records.MARKS)}
         spares = [n for n in self.allocation if n not in nodes and n not in self.out]
-        print(f"[restart] attempt {attempt} of job {self.job}: ranks on {','.join(nodes)}; spare(s) "
+        print(f"[restart] attempt {attempt} of job {self.job_ref}: ranks on {','.join(nodes)}; spare(s) "
               f"{','.join(spares) or 'none'}", flush=True)
         proc = subprocess.Popen(argv, env=env)
         first_failure = decided_at = None
@@ -210,7 +229,7 @@ class Supervisor:
         step = final.progress.get("step")
         if step is None:
             step = next((n.get("step") for n in final.notes if n.get("step") is not None), None)
-        rec = {"id": f"{self.job}-{self.env['SLURM_RESTART_COUNT']}-{attempt}", "job_id": self.job,
+        rec = {"id": f"{self.job}-{self.env['SLURM_RESTART_COUNT']}-{attempt}", "job_id": self.job_ref,
                "restart": int(self.env["SLURM_RESTART_COUNT"]), "attempt": attempt, "kind": failure.kind,
                "what": failure.what, "nodes": list(failure.nodes), "action": decision.action, "why": decision.why,
                "out": list(decision.out), "attempt_nodes": nodes, "step": step, "fault_at": failure.at,
@@ -219,7 +238,7 @@ class Supervisor:
             rec["number"] = history.restarts + 1
         if failure.kind != "done":
             n = history.restarts + 1
-            tail = (f"; restarting the ranks (restart {n} of at most {self.limits.max_restarts} in job {self.job})"
+            tail = (f"; restarting the ranks (restart {n} of at most {self.limits.max_restarts} in job {self.job_ref})"
                     if decision.action == RESTART else f": {decision.why}")
             print(f"[restart] {failure.what}{tail}", flush=True)
             append_log(self.log, rec)
@@ -254,10 +273,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not command or not Path(command[0]).name == "srun":
         p.error("give the srun command line after --")
-    if shutil.which(command[0]) is None:
-        fail(PROG, f"{command[0]}: not found on this node's PATH")
     try:
-        sys.exit(Supervisor(a, command, os.environ).run())
+        supervisor = Supervisor(a, command, os.environ)
+        if shutil.which(command[0]) is None:
+            raise HpcError(f"{command[0]}: not found on this node's PATH")
+        sys.exit(supervisor.run())
     except HpcError as e:
         fail(PROG, e)
 
