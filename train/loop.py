@@ -266,8 +266,8 @@ class Trainer:
             self.step = meta["step"]
             self._tracker_ids = meta.get("tracker", {})
             self.progress.loaded(self.step)
-            _log0(f"[train] resumed from {path} (step {self.step}, saved under dp={meta['dp']} x tp={meta['tp']}; "
-                  f"loaded in {time.perf_counter() - t0:.2f} s)")
+            _log0(f"[train] resumed from {path} (step {self.step}, saved under dp={meta['dp']} x tp={meta['tp']}), "
+                  f"loaded in {time.perf_counter() - t0:.2f} s")
             return
         aside = [[p.name for p in checkpoint.set_aside_checkpoints(root)]]
         dist.broadcast_object_list(aside, src=0)
