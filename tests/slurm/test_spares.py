@@ -10,10 +10,12 @@ the uninterrupted baseline bit for bit. The signals come from this test; the seg
 exit from the ranks themselves (HPC_TEST_FAULTS, train/faults.py). Printed: per fault, what was decided, the node
 replaced, the seconds from the fault to training again (detection, teardown, restart, load) and the steps lost.
 """
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +25,8 @@ import yaml
 from conftest import ROOT, run_cli, wait_job
 from hpc.node.attempt import read
 from hpc.node.restart import read_log
-from slurm.requeue_checks import assert_completed, assert_same_as_baseline, batch_log, submit, wait_for
+from slurm.requeue_checks import assert_completed, assert_same_as_baseline, batch_log, restarts, submit, wait_for
+from train_helpers import free_port
 
 pytestmark = pytest.mark.slurm
 
@@ -146,6 +149,14 @@ def test_the_fault_catalogue_restarts_within_the_job_and_ends_equal_to_the_basel
     assert "[job] ranks ended with exit code 1: not requeued" in log
     assert "RuntimeError: injected fault after step 55" in (a_run.dir / f"{a_run.job}_2_log.out").read_text()
     assert log.count("[restart] restart ") == 6 and "requeueing" not in log  # six restarts within the job, no requeue
+    status = run_cli("-m", "hpc.jobs", "status", a_run.job).stdout
+    report = run_cli("-m", "hpc.jobs", "report", a_run.job, "--out", str(tmp_path / "report.png")).stdout
+    for text in (status, report):
+        assert "in-job restarts: 6" in text, text
+        shown = re.findall(r"restart (\d) \(run 0 attempt (\d)\): .*; (\S+) replaced by (\S+); training again from step \d+ "
+                           r"\(\d+ step\(s\) lost\), [\d.]+ s after the failure \(detection", text)
+        assert [(int(n), int(a), old) for n, a, old, _ in shown] == [(a + 1, a, r["node"]) for a, r in enumerate(rows[:6])], text
+        assert re.search(r"run 0 attempt 6: rank 2 on \S+ ended with exit code 1 without a failed collective", text), text
 
     resumed = max(int(p.name.split("-")[1]) for p in a_run.ckpt.iterdir() if re.fullmatch(r"step-\d{8}", p.name))
     monkeypatch.setenv("HPC_TEST_FAULTS", f"exit@1:{resumed + 2}:0")
@@ -184,3 +195,105 @@ def test_a_script_that_asks_for_no_restart_is_neither_restarted_nor_requeued(slu
     assert re.search(r"\[restart\] rank 1 on \S+ ended with exit code 93 \(do not restart or requeue\): not restarted: "
                      r"the program asked not to be restarted or requeued", log), log
     assert "[job] ranks ended with exit code 93: not requeued" in log and "attempt 1" not in log
+
+
+def test_a_users_accelerate_script_restarts_on_a_spare_and_hpc_jobs_shows_it(slurm, tmp_path):
+    """A user's accelerate loop with hpc.integrations.accelerate.Requeue (dropout, AdamW, a schedule, a shuffled loader)
+    on 2 nodes + 1 spare: its rank 1 SIGKILLed after step 6, the ranks start again within the job with the spare in
+    its node's place and resume from the step-4 checkpoint; then Slurm's pre-stop notice: a clean stop is still
+    requeued. Every step's last loss equals an uninterrupted run's, and hpc.jobs status names the restart (the script
+    writes no metrics.jsonl for a report)."""
+    script = ROOT / "tests" / "scripts" / "accelerate_requeue.py"
+    base = tmp_path / "base"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPC_", "RANK", "WORLD_SIZE"))}
+    subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines=1",
+                    "--num_processes=2", "--machine_rank=0", "--main_process_ip=127.0.0.1", f"--main_process_port={free_port()}",
+                    str(script), "--out", str(base), "--steps", "30"],
+                   env={**env, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}, check=True, capture_output=True, timeout=600)
+    out = tmp_path / "out"
+    r = run_cli("-m", "hpc.submit", "--site", str(spare_site(tmp_path)), "--nodes", "2", "--gpus-per-node", "1",
+                "--launcher", "accelerate", "--job-name", "users", "--time", "10", "--", str(script), "--out", str(out),
+                "--steps", "30", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    run = Run(tmp_path, "users", re.search(r"submitted job (\d+)", r.stdout).group(1))
+    run.wait_step(0, 6)
+    t, node = signal_rank(run, 0, 1, signal.SIGKILL)
+    rec = run.decision(0)
+    assert (rec["kind"], rec["action"], rec["nodes"]) == ("died", "restart", [node]) and node in rec["replaced"], rec
+    run.wait_step(1, 10)
+    subprocess.run(["scancel", "--signal=USR2", run.job], check=True)  # as Slurm's time-limit notice: a clean stop
+    wait_for(lambda: restarts(run.job) >= 1, timeout=300, what="the requeue after the notice")
+    subprocess.run(["scontrol", "update", f"JobId={run.job}", "StartTime=now"], capture_output=True)  # skip the requeue delay
+    assert_completed(run.job, run.dir)
+    log = batch_log(run.dir, run.job)
+    assert f"[requeue] resumed from {out / 'checkpoints' / 'step-00000004'} (step 4, batch 4)" in log, log[-3000:]
+    assert re.search(rf"\[restart\] the ranks stopped with a checkpoint saved \(the time limit or a preemption\): stopped with "
+                     rf"a checkpoint saved: requeued by the batch script\n", log), log[-3000:]
+    assert f"[job] stopped with a checkpoint saved; requeueing job {run.job} (restart 1 of at most 5)" in log
+    last = {}
+    for line in (out / "losses.jsonl").read_text().splitlines():
+        last[json.loads(line)["step"]] = json.loads(line)
+    assert list(last.values()) == [json.loads(line) for line in (base / "losses.jsonl").read_text().splitlines()]
+    status = run_cli("-m", "hpc.jobs", "status", run.job).stdout
+    line = (rf"restart 1 \(run 0 attempt 0\): rank 1 on {node} was killed by SIGKILL \(exit 137\); {node} replaced by "
+            rf"{rec['replaced'][node]}; training again from step 4 \(\d+ step\(s\) lost\), [\d.]+ s after the failure")
+    assert "in-job restarts: 1" in status and re.search(line, status), status
+    print(f"\n[spares] accelerate script: rank 1 on {node} killed {rec['trained_at'] - t:.1f} s before it trained again; "
+          f"{status.splitlines()[-1].strip()}")
+
+
+SLEEPER = "import os, time\nprint(f\"[sleeper] rank {os.environ['RANK']} up\", flush=True)\ntime.sleep(300)\n"
+
+
+def test_with_no_healthy_spare_left_the_job_is_requeued_without_the_named_nodes(slurm, tmp_path):
+    """A script's rank 1 SIGKILLed twice (each node leaves the job at its first failure, the profile's default): the
+    first time the spare takes its node's place, the second time no healthy node is left, and the batch script
+    requeues the job excluding both nodes (here it then waits for nodes the cluster lacks, and is cancelled)."""
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    r = run_cli("-m", "hpc.submit", "--site", str(spare_site(tmp_path, max_restarts_per_node=1)), "--nodes", "2",
+                "--gpus-per-node", "1", "--job-name", "fallback", "--time", "5", "--", str(script), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    run = Run(tmp_path, "fallback", re.search(r"submitted job (\d+)", r.stdout).group(1))
+    try:
+        named = []
+        for a in (0, 1):
+            wait_for(lambda: len(read(run.attempt(a)).starts) == 2, timeout=300, what=f"attempt {a}'s ranks")
+            named.append(signal_rank(run, a, 1, signal.SIGKILL)[1])
+            wait_for(lambda: read_log(run.dir / "restarts.jsonl", run.job)[a:], what=f"the decision on attempt {a}")
+        wait_for(lambda: subprocess.run(["scontrol", "show", "job", run.job], capture_output=True, text=True).stdout
+                 .count("Restarts=1"), timeout=180, what="the requeue")
+        first, second = read_log(run.dir / "restarts.jsonl", run.job)
+        assert (first["action"], first["out"], second["action"]) == ("restart", [named[0]], "requeue"), (first, second)
+        log = batch_log(run.dir, run.job)
+        excluded = ",".join(sorted(named))
+        assert "1 healthy node(s) left, the ranks need 2" in second["why"]
+        assert re.search(rf"\[job\] ranks ended with exit code 137: {excluded} marked bad; requeueing job {run.job} excluding "
+                         rf"{excluded}", log), log[-3000:]
+    finally:
+        subprocess.run(["scancel", run.job], capture_output=True)
+
+
+def test_a_node_failing_the_health_stage_is_left_out_and_the_ranks_start_on_the_others(slurm, tmp_path):
+    """--preflight with a spare: the allocation's second node fails its GPU health check (a recorded nvidia-smi with
+    an HBM fault); the ranks run on the two healthy nodes, with no requeue."""
+    smi = ROOT / "tests" / "unit" / "data" / "nvidia-smi"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f'#!/bin/bash\nif [ "$SLURM_NODEID" = 1 ]; then cat {smi / "h100-faulty.txt"}; '
+                                        f'else cat {smi / "h100-healthy.txt"}; fi\n')
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    site = spare_site(tmp_path)
+    data = yaml.safe_load(site.read_text())
+    data["environment"]["setup"] = f'export PATH={bin_dir}:"$PATH"'
+    site.write_text(yaml.safe_dump(data))
+    r = run_cli("-m", "hpc.submit", "--site", str(site), "--nodes", "2", "--preflight", "--time", "5", "--wait",
+                "--job-name", "health", "--", "-m", "hpc.node.smoke", "--out", str(tmp_path / "ranks"), cwd=tmp_path, timeout=300)
+    job = re.search(r"submitted job (\d+)", r.stdout).group(1)
+    log = batch_log(tmp_path / "jobs" / "health", job)
+    assert r.returncode == 0, r.stdout + r.stderr + log
+    bad = re.search(r"\[health\] (\S+): FAILED 5 check\(s\)", log).group(1)
+    assert f"[job] preflight: a node failed its health check; the ranks start on the others if 2 are left" in log
+    assert f"[restart] {bad} failed the health check: left out of job {job}" in log
+    ranks = [json.loads(p.read_text()) for p in (tmp_path / "ranks").glob("rank-*.json")]
+    assert len(ranks) == 4 and bad not in {r["slurmd_nodename"] for r in ranks} and "requeue" not in log
