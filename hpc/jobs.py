@@ -27,8 +27,9 @@ from typing import Optional, Sequence
 from hpc.metrics_report import last_line, plot, read_metrics, straggler_lines, summary_table, to_tensorboard
 from hpc.node.cli import HpcError, Parser, fail, path_text, shown, whole
 from hpc.node.files import META_BYTES, read_small_text, regular_file_problem
-from hpc.node.contract import (LEASE_FILE, METRICS_FILE, RUN_CONFIG, checkpoint_step, set_aside_step,
+from hpc.node.contract import (LEASE_FILE, METRICS_FILE, RESTART_LOG, RUN_CONFIG, checkpoint_step, set_aside_step,
                                task_log)
+from hpc.node.restart import read_log, restart_lines
 from hpc.job_outcome import outcome_lines
 from hpc.slurm_query import (Job, JobError, array_tasks, check_controller, get_job, job_id_arg, job_sort_key, restarts,
                              sacct_rows, squeue_rows)
@@ -155,7 +156,16 @@ def cmd_status(a: argparse.Namespace) -> int:
         print(f"  last {last_line(records)}" if records else f"  no metrics yet ({path})")
         for line in checkpoint_lines(path.parent):
             print(f"  {line}")
+        for line in job_restart_lines(job):
+            print(f"  {line}")
     return 0
+
+
+def job_restart_lines(job: Job) -> list[str]:
+    """The job's in-job restarts on spare nodes (and the failures not restarted), from <job dir>/restarts.jsonl."""
+    decisions = read_log(job.job_dir / RESTART_LOG, job.job_id) if job.job_dir else []
+    restarted = sum(d.get("action") == "restart" for d in decisions)
+    return [f"in-job restarts: {restarted}"] + restart_lines(decisions) if decisions else []
 
 
 def checkpoint_lines(run_dir: Path) -> list[str]:
@@ -244,6 +254,8 @@ def cmd_report(a: argparse.Namespace) -> int:
           f"steps {records[0]['step']}-{records[-1]['step']} ({len(records)} records) from {path}")
     print(summary_table(records))
     print("\n".join(straggler_lines(records)) or "stragglers: none named")
+    for line in job_restart_lines(job):
+        print(line)
     print(f"plot: {out}")
     if a.tensorboard:
         try:

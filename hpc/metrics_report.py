@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from hpc.node.cli import HpcError
+CAUSES = {"compute": "its computation slower", "host": "late, its computation not slower: a host-side stall"}
 PLOTTED = (("loss", "loss"), ("tokens_per_s", "tokens/s"), ("mfu", "MFU"))
 SUMMARY = ("loss", "tokens_per_s", "mfu", "lr", "grad_norm", "eval_loss")
 
@@ -82,7 +83,8 @@ def straggler_lines(records: list[dict]) -> list[str]:
         steps = [s for s, _ in hits]
         worst = max(f["slower"] for _, f in hits)
         last = hits[-1][1]
-        lines.append(f"straggler: rank {rank} on {node}, named at {len(steps)} window(s), steps {steps[0]}-{steps[-1]}; "
+        cause = f" ({CAUSES[last['cause']]})" if last.get("cause") in CAUSES else ""
+        lines.append(f"straggler: rank {rank} on {node}{cause}, named at {len(steps)} window(s), steps {steps[0]}-{steps[-1]}; "
                      f"{100 * last['slower']:.0f}% slower than the median over {last['windows']} windows when last named "
                      f"(at most {100 * worst:.0f}%)")
     return lines

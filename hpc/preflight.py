@@ -214,7 +214,8 @@ def run(argv: Optional[Sequence[str]]) -> int:
     for flag, v in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes), ("--iters", a.iters)):
         node_args += [flag, str(v)] if v else []
     spec = build_spec(site, nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
-                      time=a.time, job_name=JOB_NAME, args=node_args, nodelist=a.nodelist, exclude=a.exclude)
+                      time=a.time, job_name=JOB_NAME, args=node_args, nodelist=a.nodelist, exclude=a.exclude,
+                      spare_nodes=0)  # every node measured: a profile's spares are for training jobs
     health = ["--gpus", str(spec.gpus_per_node)]  # the node program's GPU checks, against the partition's rates
     for flag, v in (("--matmul-tflops", spec.partition.matmul_tflops), ("--copy-gbps", spec.partition.copy_gbps)):
         health += [flag, f"{v:g}"] if v else []

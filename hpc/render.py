@@ -19,6 +19,7 @@ from hpc.node.launcher import LAUNCH_MODULE
 from hpc.node.runtime import runtime
 
 HEALTH_MODULE = "hpc.node.health"
+RESTART_MODULE = "hpc.node.restart"
 from hpc.shipped import TEMPLATE_DIR
 from hpc.spec import JobSpec
 from hpc.slurm_time import format_minutes
@@ -51,7 +52,7 @@ def directives(spec: JobSpec) -> dict[str, str | bool]:
     d = {
         "job-name": spec.job_name,
         "partition": part.name,
-        "nodes": str(spec.nodes),
+        "nodes": str(spec.allocated_nodes),
         "ntasks-per-node": str(spec.tasks_per_node),
         **job_gpu_options(part.gpu_request, part.gpu_type, spec.gpus_per_node, spec.nodes),
         "cpus-per-task": str(spec.cpus_per_task),
@@ -61,6 +62,8 @@ def directives(spec: JobSpec) -> dict[str, str | bool]:
         "signal": f"{spec.signal}@{spec.signal_lead_s}",
         "requeue": True,
     }
+    if spec.spare_nodes:
+        d["no-kill"] = True  # a node that fails ends its step, not the allocation: the spares take its place
     if spec.sweep is not None:
         d["array"] = spec.sweep.array
     if spec.nodelist:
@@ -124,7 +127,9 @@ def binding_args(spec: JobSpec, ranks: bool) -> list[str]:
 
 def srun_args(spec: JobSpec) -> list[str]:
     """Options of the srun that starts the ranks."""
-    args = ["--kill-on-bad-exit=1", f"--ntasks-per-node={spec.tasks_per_node}", *binding_args(spec, ranks=True),
+    # with spare nodes hpc.node.restart ends the step once the ranks' records say what failed
+    kill = "--kill-on-bad-exit=0" if spec.spare_nodes else "--kill-on-bad-exit=1"
+    args = [kill, f"--ntasks-per-node={spec.tasks_per_node}", *binding_args(spec, ranks=True),
             f"--output={spec.job_dir / log_pattern(spec, TASK_LOG)}"]
     if spec.container and not spec.container.wrapped:
         args += [*spec.container.srun_options(spec.places), PYXIS_NAME]
@@ -143,8 +148,8 @@ def health_argv(spec: JobSpec) -> list[str]:
     """The preflight step (``--preflight``): hpc.node.health once per node, in the ranks' python (and image), judged
     against the partition's matmul and copy rates."""
     part = spec.partition
-    gpus = job_gpu_options(part.gpu_request, part.gpu_type, spec.gpus_per_node, spec.nodes)  # all of the node's GPUs
-    argv = ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",   # in this one task
+    gpus = job_gpu_options(part.gpu_request, part.gpu_type, spec.gpus_per_node, spec.allocated_nodes)  # all of the node's GPUs
+    argv = ["srun", f"--nodes={spec.allocated_nodes}", f"--ntasks={spec.allocated_nodes}", "--ntasks-per-node=1",   # in this one task
             *(f"--{k}={v}" for k, v in gpus.items()), *binding_args(spec, ranks=False)]
     if spec.container and not spec.container.wrapped:
         argv += [*spec.container.srun_options(spec.places), PYXIS_NAME]
@@ -154,6 +159,17 @@ def health_argv(spec: JobSpec) -> list[str]:
     for flag, value in (("--matmul-tflops", part.matmul_tflops), ("--copy-gbps", part.copy_gbps)):
         argv += [flag, f"{value:g}"] if value else []
     return argv
+
+
+def restart_argv(spec: JobSpec) -> list[str]:
+    """With spare nodes: hpc.node.restart, which runs the srun of the ranks on ``spec.nodes`` of the allocation's nodes
+    and again within the job after a failure that names a node (its ``--marks`` and the srun line follow)."""
+    if not spec.spare_nodes:
+        return []
+    r = spec.site.restart
+    return [spec.python, "-u", "-m", RESTART_MODULE, "--nodes", str(spec.nodes), "--tasks-per-node", str(spec.tasks_per_node),
+            "--ranks", str(spec.world_size), "--max-restarts", str(r.max_restarts),
+            "--max-restarts-per-node", str(r.max_restarts_per_node)]
 
 
 def log_pattern(spec: JobSpec, pattern: str) -> str:
@@ -178,6 +194,7 @@ def render_sbatch(spec: JobSpec) -> str:
         preamble=preamble_lines(spec),
         srun=["srun", *srun_args(spec)],
         launch=launch_argv(spec),
+        restart=restart_argv(spec),
         launch_module=LAUNCH_MODULE,
         stop_record=f"{shlex.quote(str(spec.job_dir))}/"
                     + contract.STOP_RECORD.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),

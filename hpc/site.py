@@ -22,8 +22,9 @@ from hpc.container import Container
 from hpc.gpu_request import (BINDING_SBATCH_OPTIONS, GpuRequest, check_cpu_bind, check_gpu_bind, check_gres_flags)
 from hpc.node.cli import HpcError, shown
 from hpc.node.files import META_BYTES, NotASmallFile, read_small_text
-from hpc.node.contract import (DEFAULT_MAX_EXCLUDED_NODES, DEFAULT_MAX_REQUEUES, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL,
-                               NCCL_IB_HCA_VAR, NCCL_SOCKET_IFNAME_VAR, SITE_DIRS_VAR, STOP_SIGNALS)
+from hpc.node.contract import (DEFAULT_MAX_EXCLUDED_NODES, DEFAULT_MAX_REQUEUES, DEFAULT_MAX_RESTARTS,
+                               DEFAULT_MAX_RESTARTS_PER_NODE, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, NCCL_IB_HCA_VAR,
+                               NCCL_SOCKET_IFNAME_VAR, SITE_DIRS_VAR, STOP_SIGNALS)
 from hpc.node.netcheck import NcclList, NodeCheckError
 from hpc.node.strict_yaml import YamlError, load_yaml
 from hpc.shipped import SHIPPED_SITE_DIR
@@ -292,6 +293,14 @@ class Preemption(Strict):
         return name
 
 
+class Restart(Strict):
+    spare_nodes: int = Field(0, ge=0, description="nodes allocated beyond --nodes, for in-job restarts (default of "
+                             "hpc.submit --spare-nodes; 0: none, a failure goes back to the queue)")
+    max_restarts: int = Field(DEFAULT_MAX_RESTARTS, ge=0, description="in-job restarts per job (all its runs)")
+    max_restarts_per_node: int = Field(DEFAULT_MAX_RESTARTS_PER_NODE, ge=1, description="in-job restarts one node's "
+                                       "failures may cause before it leaves the job (1: at the first)")
+
+
 class Paths(Strict):
     job_dir: str = Field("./jobs", pattern=ONE_LINE_RE)
     checkpoint_root: str = Field("./checkpoints", pattern=ONE_LINE_RE)
@@ -310,6 +319,7 @@ class SiteProfile(Strict):
     environment: Environment = Environment()
     paths: Paths = Paths()
     preemption: Preemption = Preemption()
+    restart: Restart = Restart()
     training: Training = Training()
     container: Optional[Container] = Field(None, description="the container every partition without its own runs in")
 

@@ -65,6 +65,7 @@ class JobSpec:
     exclude: Optional[str] = None   # a Slurm hostlist the job must not run on (--exclude)
     preflight: bool = False        # run hpc.node.health on every node before the ranks start
     trainer: Optional[TrainerJob] = None  # the trainer's part, when the ranks run the trainer
+    spare_nodes: int = 0           # nodes allocated beyond ``nodes`` for in-job restarts (hpc/node/restart.py)
 
     @property
     def places(self) -> Places:
@@ -105,6 +106,11 @@ class JobSpec:
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    @property
+    def allocated_nodes(self) -> int:
+        """The nodes the job asks Slurm for: the ranks' and the spares."""
+        return self.nodes + self.spare_nodes
+
 
 def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default: Optional[str] = None) -> None:
     """The flags every submitting command shares: --site, --nodes, --partition, --gpus-per-node, --time."""
@@ -139,12 +145,16 @@ def parse_nodes(flag: str, text: Optional[str]) -> list[str]:
     return names
 
 
-def node_lists(nodes: int, nodelist: Optional[str], exclude: Optional[str]) -> tuple[Optional[str], Optional[str]]:
-    """--nodelist and --exclude checked against each other and --nodes, as compressed hostlists (None when not given)."""
+def node_lists(nodes: int, nodelist: Optional[str], exclude: Optional[str], spares: int = 0) -> tuple[Optional[str], Optional[str]]:
+    """--nodelist and --exclude checked against each other and --nodes (and the spare nodes), as compressed hostlists
+    (None when not given)."""
     import hostlist
 
     wanted, avoided = parse_nodes("--nodelist", nodelist), parse_nodes("--exclude", exclude)
-    if len(set(wanted)) > nodes:
+    if len(set(wanted)) > nodes + spares:
+        if spares:
+            raise SpecError(f"--nodelist {nodelist!r} names {len(set(wanted))} nodes; --nodes {nodes} + {spares} spare(s): "
+                            f"list at most {nodes + spares} nodes")
         raise SpecError(f"--nodelist {nodelist!r} names {len(set(wanted))} nodes; --nodes {nodes}: list at most --nodes nodes")
     both = sorted(set(wanted) & set(avoided))
     if both:
@@ -267,6 +277,7 @@ def build_spec(
     nodelist: Optional[str] = None,
     exclude: Optional[str] = None,
     preflight: bool = False,
+    spare_nodes: Optional[int] = None,
 ) -> JobSpec:
     """Check the request against the site profile; every problem is one `SpecError` line."""
     try:
@@ -277,6 +288,11 @@ def build_spec(
         raise SpecError(f"--nodes {nodes}: must be at least 1")
     if nodes > part.max_nodes:
         raise SpecError(f"--nodes {nodes}: partition {part.name} of site {site.name} has at most {part.max_nodes} nodes")
+    spares = site.restart.spare_nodes if spare_nodes is None else spare_nodes
+    if spares and nodes + spares > part.max_nodes:
+        given = f"--spare-nodes {spares}" if spare_nodes is not None else f"site {site.name}: restart.spare_nodes {spares}"
+        raise SpecError(f"{given}: --nodes {nodes} + {spares} spare(s) is {nodes + spares} nodes; partition {part.name} of "
+                        f"site {site.name} has at most {part.max_nodes}")
     gpus = part.gpus_per_node if gpus_per_node is None else gpus_per_node
     if not 1 <= gpus <= part.gpus_per_node:
         raise SpecError(f"--gpus-per-node {gpus}: partition {part.name} allows 1 to {part.gpus_per_node}")
@@ -314,7 +330,7 @@ def build_spec(
         raise SpecError(f"{flag}: {err['msg'].removeprefix('Value error, ')}") from None
     if pre.lead_s >= minutes * 60:
         raise SpecError(f"--signal-lead {pre.lead_s}: must be shorter than the time limit ({minutes * 60} s)")
-    wanted, avoided = node_lists(nodes, nodelist, exclude)
+    wanted, avoided = node_lists(nodes, nodelist, exclude, spares)
     array = build_sweep(sweep, max_parallel)
     dependencies = parse_after(after)
     workdir = (workdir or Path.cwd()).resolve()
@@ -328,7 +344,7 @@ def build_spec(
         launcher=launch, program=program, trainer=trainer,
         job_dir=job_dir, checkpoint_dir=checkpoint_dir, workdir=workdir, python=python,
         signal=pre.signal, signal_lead_s=pre.lead_s, max_requeues=pre.max_requeues, container=container,
-        sweep=array, after=dependencies, nodelist=wanted, exclude=avoided, preflight=preflight,
+        sweep=array, after=dependencies, nodelist=wanted, exclude=avoided, preflight=preflight, spare_nodes=spares,
     )
     if array is not None and not spec.runs_trainer:
         raise SpecError(f"--sweep: sweeps trainer overrides; {' '.join(spec.command[2:4])} is not the trainer")

@@ -1,7 +1,7 @@
 """python -m hpc.submit: render a job for a site profile and submit it through submitit.
 
     python -m hpc.submit --site local --nodes 2 [--partition P] [--gpus-per-node G]
-        [--time T] [--nodelist NODES] [--exclude NODES] [--preflight] [--job-name N] [--launcher srun|torchrun|accelerate] [--container IMAGE]
+        [--time T] [--nodelist NODES] [--exclude NODES] [--preflight] [--spare-nodes K] [--job-name N] [--launcher srun|torchrun|accelerate] [--container IMAGE]
         [--sweep KEY=V1,V2 ...] [--max-parallel K] [--after JOB[:ok|any|notok] ...]
         [--dry-run | --emit FILE | --test-only] [--wait]
         [-- TRAINER ARGS | -- -m MODULE ARGS | -- SCRIPT.py ARGS]
@@ -53,6 +53,9 @@ def parser() -> argparse.ArgumentParser:
                    help="start after JOB ended COMPLETED (ok, the default), in any state (any), or not COMPLETED (notok); repeatable")
     p.add_argument("--preflight", action="store_true",
                    help="first check every node's GPUs inside the job (hpc.node.health); a failing node stops the job before training")
+    p.add_argument("--spare-nodes", type=whole(0, MAX_COUNT), metavar="K",
+                   help="allocate K more nodes: a failure that names a node restarts the ranks within the job with a spare in its "
+                        "place, from the newest checkpoint (default: the profile's restart.spare_nodes)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
     out.add_argument("--emit", metavar="FILE", type=path_text, help="write the sbatch script to FILE, submit nothing")
@@ -76,7 +79,7 @@ def planned_spec(a: argparse.Namespace, rank_args: list[str]) -> tuple[JobSpec, 
                       time=a.time, job_name=a.job_name, launcher=a.launcher,
                       signal=a.signal, signal_lead_s=a.signal_lead, max_requeues=a.max_requeues, container_image=a.container,
                       sweep=a.sweep, max_parallel=a.max_parallel, after=a.after,
-                      nodelist=a.nodelist, exclude=a.exclude, preflight=a.preflight)
+                      nodelist=a.nodelist, exclude=a.exclude, preflight=a.preflight, spare_nodes=a.spare_nodes)
     spec, cfg, note = plan_trainer(spec)
     if note:
         print(note, file=sys.stderr)
@@ -143,7 +146,8 @@ def task_table(spec: JobSpec) -> str:
 def submit_and_report(spec: JobSpec):
     job = submit(spec)
     array = f", an array of {len(spec.sweep.tasks)} tasks" if spec.sweep is not None else ""
-    print(f"submitted job {job.job_id} ({spec.nodes} node(s) x {spec.gpus_per_node} GPU(s){array}, "
+    spares = f" + {spec.spare_nodes} spare(s)" if spec.spare_nodes else ""
+    print(f"submitted job {job.job_id} ({spec.nodes} node(s){spares} x {spec.gpus_per_node} GPU(s){array}, "
           f"partition {spec.partition.name}, site {spec.site.name})")
     print(f"script:   {job.paths.submission_file}")
     if spec.sweep is not None:

@@ -98,6 +98,9 @@ BAD_NUMBERS = {"neg": "-1", "nan": "nan", "inf": "inf", "ninf": "-inf", "e400": 
 BAD_WHOLE = {**BAD_NUMBERS, "frac": "1.5", "big": "1" + "0" * 29}
 
 
+RESTART_FLAGS = ("--nodes", "--tasks-per-node", "--ranks", "--max-restarts", "--max-restarts-per-node")
+
+
 def number_cases() -> list[Case]:
     """Every numeric flag of every command: 0 (where not allowed), negative, nan, inf, huge, not a number."""
     c: list[Case] = []
@@ -107,6 +110,7 @@ def number_cases() -> list[Case]:
         (SUBMIT, site_s + DRY, "--gpus-per-node", RANK, False, True),
         (SUBMIT, site_s + DRY, "--signal-lead", RANK, False, True),
         (SUBMIT, site_s + DRY, "--max-requeues", RANK, True, True),
+        (SUBMIT, site_s + DRY, "--spare-nodes", RANK, True, True),
         (SUBMIT, site_s + DRY + ["--sweep", "seed=1,2"], "--max-parallel", [], False, True),
         (SUBMIT, site_s + DRY, "--time", RANK, False, False),
         ("hpc.plan", ["--site", "ib-h200", "--model", "8B"], "--nodes", [], False, True),
@@ -122,6 +126,9 @@ def number_cases() -> list[Case]:
         ("hpc.preflight", site_s + ["--nodes", "1"], "--time", [], False, False),
         ("hpc.jobs", ["logs", "12"], "--rank", [], True, True),
         ("hpc.node.launch", [], "--gpus-per-node", ["--", "true"], False, True),
+        *(("hpc.node.restart", [f for g in RESTART_FLAGS if g != flag for f in (g, "1")] + ["--marks", "{T}/m"], flag,
+           ["--", "srun", "true"], flag == "--max-restarts", True)
+          for flag in RESTART_FLAGS),
         ("hpc.node.smoke", ["--out", "{T}/o"], "--timeout", [], False, False),
         ("hpc.node.preflight_node", ["--out", "{T}/o"], "--min-bytes", [], False, True),
         ("hpc.node.preflight_node", ["--out", "{T}/o"], "--max-bytes", [], False, True),
@@ -527,6 +534,12 @@ def site_cases() -> list[Case]:
     for key in ("lead_s", "max_requeues"):
         for vid, text in NON_FINITE.items():
             bad(f"pre-{key}-{vid}", with_text(site_yaml(**{f"preemption__{key}": PLACE}), text), key)
+    for cid, key, val in (("restart-spares-neg", "spare_nodes", -1), ("restart-spares-true", "spare_nodes", True),
+                          ("restart-spares-float", "spare_nodes", 1.5), ("restart-max-neg", "max_restarts", -1),
+                          ("restart-per-node-zero", "max_restarts_per_node", 0), ("restart-per-node-text", "max_restarts_per_node", "1"),
+                          ("restart-unknown", "spares", 1)):
+        bad(cid, site_yaml(**{"restart__" + key: val}), key)
+    bad("restart-spares-over-partition", site_yaml(restart__spare_nodes=4), "restart.spare_nodes")
     for cid, key, val in (("path-unset-var", "job_dir", "$NO_SUCH_VAR_XYZ/jobs"), ("path-newline", "job_dir", "{T}/a\nb"),
                           ("path-trailing-newline", "checkpoint_root", "{T}/c\n"), ("path-nul", "job_dir", "{T}/a\0b")):
         c.append(Case(f"site-{cid}", SUBMIT, run, "NO_SUCH_VAR_XYZ" if cid == "path-unset-var" else ("NUL" if "nul" in cid else key),
@@ -721,6 +734,8 @@ SUBMIT_BAD = [
     (["--site", "local", "--nodes", "1", "--signal", "KILL"], "--signal: signal 'KILL' is not allowed; allowed: USR1, USR2, TERM"),
     (["--site", "local", "--nodes", "1", "--time", "2", "--signal-lead", "120"], "--signal-lead 120: must be shorter than the time limit (120 s)"),
     (["--site", "local", "--nodes", "1", "--max-requeues", "-1"], "argument --max-requeues: -1 is out of range: allowed 0..100000"),
+    (["--site", "local", "--nodes", "3", "--spare-nodes", "2"], "--spare-nodes 2: --nodes 3 + 2 spare(s) is 5 nodes; partition debug of site local has at most 4"),
+    (["--site", "local", "--nodes", "2", "--spare-nodes", "1", "--nodelist", "n[1-4]"], "--nodelist 'n[1-4]' names 4 nodes; --nodes 2 + 1 spare(s): list at most 3 nodes"),
     (["--site", "local", "--nodes", "1", "--time", "UNLIMITED"], "--time UNLIMITED: partition debug allows at most 02:00:00"),
     (["--site", "local", "--nodes", "1", "--job-name", "a\\b"], "--job-name: a backslash cannot be given to Slurm exactly"),
     (["--site", "local", "--nodes", "1", "--job-name", "n" * 201], "--job-name: 201 characters; at most 200"),
@@ -749,6 +764,13 @@ def message_cases() -> list[Case]:
     c.append(Case("msg-submit-accelerate-script", SUBMIT, ["--site", "local", "--nodes", "2", "--launcher", "accelerate", "--",
                                                            "nosuch.py"], "hpc.submit: error: script nosuch.py does not exist"))
     c.append(Case("msg-jobs-id", "hpc.jobs", ["status", "12x"], "hpc.jobs status: error: argument job: '12x' is not a job id"))
+    restart = ["--nodes", "2", "--tasks-per-node", "1", "--ranks", "2", "--marks", "{T}/m"]
+    c.append(Case("msg-restart-outside", "hpc.node.restart", restart + ["--", "srun", "true"],
+                  "hpc.node.restart: error: missing SLURM_JOB_ID, SLURM_JOB_NODELIST, HPC_JOB_DIR, HPC_STOP_RECORD: run this in "
+                  "the batch script of a job", env={"SLURM_JOB_ID": None, "SLURM_JOB_NODELIST": None, "HPC_JOB_DIR": None,
+                                                     "HPC_STOP_RECORD": None}))
+    c.append(Case("msg-restart-no-srun", "hpc.node.restart", restart + ["--", "true"],
+                  "hpc.node.restart: error: give the srun command line after -- (see --help)"))
     for i, (args, message) in enumerate((
             (["--site", "local", "--nodes", "2", "--model", "8B"], "site local: partition debug has no gpu_memory_gb"),
             (["--site", "ib-h200", "--nodes", "2", "--model", "9B"], "--model 9B: allowed"),

@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import traceback
 from pathlib import Path
 
 from hpc.node.cli import error_line
+from hpc.node.contract import EXIT_FAILED
 from hpc.node.stop_flag import StopBeforeStart, StopFlag
 from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, MODULE as PROG
 
@@ -141,11 +143,17 @@ def _take_lease(directory, job_name: str, rank: int):
 
 
 if __name__ == "__main__":
-    code = main()
-    # Everything is written, the trackers closed and the process group destroyed. Leave without the interpreter's
-    # teardown: in it torch 2.13 now and then aborts ("terminate called without an active exception": a gloo worker
-    # thread letting go of its last collective cannot take the GIL), which would turn this exit code (0 done,
-    # 75 stopped: requeue) into 134.
+    try:
+        code = main()
+    except SystemExit as e:  # sys.exit in the run: the same code, without the teardown below
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # an error in the run: its traceback, and exit 1 without the teardown below
+        traceback.print_exc()
+        code = EXIT_FAILED
+    # Everything is written (an error's traceback too), the trackers closed and the process group destroyed. Leave
+    # without the interpreter's teardown: in it torch 2.13 now and then aborts ("terminate called without an active
+    # exception": a gloo worker thread letting go of its last collective cannot take the GIL), which would turn this
+    # exit code (0 done, 75 stopped: requeue, 1 failed) into 134, a process killed by a signal.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

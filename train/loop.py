@@ -23,10 +23,11 @@ import torch.nn.functional as F
 import yaml
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from hpc.node.attempt import Progress
 from hpc.node.cli import HpcError
 from hpc.node.contract import EXIT_FAILED, RUN_CONFIG
 from hpc.node.hang import collective_failure, gather_nodes, mark_bad_nodes, name_the_missing
-from train import adapters, checkpoint, resume
+from train import adapters, checkpoint, faults, resume
 from train.config import ConfigError, TrainConfig
 from train.data.prepared import open_prepared, split_rows
 from train.data.stream import PackedStream, TokenStream, eval_batches
@@ -118,6 +119,8 @@ class Trainer:
         self._stager = checkpoint.host_stager(pinned=self.on_gpu) if background else None
         self._write_group = dist.new_group(backend="gloo") if background else None  # the writer thread's own collectives
         self._prepare_checkpoints(job_id)
+        self.progress = Progress(self.rank)  # a job with spare nodes: the load and the steps, for hpc.node.restart
+        self.faults = faults.planned(self.rank)  # tests only (HPC_TEST_FAULTS)
         self._resume()
         self.nodes = gather_nodes()  # each rank's node, by rank: for the stragglers and the missing at a hang
         self.straggler = StragglerMonitor(cfg.straggler, self.rank, device, cfg.log.log_every, self.nodes)
@@ -258,6 +261,8 @@ class Trainer:
         found = [str(path) for _, path in checkpoint.committed_checkpoints(root)]
         candidates = [found[::-1]]
         dist.broadcast_object_list(candidates, src=0)
+        self.progress.loading()
+        t0 = time.perf_counter()
         for path in candidates[0]:
             try:
                 meta = self.load(Path(path))
@@ -270,13 +275,16 @@ class Trainer:
             self.stream.load_state_dict(meta["data"])
             self.step = meta["step"]
             self._tracker_ids = meta.get("tracker", {})
-            _log0(f"[train] resumed from {path} (step {self.step}, saved under dp={meta['dp']} x tp={meta['tp']})")
+            self.progress.loaded(self.step)
+            _log0(f"[train] resumed from {path} (step {self.step}, saved under dp={meta['dp']} x tp={meta['tp']}), "
+                  f"loaded in {time.perf_counter() - t0:.2f} s")
             return
         aside = [[p.name for p in checkpoint.set_aside_checkpoints(root)]]
         dist.broadcast_object_list(aside, src=0)
         if aside[0]:
             raise ConfigError(f"checkpoint.dir {root}: no checkpoint loads and {', '.join(aside[0])} were set aside as "
                               "damaged (WHY.txt in each); set checkpoint.restart=fresh to train from step 0 (they are kept)")
+        self.progress.loaded(0)
         _log0(f"[train] no checkpoint in {root}: starting at step 0")
 
     def load(self, path: Path) -> dict:
@@ -421,6 +429,7 @@ class Trainer:
             if failure is None:
                 raise
             raise self._report_hang(failure) from None
+        self.straggler.close()
         saved_at = self._saved_at
         if saved_at != self.step:  # the steps since the last save, saved below
             self._check_steps(weights=True)
@@ -454,6 +463,7 @@ class Trainer:
             if cfg.eval.every and self.step % cfg.eval.every == 0:
                 record["eval_loss"] = self.metrics.untimed(self.evaluate)
             self.metrics.log(record)
+            self.progress.stepped(self.step)
             self.guard.record(self.step, record["loss"], record["grad_norm"], record["loss_tokens"])
             saving = bool(interval) and self.step % interval == 0
             if saving or self.step % self.sync_every == 0:
@@ -466,6 +476,8 @@ class Trainer:
             elif self.pending is not None and self.step % self.sync_every == 0 and self._background_save_written():
                 self.finish_save()
             self._test_stop()
+            if self.step in self.faults:
+                faults.fire(self.faults[self.step], f"rank {self.rank} on {self.nodes[self.rank]}")
             if stop_requested():  # every step: a host-side collective that never waits for the device
                 break
             if self.straggler.persistent:  # the same on every rank: decided from the window's all-gather
@@ -496,7 +508,8 @@ class Trainer:
         let the lowest rank that arrived name those that did not and, after a timeout, mark their nodes bad; returns
         the error that fails the run."""
         elapsed = time.monotonic() - self._step_started
-        arrived, missing, peer_ended = name_the_missing(f"after step {self.step}", elapsed, self.rank, self.nodes, failure)
+        arrived, missing, peer_ended = name_the_missing(f"after step {self.step}", elapsed, self.rank, self.nodes, failure,
+                                                        step=self.step)
         if self.rank == 0:
             self.metrics.event({"step": self.step, "event": "hang", "elapsed_s": round(elapsed, 1),
                                 "missing": [{"rank": r, "node": self.nodes[r]} for r in missing],

@@ -10,10 +10,16 @@ Every ``log.log_every`` steps the trainer times one step this way (rank 0 logs i
   scheduled on an oversubscribed node.
 
 A step that is mostly ``wait_s`` is bound by the network (or a straggler), not by compute.
+
+Which rank the others wait for is a separate question: ``CollectiveWait`` measures, on every rank and every step, the
+time its training thread spends inside torch.distributed's collectives (blocked until the last rank arrives), so
+the rank that arrives last, whatever delayed it, waits least (train/straggler.py).
 """
 from __future__ import annotations
 
 import re
+import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -54,3 +60,53 @@ def timed_step(step: Callable[[], T], device: torch.device) -> tuple[T, dict]:
                if e.device_type == torch.autograd.DeviceType.CUDA and not COMM_KERNEL.search(e.name)]
     compute = min(wall, busy_seconds(kernels) / 1e6)
     return out, {"compute_s": compute, "wait_s": wall - compute}
+
+
+# The files of torch.distributed whose functions block in a collective: the process-group calls (and their waits),
+# the functional collectives' waits (tensor parallelism) and FSDP2's waits on its all-gathers.
+COLLECTIVE_FILES = ("distributed_c10d.py", "_functional_collectives.py", "_fsdp_collectives.py")
+
+
+def in_collective(frame) -> bool:
+    """Whether the innermost Python frame of a thread is a torch.distributed collective (or a wait on one)."""
+    name = frame.f_code.co_filename
+    return "distributed" in name and name.endswith(COLLECTIVE_FILES)
+
+
+class CollectiveWait:
+    """How long the thread that creates it spends inside collectives: a sampler thread looks every ``period_s`` at
+    that thread's innermost frame (`in_collective`). A gap between two looks longer than two periods (the whole
+    process stopped or not scheduled) counts as not waiting: the others wait for such a rank, not it for them.
+    ``take()`` returns the seconds counted since the last call; ``cpu_s`` is the sampler's own CPU time."""
+
+    def __init__(self, period_s: float = 0.01):
+        self.period_s = period_s
+        self._watched = threading.get_ident()
+        self._waited = 0.0
+        self._lock = threading.Lock()
+        self._stopped = False
+        self.cpu_s = 0.0
+        self._thread = threading.Thread(target=self._run, name="hpc-collective-wait", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        last, cpu0 = time.perf_counter(), time.thread_time()
+        while not self._stopped:
+            time.sleep(self.period_s)  # a sleep wakes at half the CPU cost of an Event's timed wait
+            now = time.perf_counter()
+            dt, last = now - last, now
+            frame = sys._current_frames().get(self._watched)
+            if frame is not None and in_collective(frame):
+                with self._lock:
+                    self._waited += min(dt, 2 * self.period_s)
+            del frame
+            self.cpu_s = time.thread_time() - cpu0
+
+    def take(self) -> float:
+        with self._lock:
+            waited, self._waited = self._waited, 0.0
+        return waited
+
+    def close(self) -> None:
+        self._stopped = True
+        self._thread.join()

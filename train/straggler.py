@@ -1,16 +1,23 @@
-"""Which rank is slow? Straggler naming from compute-only time, exchanged every few steps.
+"""Which rank is slow? The rank the others wait for, named with the cause, exchanged every few steps.
 
 Under data parallelism a slow rank makes every rank's step slow: the others wait for it in the
-collectives. Only the time a rank computes, without waiting, tells it apart (train/steptime.py):
+collectives. Two measures per rank tell it apart (train/steptime.py):
 
-* CPU: the thread time of every step (a blocked collective uses none);
-* GPU: the kernel time outside communication of the steps profiled for the log lines (one per
-  ``log.log_every``), so a window spans at least one of them.
+* busy time: a step's wall time less the time the rank spent in it inside collectives waiting for the
+  others (`CollectiveWait`, every step). The rank that arrives last waits least, whatever delayed it: its
+  computation, or the host (the process stopped or descheduled, a starved data loader, page faults, slow
+  storage). What happens between steps (rank 0's metrics and logs, checkpoint saves) is left out: all
+  ranks wait for rank 0 there, every step, and that is no straggler. On GPU this is the host's side;
+* compute time: CPU: the thread time of every step (a blocked or stopped thread uses none); GPU: the
+  kernel time outside communication of the steps profiled for the log lines (one per ``log.log_every``),
+  so a window spans at least one of them. It names a slow device the host does not see, and says why a
+  rank is late: its computation is slower ("compute"), or not ("host").
 
-Every window (``straggler.every`` steps) the ranks all-gather their median compute time per step
-over a gloo group (no device sync). A rank slower than the median of the others by more than
-``straggler.threshold`` in ``straggler.windows`` windows in a row is named with its node, on rank
-0's output and in that step's metrics record (``stragglers``), for as long as it stays slow.
+Every window (``straggler.every`` steps) the ranks all-gather their mean busy and median compute time
+per step over a gloo group (no device sync). A rank slower than the median of the others, by either measure,
+by more than ``straggler.threshold`` in ``straggler.windows`` windows in a row is named with its node and
+the cause, on rank 0's output and in that step's metrics record (``stragglers``), for as long as it stays
+slow.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from train.config import StragglerConfig
+from train.steptime import CollectiveWait
 
 T = TypeVar("T")
 
@@ -54,7 +62,8 @@ class Streaks:
 
 
 class StragglerMonitor:
-    """Measures this rank's compute time per step and, every window, names the stragglers (collective over all ranks)."""
+    """Measures this rank's busy and compute time per step and, every window, names the stragglers (collective over all
+    ranks)."""
 
     def __init__(self, cfg: StragglerConfig, rank: int, device: torch.device, log_every: int, nodes: list[str]):
         self.cfg, self.rank, self.device, self.nodes = cfg, rank, device, nodes
@@ -68,16 +77,27 @@ class StragglerMonitor:
         self.group = dist.new_group(backend="gloo")
         self.streaks = Streaks(world, cfg.threshold, cfg.windows)
         self.slow_here = cfg.test_slow_s if cfg.test_slow_rank == rank else 0.0
-        self._times: list[float] = []
-        self.overhead_s = 0.0  # this monitor's own time on this rank (metrics: straggler_overhead_s, at each window)
+        self._times: list[float] = []  # compute time per step
+        self._busy: list[float] = []  # busy time per step: its wall time less its waits in collectives
+        self.waits = CollectiveWait()
+        self._own_s = 0.0  # this monitor's own time on this rank but the sampler's
+
+    @property
+    def overhead_s(self) -> float:
+        """This monitor's own time on this rank, the wait sampler's included (metrics: straggler_overhead_s)."""
+        return self._own_s + self.waits.cpu_s
 
     def measured(self, step: Callable[[], T]) -> Callable[[], T]:
-        """``step`` timed by thread time on CPU (and slowed on the test-only slow rank)."""
+        """``step`` timed by thread time on CPU (and slowed on the test-only slow rank), and its busy time."""
         if not self.enabled:
             return step
 
         def run() -> T:
+            start = time.perf_counter()
+            self.waits.take()  # the waits between steps are not this step's
             t0 = time.thread_time()
+            begun = time.perf_counter()
+            self._own_s += begun - start
             out = step()
             if self.slow_here:
                 if self.device.type == "cuda":
@@ -85,9 +105,10 @@ class StragglerMonitor:
                 else:
                     burn_cpu(self.slow_here)
             t1 = time.perf_counter()
+            self._busy.append(max(0.0, t1 - begun - self.waits.take()))
             if self.device.type != "cuda":
                 self._times.append(time.thread_time() - t0)
-            self.overhead_s += time.perf_counter() - t1
+            self._own_s += time.perf_counter() - t1
             return out
 
         return run
@@ -104,32 +125,53 @@ class StragglerMonitor:
         try:
             self._exchange(step, record)
         finally:
-            self.overhead_s += time.perf_counter() - t0
+            self._own_s += time.perf_counter() - t0
             record["straggler_overhead_s"] = self.overhead_s
 
     def _exchange(self, step: int, record: dict) -> None:
-        mine = torch.tensor([statistics.median(self._times) if self._times else 0.0, float(len(self._times))], dtype=torch.float64)
+        def median(values: list[float]) -> float:
+            return statistics.median(values) if values else 0.0
+
+        # compute: the median step (a step's own hiccup is no slower processor); busy: the mean, so that stalls that
+        # hit a few steps of the window count in full
+        mine = torch.tensor([median(self._times), float(len(self._times)),
+                             statistics.fmean(self._busy) if self._busy else 0.0, float(len(self._busy))], dtype=torch.float64)
         every = [torch.empty_like(mine) for _ in self.nodes]
         dist.all_gather(every, mine, group=self.group)
-        self._times = []
-        if any(t[1] == 0 for t in every):
+        self._times, self._busy = [], []
+        if any(t[1] == 0 or t[3] == 0 for t in every):
             return
-        times = [t[0].item() for t in every]
-        named = self.streaks.add(slower_than_peers(times))
+        times, busy = [t[0].item() for t in every], [t[2].item() for t in every]
+        by_compute, by_busy = slower_than_peers(times), slower_than_peers(busy)
+        named = self.streaks.add([max(c, b) for c, b in zip(by_compute, by_busy)])
         if not named:
             return
+        others = lambda values, r: statistics.median(values[:r] + values[r + 1:])  # noqa: E731
         found = [{"rank": r, "node": self.nodes[r], "slower": round(excess, 4), "windows": n,
-                  "compute_s": times[r], "others_median_s": statistics.median(times[:r] + times[r + 1:])}
+                  "cause": "compute" if by_compute[r] > self.cfg.threshold else "host",
+                  "busy_s": busy[r], "others_busy_s": others(busy, r),
+                  "compute_s": times[r], "others_compute_s": others(times, r)}
                  for r, excess, n in named]
         record["stragglers"] = found
         if self.cfg.stop_after:
             self.persistent = [f for f in found if f["windows"] >= self.cfg.stop_after]
         if self.rank == 0:
             for f in found:
-                print(f"[straggler] step {step}: {describe(f)} (compute {f['compute_s']:.4f} s per step, "
-                      f"others' median {f['others_median_s']:.4f} s)", flush=True)
+                print(f"[straggler] step {step}: {describe(f)} (busy {f['busy_s']:.4f} s per step, others' median "
+                      f"{f['others_busy_s']:.4f} s; compute {f['compute_s']:.4f} s, others' median {f['others_compute_s']:.4f} s)",
+                      flush=True)
+
+    def close(self) -> None:
+        """Stop the wait sampler."""
+        if self.enabled:
+            self.waits.close()
+
+
+CAUSES = {"compute": "its computation is slower",
+          "host": "the others wait for it, its computation is not slower (stopped, descheduled, waiting on data or storage)"}
 
 
 def describe(f: dict) -> str:
-    """'rank 3 on n2, 14% slower than the median over 3 windows'."""
-    return f"rank {f['rank']} on {f['node']}, {100 * f['slower']:.0f}% slower than the median over {f['windows']} windows"
+    """'rank 3 on n2, 14% slower than the median over 3 windows: its computation is slower'."""
+    return (f"rank {f['rank']} on {f['node']}, {100 * f['slower']:.0f}% slower than the median over {f['windows']} windows: "
+            f"{CAUSES[f['cause']]}")

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from hpc.integrations.checkpoints import IntegrationError, directory_arg, environ_arg, mark_complete, newest_complete_checkpoint
+from hpc.node.attempt import Progress
 from hpc.node.cli import shown
 from hpc.node.contract import CHECKPOINT_META, EXIT_STOPPED, checkpoint_name, checkpoint_step
 from hpc.node.files import read_json_object
@@ -53,16 +54,21 @@ class Requeue:
             self.stop.join_all(environ)
         self.batches_seen = 0
         self._saved: int | None = None
+        # a job with spare nodes: for hpc.node.restart (the rank is accelerate's process_index, the group's rank)
+        self.progress = Progress(dist.get_rank() if dist.is_initialized() else 0, environ)
 
     def load(self) -> int:
         """Load the newest complete checkpoint's state (model, optimizer, scheduler, RNG, registered objects) and
         data position; its step, or 0 when there is none."""
         path = newest_complete_checkpoint(self.directory)
+        self.progress.loading()
         if path is None:
+            self.progress.loaded(0)
             return 0
         self.accelerator.load_state(path)
         meta = read_json_object(Path(path) / CHECKPOINT_META)
         self.batches_seen = meta["batches"]
+        self.progress.loaded(meta["step"])
         self.accelerator.print(f"[requeue] resumed from {path} (step {meta['step']}, batch {self.batches_seen})")
         return meta["step"]
 
@@ -122,6 +128,7 @@ class Requeue:
     def stop_if_noticed(self, step: int) -> None:
         """After each optimizer step: when any rank got a stop signal, all save ``step`` together (unless just
         saved) and the process exits with EXIT_STOPPED, so the batch script requeues the job."""
+        self.progress.stepped(step)
         if not self.stop.agreed(step):
             return
         if self._saved != step:

@@ -15,6 +15,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hpc.integrations.checkpoints import environ_arg, mark_complete
+from hpc.node.attempt import Progress
 from hpc.node.contract import EXIT_STOPPED
 from hpc.node.stop_flag import StopFlag
 
@@ -30,6 +31,7 @@ class RequeueCallback(TrainerCallback):
         environ = environ_arg(environ, "RequeueCallback")
         self.stop, self.environ = StopFlag(environ), environ
         self.stopped_at: int | None = None
+        self.progress: Progress | None = None  # a job with spare nodes: the resumed step and the steps, for hpc.node.restart
 
     def _world(self) -> int:
         return dist.get_world_size() if dist.is_initialized() else 1
@@ -37,8 +39,12 @@ class RequeueCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if dist.is_initialized() and self.stop.group is None:
             self.stop.join_all(self.environ)
+        self.progress = Progress(dist.get_rank() if dist.is_initialized() else 0, self.environ)
+        self.progress.loaded(state.global_step)  # the Trainer has loaded its checkpoint by now
 
     def on_step_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.stepped(state.global_step)
         if state.global_step >= state.max_steps:  # the last step: training ends here anyway, and is done
             return
         if self.stopped_at is None and self.stop.agreed(state.global_step):

@@ -13,6 +13,7 @@ EXIT_DONE = 0  # the run reached its end (also a run started at or past its end)
 EXIT_FAILED = 1  # an error in the run; never requeued
 EXIT_BAD_INPUT = 2  # config, data or wiring; one line on stderr; never requeued
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped by a notice with a checkpoint of the stop step saved: requeue me
+EXIT_NO_RESTART = 93  # a rank program's "do not restart or requeue me" (as NVIDIA's resiliency extension has it)
 
 # Variables the batch script exports for the nodes (hpc/render.py writes them, the nodes read them).
 JOB_NAME_VAR = "HPC_JOB_NAME"  # the exact job name: owner of the job's directories
@@ -30,6 +31,9 @@ EXPECT_PYTHON_VAR = "HPC_EXPECT_PYTHON"  # python's version, e.g. 3.11.2
 EXPECT_PROJECT_VAR = "HPC_EXPECT_PROJECT"  # this project's installed version
 EXPECT_TORCH_VAR = "HPC_EXPECT_TORCH"  # torch's version with its build, e.g. 2.6.0+cu126
 PROJECT_DIST = "hpc-train"  # the project's distribution name (its version is the installed one's)
+ATTEMPT_VAR = "HPC_ATTEMPT"  # a job with spare nodes: which start of the ranks within this run of the job (0, 1, ...)
+ATTEMPT_DIR_VAR = "HPC_ATTEMPT_DIR"  # ... and the directory where its tasks and ranks leave their records (hpc/node/attempt.py)
+TEST_FAULTS_VAR = "HPC_TEST_FAULTS"  # tests only: faults the trainer's ranks inject into themselves (train/faults.py)
 
 # torch.distributed's env:// rendezvous: hpc.node.launch sets them from SLURM_* (slurm_env.py), rank programs read them.
 RANK_VAR, WORLD_SIZE_VAR = "RANK", "WORLD_SIZE"
@@ -58,6 +62,8 @@ DEFAULT_MAX_REQUEUES = 5
 DEFAULT_MAX_EXCLUDED_NODES = 2  # nodes a job may exclude itself after they failed hpc.node.health
 STOP_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")  # allowed pre-stop signals
 REQUEUE_GRACE_S = 120  # how long the batch script waits for Slurm to end a run it requeued
+DEFAULT_MAX_RESTARTS = 3  # in-job restarts on the allocation's nodes per job (a job with spare nodes)
+DEFAULT_MAX_RESTARTS_PER_NODE = 1  # in-job restarts one node's failures may cause before it leaves the job
 
 # Slurm's final job states. A job of ours that is PREEMPTED is requeued and comes back (partition
 # PreemptMode=REQUEUE), so whoever follows a job waits on for one of ENDED.
@@ -80,6 +86,9 @@ FRESH_MARKER = ".fresh.json"  # in a checkpoint directory: which job started ove
 PREPARED_MANIFEST = "manifest.json"  # prepared data's manifest, written when every chunk is done
 UNHEALTHY_MARKS = ".unhealthy-{job_id}-{restart}"  # in the job directory: one empty file per bad node (failed hpc.node.health,
 # missing at a collective timeout, a persistent straggler); the batch script requeues the job without them
+RESTART_DIR = ".restarts-{job_id}-{restart}"  # in the job directory: one attempt-<N>/ per start of the ranks (spare nodes)
+ATTEMPT_DIR = "attempt-{attempt}"  # in RESTART_DIR: the attempt's records (hpc/node/attempt.py) and marks/
+RESTART_LOG = "restarts.jsonl"  # in the job directory: one record per in-job restart decision (hpc/node/restart.py)
 FLIGHT_RECORDER_DIR = "nccl-trace"  # in the trainer's log.dir: NCCL flight recorder dumps, one file per rank
 PREFLIGHT_RESULT = "node-{job_id}.json"  # hpc.node.preflight_node's measurements, read by hpc.preflight
 

@@ -22,6 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Mapping, MutableMapping
 
+from hpc.node.attempt import record_collective
 from hpc.node.contract import BAD_NODE_MARKS_VAR, FLIGHT_RECORDER_DIR, MASTER_ADDR_VAR, MASTER_PORT_VAR
 from hpc.node.slurm_env import node_name
 
@@ -122,15 +123,17 @@ def hang_line(where: str, elapsed_s: float, arrived: list[int] | None, nodes: li
 
 
 def name_the_missing(where: str, elapsed_s: float, rank: int, nodes: list[str], failure: str, store=None,
-                     grace_s: float = GRACE_S) -> tuple[list[int] | None, list[int], bool]:
+                     grace_s: float = GRACE_S, step: int | None = None) -> tuple[list[int] | None, list[int], bool]:
     """After a collective failed with ``failure`` (`collective_failure`): post this rank's arrival; the lowest rank
     that arrived (each rank, when the store does not answer) prints the hang line and, after a timeout, marks the
     missing ranks' nodes bad. It was a timeout when any rank that arrived timed out: the first rank to give up on a
     stopped peer tears its connections down, and ranks waiting on it then see "connection closed" instead. Returns
     the ranks that arrived (None: the store did not answer), the missing ones, and whether a peer's process ended.
-    ``store``: torch.distributed's default store unless given."""
+    ``store``: torch.distributed's default store unless given; ``step``: the last step every rank finished, for the
+    record a job with spare nodes keeps of the failure (`hpc.node.attempt`)."""
     import torch.distributed as dist
 
+    failed_at = time.time()
     world = len(nodes)
     store = store if store is not None else dist.distributed_c10d._get_default_store()
     found = post_arrival(store, rank, world, failure, grace_s=grace_s)
@@ -144,6 +147,7 @@ def name_the_missing(where: str, elapsed_s: float, rank: int, nodes: list[str], 
             marked = mark_bad_nodes(bad)
             if marked:
                 print(f"[hang] marked {', '.join(bad)} bad in {marked}", flush=True)
+    record_collective(rank, nodes[rank], failure, step, failed_at, elapsed_s, arrived, missing, nodes)
     return arrived, missing, peer_ended
 
 

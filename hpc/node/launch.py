@@ -26,11 +26,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
+from hpc.node.attempt import record_exit, record_start
 from hpc.node.cli import HpcError, Parser, error_line, fail, shown, whole
 from hpc.node.contract import (
-    DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR,
+    ATTEMPT_VAR, DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR,
     record_stop, shield_from_stop, stop_signals,
 )
 from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
@@ -51,8 +52,9 @@ def prepare(launcher: Launcher, command: Sequence[str], gpus_per_node: Optional[
     net = check_node(env)
     versions = check_runtime(env)
     node = node_name(environ)
+    attempt = f" attempt {environ[ATTEMPT_VAR]}" if environ.get(ATTEMPT_VAR) else ""
     print(
-        f"[launch] {node} job {info.job_id} restart {info.restart_count}: "
+        f"[launch] {node} job {info.job_id} restart {info.restart_count}{attempt}: "
         + (f"{launcher.name} x{info.local_world_size} " if launcher.per_node else
            f"rank {info.rank}/{info.world_size} local {info.local_rank}/{info.local_world_size} ")
         + f"node {info.node_rank}/{info.num_nodes} master {info.master_addr}:{info.master_port}",
@@ -63,7 +65,7 @@ def prepare(launcher: Launcher, command: Sequence[str], gpus_per_node: Optional[
     return launcher.node_argv(command, info), env
 
 
-def run_wrapped(argv: Sequence[str], env: Mapping[str, str]) -> int:
+def run_wrapped(argv: Sequence[str], env: Mapping[str, str], started: Callable[[int], None] = lambda pid: None) -> int:
     """Run a container runtime's command (and the rank program behind it) in a process group of its own that
     starts with the stop signals ignored, so a wrapper that does not forward signals (bwrap) lives until the rank
     program inside, which catches them, has saved; the stop signals this process gets are passed on to that group."""
@@ -80,6 +82,7 @@ def run_wrapped(argv: Sequence[str], env: Mapping[str, str]) -> int:
             pass
 
     child = subprocess.Popen(list(argv), env=dict(env), process_group=0, preexec_fn=ignore_stop_signals)
+    started(child.pid)
     for sig in sigs:
         signal.signal(sig, forward)
     return child.wait()
@@ -121,7 +124,7 @@ def ignored_notice_line(who: str, sig: signal.Signals) -> str:
             "accelerate loop; see docs/integrations.md")
 
 
-def run_noticed(argv: Sequence[str], env: Mapping[str, str], who: str) -> int:
+def run_noticed(argv: Sequence[str], env: Mapping[str, str], who: str, started: Callable[[int], None] = lambda pid: None) -> int:
     """Run the rank program itself, which starts with the pre-stop signal ignored (`shield_from_stop`); a stop signal
     that reaches this process is left in the notice file named by HPC_STOP_NOTICE, so the program learns of a notice
     that came before it caught the signals, and the log says so once when the program does not catch it (it neither
@@ -130,6 +133,7 @@ def run_noticed(argv: Sequence[str], env: Mapping[str, str], who: str) -> int:
     with tempfile.TemporaryDirectory(prefix="hpc-notice-") as tmp:
         notice = Path(tmp) / "notice"
         child = subprocess.Popen(list(argv), env={**env, STOP_NOTICE_VAR: str(notice)})
+        started(child.pid)
 
         def on_stop(signum: int, frame) -> None:
             sig = signal.Signals(signum)
@@ -148,16 +152,28 @@ def run_noticed(argv: Sequence[str], env: Mapping[str, str], who: str) -> int:
 def supervise(argv: Sequence[str], env: Mapping[str, str], who: str, wrapped: bool = False, rank: bool = True) -> int:
     """Run ``argv`` as a child through stop signals; its exit code, with a clean stop turned into 0 + stop record.
     ``wrapped``: argv starts with a container runtime's command (`run_wrapped`); ``rank``: argv is the rank
-    program itself (`run_noticed`), not a per-node launcher that starts the ranks."""
+    program itself (`run_noticed`), not a per-node launcher that starts the ranks. In a job with spare nodes the
+    start and the end are recorded for the restart supervisor (`hpc.node.attempt`)."""
     shield_from_stop(env)
+    node = node_name(env)
+
+    def started(pid: int) -> None:
+        record_start(env, who, node, pid, rank_level=rank)
+
     try:
         if wrapped:
-            rc = run_wrapped(argv, env)
+            rc = run_wrapped(argv, env, started)
+        elif rank:
+            rc = run_noticed(argv, env, who, started)
         else:
-            rc = run_noticed(argv, env, who) if rank else subprocess.call(list(argv), env=dict(env))
+            child = subprocess.Popen(list(argv), env=dict(env))
+            started(child.pid)
+            rc = child.wait()
     except OSError as e:  # a missing or non-executable program
         print(error_line(PROG, f"{who}: cannot run {shown(argv[0])}: {e.strerror}"), file=sys.stderr, flush=True)
+        record_exit(env, who, node, EXIT_BAD_INPUT, rank_level=rank)
         return EXIT_BAD_INPUT
+    record_exit(env, who, node, rc, rank_level=rank)
     if rc == EXIT_STOPPED:
         record_stop(env, f"{who} stopped cleanly (exit {EXIT_STOPPED})")
         print(f"[launch] {who}: stopped cleanly for a requeue", flush=True)

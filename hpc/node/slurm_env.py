@@ -11,7 +11,7 @@ from typing import Mapping, Optional
 import hostlist
 
 from hpc.node.cli import HpcError, shown
-from hpc.node.contract import (GROUP_RANK_VAR, LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, MASTER_PORT_VAR, NODE_RANK_VAR,
+from hpc.node.contract import (ATTEMPT_VAR, GROUP_RANK_VAR, LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, MASTER_PORT_VAR, NODE_RANK_VAR,
                                RANK_VAR, WORLD_SIZE_VAR)
 from hpc.node.launcher import LAUNCHERS, SRUN, Launcher
 
@@ -87,9 +87,9 @@ def expand_tasks_per_node(text: str) -> list[int]:
     return counts
 
 
-def master_port(job_id: int, restart_count: int = 0) -> int:
-    """Deterministic per job (and restart), identical on all ranks, outside the ephemeral range."""
-    return PORT_BASE + (job_id + 1009 * restart_count) % PORT_SPAN
+def master_port(job_id: int, restart_count: int = 0, attempt: int = 0) -> int:
+    """Deterministic per job (and restart, and in-job attempt), identical on all ranks, outside the ephemeral range."""
+    return PORT_BASE + (job_id + 1009 * restart_count + 31 * attempt) % PORT_SPAN
 
 
 def node_hosts(nodelist: str) -> list[str]:
@@ -126,6 +126,9 @@ def derive(environ: Mapping[str, str], launcher: Launcher = SRUN, gpus_per_node:
 
     job_id, num_tasks, node_rank, num_nodes = (number(k) for k in ("job_id", "num_tasks", "node_rank", "num_nodes"))
     restart = number("restart_count") or 0
+    attempt_text = environ.get(ATTEMPT_VAR, "0")
+    if not re.fullmatch(r"[0-9]{1,6}", attempt_text):
+        raise RankError(f"{ATTEMPT_VAR}={shown(attempt_text)} is not a whole number")
     gpus = gpus_per_node if gpus_per_node is not None else number("gpus_on_node")
     if gpus is not None and gpus < 1:
         raise RankError(f"--gpus-per-node {gpus}: must be at least 1")
@@ -136,7 +139,7 @@ def derive(environ: Mapping[str, str], launcher: Launcher = SRUN, gpus_per_node:
     hosts = node_hosts(v["nodelist"])
     if len(hosts) != num_nodes:
         raise RankError(f"SLURM_JOB_NODELIST={shown(v['nodelist'])} has {len(hosts)} host(s) but the step has {num_nodes} nodes")
-    addr, port = hosts[0], master_port(job_id, restart)
+    addr, port = hosts[0], master_port(job_id, restart, int(attempt_text))
 
     if launcher.per_node:
         if num_tasks != num_nodes:

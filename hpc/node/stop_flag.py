@@ -130,7 +130,7 @@ class StopFlag:
             failure = collective_failure(e) if self.nodes else None
             if failure is not None:
                 where = f"after step {step}" if step is not None else "at the stop agreement"
-                name_the_missing(where, time.monotonic() - self._agreed_at, dist.get_rank(), self.nodes, failure)
+                name_the_missing(where, time.monotonic() - self._agreed_at, dist.get_rank(), self.nodes, failure, step=step)
             raise
         self._agreed_at = time.monotonic()
         return bool(flag.item())

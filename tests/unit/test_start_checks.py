@@ -43,6 +43,7 @@ AT_START = {
     "train/layout.py:WorldEnv.from_env": "the rank's environment, which hpc.node.launch derives from Slurm's on each node",
     "train/layout.py:WorldEnv.from_env.get": "the rank's environment, which hpc.node.launch derives from Slurm's on each node",
     "train/float8.py:require_fp8": "the rank's GPU (its compute capability) and torchao where it runs",
+    "train/faults.py:parse": "tests only: the faults a test asks the ranks to inject into themselves (HPC_TEST_FAULTS)",
     "train/adapters.py:nf4_api": "torchao's NF4 where the rank runs (the login side finds only that torchao is installed)",
     "train/packed_attention.py:check_packed_attention": "the nodes' transformers, tried on a one-layer model",
     "train/tokenizer.py:load_tokenizer": "the tokenizer as transformers loads it (the login side never imports transformers)",

@@ -24,8 +24,45 @@ def test_a_rank_is_named_after_k_slow_windows_in_a_row():
     assert s.add([0, 0.5, 0, 0.2]) == [] and s.add([0, 0.5, 0, 0.2]) == [(1, pytest.approx(0.5), 3)]
     named = s.add([0, 0.2, 0, 0.2])
     assert named == [(1, pytest.approx(0.425), 4), (3, pytest.approx(0.2), 3)]
-    f = {"rank": 3, "node": "n2", "slower": 0.14, "windows": 3}
-    assert describe(f) == "rank 3 on n2, 14% slower than the median over 3 windows"
+    f = {"rank": 3, "node": "n2", "slower": 0.14, "windows": 3, "cause": "host"}
+    assert describe(f) == ("rank 3 on n2, 14% slower than the median over 3 windows: the others wait for it, its computation "
+                           "is not slower (stopped, descheduled, waiting on data or storage)")
+    assert describe({**f, "cause": "compute"}).endswith("windows: its computation is slower")
+
+
+def waiting_in(filename: str, seconds: float):
+    """A function whose code object says it lives in ``filename``: a thread running it looks, to a sampler, as if it were
+    there (a collective of torch.distributed, or not)."""
+    scope: dict = {}
+    exec(compile(f"def wait():\n    import time\n    time.sleep({seconds})\n", filename, "exec"), scope)
+    return scope["wait"]
+
+
+@pytest.mark.parametrize("filename,inside", [("/x/torch/distributed/distributed_c10d.py", True),
+                                             ("/x/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", True),
+                                             ("/x/torch/distributed/_functional_collectives.py", True),
+                                             ("/x/torch/distributed/tensor/_dispatch.py", False), ("/x/train/loop.py", False)])
+def test_the_time_a_thread_spends_inside_collectives_is_sampled(filename, inside):
+    import threading
+
+    from train.steptime import CollectiveWait
+
+    out: dict = {}
+
+    def thread() -> None:
+        w = CollectiveWait(period_s=0.005)
+        waiting_in(filename, 0.4)()
+        out["waited"] = w.take()
+        waiting_in("/x/train/loop.py", 0.2)()
+        out["after"] = w.take()
+        w.close()
+        out["cpu"] = w.cpu_s
+
+    t = threading.Thread(target=thread)
+    t.start()
+    t.join()
+    assert out["waited"] == pytest.approx(0.4, abs=0.15) if inside else out["waited"] == 0.0
+    assert out["after"] == 0.0 and 0 < out["cpu"] < 0.2
 
 
 TINY = str(Path(__file__).resolve().parents[2] / "train" / "configs" / "tiny.yaml")

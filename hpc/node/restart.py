@@ -1,0 +1,286 @@
+"""python -m hpc.node.restart: the batch script of a job with spare nodes runs its ranks through this instead of one
+srun: on N of the allocation's N + K nodes, and again within the job when they fail in a way that names a node (a
+spare taking the bad node's place), each start resuming from the newest complete checkpoint; no requeue, no queue.
+
+    python -m hpc.node.restart --nodes N --tasks-per-node T --ranks R --marks DIR [--max-restarts M]
+        [--max-restarts-per-node P] -- srun [OPTIONS] PROGRAM [ARGS]
+
+Each start of the ranks (an attempt) is ``srun --nodes=N --ntasks=N*T --nodelist=NODES OPTIONS PROGRAM ARGS`` with
+``HPC_ATTEMPT``, ``HPC_ATTEMPT_DIR`` and its own bad-node marks (``HPC_BAD_NODE_MARKS``) set; its tasks and ranks leave
+their records there (`hpc.node.attempt`). As soon as the records say what ended the attempt, its remaining ranks are
+killed (``scancel --signal=KILL JOB.STEP``) and `hpc.node.restart_policy` decides: restart, done, or leave it to the
+batch script (requeue, or end). Nodes that failed the health stage (marked in DIR before) are left out from the start.
+Every decision is a line on the output (``[restart] ...``) and a record in ``<job dir>/restarts.jsonl``, completed
+with the time the restarted ranks trained again.
+
+Exit code: 0 when the ranks are done or stopped with a checkpoint (their stop record tells the batch script to
+requeue), else that of the failure; DIR then names the nodes a requeue must exclude, and is empty when the job must
+end (the batch script's own rules, unchanged).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from hpc.node import attempt as records
+from hpc.node.cli import HpcError, Parser, fail, path_text, whole
+from hpc.node.contract import (ATTEMPT_DIR, ATTEMPT_DIR_VAR, ATTEMPT_VAR, BAD_NODE_MARKS_VAR, DEFAULT_MAX_RESTARTS,
+                               DEFAULT_MAX_RESTARTS_PER_NODE, JOB_DIR_VAR, RESTART_DIR, RESTART_LOG, STOP_RECORD_VAR)
+from hpc.node.hang import GRACE_S, STORE_TIMEOUT_S
+from hpc.node.lease import slurm_job_id
+from hpc.node.restart_policy import (DONE_ACTION, END, REQUEUE, RESTART, STOP, Decision, Failure, History, Limits, decide,
+                                     decisive, judge, place)
+from hpc.node.slurm_env import node_hosts
+
+PROG = "hpc.node.restart"
+POLL_S = 0.25
+EVIDENCE_S = GRACE_S + STORE_TIMEOUT_S + 2.0  # after a first failure record, the longest wait for the others' records
+END_WAIT_S = 60.0  # how long srun may take to return once its tasks were killed
+
+
+def job_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The job's values this needs from the batch script's environment; an HpcError naming a missing one."""
+    needed = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", JOB_DIR_VAR, STOP_RECORD_VAR)
+    missing = [n for n in needed if not environ.get(n)]
+    if missing:
+        raise HpcError(f"missing {', '.join(missing)}: run this in the batch script of a job (python -m hpc.submit "
+                       "--spare-nodes renders it)")
+    return {n: environ[n] for n in needed} | {"SLURM_RESTART_COUNT": environ.get("SLURM_RESTART_COUNT", "0")}
+
+
+def read_log(path: Path, job_id: str) -> list[dict]:
+    """This job's decision records of ``restarts.jsonl`` (all its runs), completions merged into their decision."""
+    by_id: dict[str, dict] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("job_id") == job_id and "id" in rec:
+            by_id.setdefault(rec["id"], {}).update(rec)
+    return list(by_id.values())
+
+
+def append_log(path: Path, record: dict) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def restart_lines(decisions: list[dict]) -> list[str]:
+    """Each in-job decision of a job (`read_log`), as ``hpc.jobs status`` and ``report`` show it: what failed, which
+    node a spare replaced, and the time and steps lost until the ranks trained again; or why it was not restarted."""
+    lines = []
+    for rec in sorted(decisions, key=lambda r: (r.get("restart", 0), r.get("attempt", 0))):
+        where = f"run {rec.get('restart', 0)} attempt {rec.get('attempt', 0)}"
+        if rec.get("action") != RESTART:
+            lines.append(f"{where}: {rec.get('what')}: {rec.get('why')}")
+            continue
+        replaced = rec.get("replaced") or {}
+        nodes = (", ".join(f"{old} replaced by {new}" for old, new in replaced.items()) if replaced
+                 else "on the same nodes" if "next_nodes" in rec else "")
+        done = timing_line(rec) if rec.get("trained_at") else "not training again (yet)"
+        lines.append(f"restart {rec.get('number', '?')} ({where}): {rec.get('what')}; {nodes + '; ' if nodes else ''}{done}")
+    return lines
+
+
+def timing_line(rec: dict) -> str:
+    """How long a restart took to train again, split (from a completed record)."""
+    parts = []
+    for name, a, b in (("detection", "fault_at", "seen_at"), ("teardown", "seen_at", "ended_at"),
+                       ("restart", "ended_at", "load_started_at"), ("load", "load_started_at", "loaded_at"),
+                       ("first step", "loaded_at", "trained_at")):
+        if rec.get(a) is not None and rec.get(b) is not None:
+            parts.append(f"{name} {rec[b] - rec[a]:.1f} s")
+    lost = rec["step"] - rec["resumed_step"] if rec.get("step") is not None and rec.get("resumed_step") is not None else None
+    head = f"training again from step {rec.get('resumed_step')}"
+    if lost is not None:
+        head += f" ({lost} step(s) lost)"
+    total = rec["trained_at"] - rec["fault_at"] if rec.get("fault_at") is not None else None
+    return head + (f", {total:.1f} s after the failure" if total is not None else "") + (f" ({', '.join(parts)})" if parts else "")
+
+
+class Supervisor:
+    def __init__(self, a: argparse.Namespace, command: list[str], environ: Mapping[str, str]):
+        self.env = job_env(environ)
+        self.environ = dict(environ)
+        self.nodes, self.tasks_per_node, self.ranks = a.nodes, a.tasks_per_node, a.ranks
+        self.marks = Path(a.marks)
+        self.limits = Limits(a.max_restarts, a.max_restarts_per_node)
+        self.command = command
+        self.job = self.env["SLURM_JOB_ID"]  # this job's own id (an array task's too): its steps, its directories
+        self.job_ref = slurm_job_id(environ) or self.job  # as Slurm's clients and hpc.jobs name it (ARRAY_TASK)
+        self.allocation = node_hosts(self.env["SLURM_JOB_NODELIST"])
+        job_dir = Path(self.env[JOB_DIR_VAR])
+        self.log = job_dir / RESTART_LOG
+        self.root = job_dir / RESTART_DIR.format(job_id=self.job, restart=self.env["SLURM_RESTART_COUNT"])
+        self.stop_record = Path(self.env[STOP_RECORD_VAR])
+        self.out: set[str] = set()
+        self.ending = False
+
+    def _on_term(self, signum, frame) -> None:
+        """SIGTERM (the job is being cancelled or requeued): srun passes it to the ranks; no new start after this."""
+        self.ending = True
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_term)
+        self.root.mkdir(parents=True, exist_ok=True)
+        unhealthy = sorted(p.name for p in self.marks.iterdir()) if self.marks.is_dir() else []
+        for name in unhealthy:  # the health stage's marks: this run leaves them out, and owns the directory now
+            (self.marks / name).unlink()
+        self.out |= set(unhealthy) & set(self.allocation)
+        if unhealthy:
+            print(f"[restart] {', '.join(unhealthy)} failed the health check: left out of job {self.job_ref}", flush=True)
+        previous: list[str] = []
+        avoid: set[str] = set()
+        pending: Optional[dict] = None  # the last restart's record, completed once the ranks train again
+        attempt, rc = 0, 1
+        while True:
+            history = History.of(read_log(self.log, self.job_ref))
+            chosen = place(self.allocation, previous, self.out, avoid, history.caused, self.nodes)
+            if chosen is None:
+                print(f"[restart] {len(set(self.allocation) - self.out)} healthy node(s) left in job {self.job_ref}, the "
+                      f"ranks need {self.nodes}: back to the batch script", flush=True)
+                self._leave_marks(self.out)
+                return rc
+            if pending is not None:
+                pending.update(next_nodes=chosen, relaunched_at=time.time(),
+                               replaced={old: new for old, new in zip(sorted(set(previous) - set(chosen)),
+                                                                     sorted(set(chosen) - set(previous)))})
+                append_log(self.log, {k: pending[k] for k in ("id", "job_id", "next_nodes", "replaced", "relaunched_at")})
+            rec, failure, decision = self._attempt(attempt, chosen, history, pending)
+            rc = failure.rc
+            pending = None
+            if decision.action == DONE_ACTION:
+                return 0
+            if decision.action == STOP:
+                self._leave_marks(self.out)
+                return 0
+            if decision.action == END:
+                self._leave_marks(set())
+                return rc or 1
+            self.out |= set(decision.out)
+            if decision.action == REQUEUE or self.ending:
+                self._leave_marks(self.out | set(failure.nodes))
+                return rc
+            self.stop_record.unlink(missing_ok=True)  # a persistent straggler's stop: this run goes on
+            previous, avoid, pending = chosen, set(failure.nodes), rec
+            attempt += 1
+
+    def _leave_marks(self, nodes: set[str]) -> None:
+        """DIR as the batch script reads it: the nodes a requeue must exclude (none: the job ends if it failed)."""
+        self.marks.mkdir(parents=True, exist_ok=True)
+        for p in self.marks.iterdir():
+            p.unlink()
+        for node in sorted(nodes):
+            (self.marks / node).touch()
+
+    def _attempt(self, attempt: int, nodes: list[str], history: History,
+                 pending: Optional[dict]) -> tuple[dict, Failure, Decision]:
+        """One start of the ranks on ``nodes`` until they end (or are ended); the decision, logged."""
+        directory = self.root / ATTEMPT_DIR.format(attempt=attempt)
+        (directory / records.MARKS).mkdir(parents=True, exist_ok=True)
+        srun, options = self.command[0], self.command[1:]
+        argv = [srun, f"--nodes={self.nodes}", f"--ntasks={self.nodes * self.tasks_per_node}",
+                f"--nodelist={','.join(nodes)}", *options]
+        env = {**self.environ, ATTEMPT_VAR: str(attempt), ATTEMPT_DIR_VAR: str(directory),
+               BAD_NODE_MARKS_VAR: str(directory / records.MARKS)}
+        spares = [n for n in self.allocation if n not in nodes and n not in self.out]
+        print(f"[restart] attempt {attempt} of job {self.job_ref}: ranks on {','.join(nodes)}; spare(s) "
+              f"{','.join(spares) or 'none'}", flush=True)
+        proc = subprocess.Popen(argv, env=env)
+        first_failure = decided_at = None
+        snapshot = None
+        while proc.poll() is None:
+            time.sleep(POLL_S)
+            seen = records.read(directory)
+            if pending is not None and seen.progress.get("trained_at"):
+                self._completed(pending, seen.progress)
+                pending = None
+            if first_failure is None and (seen.notes or any(e.get("rc") not in (0, 75) for e in seen.exits)):
+                first_failure = time.monotonic()
+            if first_failure is not None and (decisive(seen, self.ranks) or time.monotonic() - first_failure > EVIDENCE_S):
+                snapshot, decided_at = seen, time.time()
+                self._end_step(seen)
+                break
+        try:
+            rc = proc.wait(timeout=END_WAIT_S if snapshot is not None else None)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+        ended_at = time.time()
+        final = records.read(directory)
+        if pending is not None and final.progress.get("trained_at"):
+            self._completed(pending, final.progress)
+        failure = judge(snapshot or final, self.stop_record.exists(), None if snapshot is not None else rc, self.ranks)
+        usable = set(self.allocation) - self.out
+        decision = decide(failure, history, self.limits, usable, self.nodes)
+        step = final.progress.get("step")
+        if step is None:
+            step = next((n.get("step") for n in final.notes if n.get("step") is not None), None)
+        rec = {"id": f"{self.job}-{self.env['SLURM_RESTART_COUNT']}-{attempt}", "job_id": self.job_ref,
+               "restart": int(self.env["SLURM_RESTART_COUNT"]), "attempt": attempt, "kind": failure.kind,
+               "what": failure.what, "nodes": list(failure.nodes), "action": decision.action, "why": decision.why,
+               "out": list(decision.out), "attempt_nodes": nodes, "step": step, "fault_at": failure.at,
+               "seen_at": failure.seen, "decided_at": decided_at or ended_at, "ended_at": ended_at}
+        if decision.action == RESTART:
+            rec["number"] = history.restarts + 1
+        if failure.kind != "done":
+            n = history.restarts + 1
+            tail = (f"; restarting the ranks (restart {n} of at most {self.limits.max_restarts} in job {self.job_ref})"
+                    if decision.action == RESTART else f": {decision.why}")
+            print(f"[restart] {failure.what}{tail}", flush=True)
+            append_log(self.log, rec)
+        return rec, failure, decision
+
+    def _completed(self, rec: dict, progress: dict) -> None:
+        done = {"id": rec["id"], "job_id": rec["job_id"], **{k: progress.get(k) for k in
+                                                             ("load_started_at", "loaded_at", "resumed_step", "trained_at")}}
+        append_log(self.log, done)
+        print(f"[restart] restart {rec.get('number')} of job {rec['job_id']}: {timing_line({**rec, **done})}", flush=True)
+
+    def _end_step(self, seen: records.Records) -> None:
+        """Kill what is left of the attempt's step now (its ranks hung, or waiting on the dead)."""
+        steps = sorted({s["step"] for s in seen.starts if s.get("step")})
+        if not steps:
+            out = subprocess.run(["squeue", "-h", "-s", "-j", self.job, "-o", "%i"], capture_output=True, text=True).stdout
+            steps = [line.split(".", 1)[1] for line in out.split() if line.split(".", 1)[-1].isdigit()]
+        for step in steps:
+            subprocess.run(["scancel", "--signal=KILL", f"{self.job}.{step}"], capture_output=True)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
+    p.add_argument("--nodes", type=whole(1, 100_000), required=True, help="nodes the ranks run on")
+    p.add_argument("--tasks-per-node", type=whole(1, 100_000), required=True)
+    p.add_argument("--ranks", type=whole(1, 10_000_000), required=True, help="the ranks' world size")
+    p.add_argument("--marks", type=path_text, required=True, help="the batch script's bad-node marks of this run")
+    p.add_argument("--max-restarts", type=whole(0, 100_000), default=DEFAULT_MAX_RESTARTS)
+    p.add_argument("--max-restarts-per-node", type=whole(1, 100_000), default=DEFAULT_MAX_RESTARTS_PER_NODE)
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- srun [OPTIONS] PROGRAM [ARGS]")
+    a = p.parse_args(argv)
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not command or not Path(command[0]).name == "srun":
+        p.error("give the srun command line after --")
+    try:
+        supervisor = Supervisor(a, command, os.environ)
+        if shutil.which(command[0]) is None:
+            raise HpcError(f"{command[0]}: not found on this node's PATH")
+        sys.exit(supervisor.run())
+    except HpcError as e:
+        fail(PROG, e)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""Which failures of a job's ranks restart them within the job (on the allocation's healthy nodes, a spare taking a
+bad node's place), which end the job, and which go back to the queue: the decision table of `hpc.node.restart`.
+
+What ended an attempt is judged from what its tasks and ranks left (`hpc.node.attempt`): the first failure in time
+is the cause, the failures it brought on in the other ranks (their collectives failing) are not.
+
+| what ended the ranks | kind | then |
+| --- | --- | --- |
+| every rank reached the end | done | the job is done |
+| a clean stop (exit 75: the time limit, a preemption) | stopped | requeued, as without spares |
+| a clean stop after a persistent straggler's node was marked | straggler | restart without that node |
+| a collective timed out: the ranks missing at it are named | hang | restart without their node(s) |
+| a rank's process was killed by a signal (SIGKILL, SIGSEGV, ...) | died | restart without its node |
+| a node's ranks all ended without a record (the node's processes killed, the node gone) | vanished | restart without it |
+| bad input (exit 2) | bad input | never restarted or requeued |
+| a rank asked for none (exit 93, `EXIT_NO_RESTART`) | no restart | never restarted or requeued |
+| a rank's program failed by itself (a Python exception, ``sys.exit(1)``, any other code) | error | never restarted or requeued |
+| the step failed and nothing names a rank or node | unknown | restarted at most once per job, on the same nodes |
+
+A node named by a failure leaves the job once it has caused ``max_restarts_per_node`` restarts (until then it goes back
+to the spares, behind those that never failed); a job restarts at most ``max_restarts`` times in all. When a restart
+is due but the limit is reached or fewer healthy nodes than the job's are left, the job falls back to the requeue
+without the named nodes (the batch script's, within its own limits).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hpc.node.attempt import Records
+from hpc.node.contract import EXIT_BAD_INPUT, EXIT_NO_RESTART, EXIT_STOPPED
+
+DONE, STOPPED, STRAGGLER, HANG, DIED, VANISHED = "done", "stopped", "straggler", "hang", "died", "vanished"
+BAD_INPUT, NO_RESTART, ERROR, UNKNOWN = "bad input", "no restart", "error", "unknown"
+NAMES_A_NODE = (STRAGGLER, HANG, DIED, VANISHED)  # restarted without the node(s) named
+NEVER = (BAD_INPUT, NO_RESTART, ERROR)  # the program's own failure: never restarted or requeued
+
+RESTART, DONE_ACTION, STOP, END, REQUEUE = "restart", "done", "stop", "end", "requeue"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What ended an attempt: its kind, the nodes it names, one line saying so, when it happened (the system's
+    estimate: a process's end, or the start of the step that never finished), when it was first seen, and the exit
+    code it leaves."""
+
+    kind: str
+    nodes: tuple[str, ...] = ()
+    what: str = ""
+    at: Optional[float] = None
+    rc: int = 0
+    seen: Optional[float] = None
+
+
+def _fine(rc: int) -> bool:
+    return rc in (0, EXIT_STOPPED)
+
+
+def _rank_level(records: Records) -> list[dict]:
+    """The exit records that say how each rank ended (under torchrun/accelerate the per-node launchers' records
+    only say that one of their ranks failed); the task records where no rank left one."""
+    ranks = [e for e in records.exits if e.get("rank") is not None]
+    return ranks if ranks else list(records.exits)
+
+
+def _missing_without_record(note: dict, records: Records) -> list[int]:
+    """The ranks a failed collective named missing that left no exit record (their processes gone with their
+    supervisors: the node's processes killed at once, or the node itself gone)."""
+    ended = {e.get("rank") for e in records.exits}
+    return [r for r in note.get("missing") or [] if r not in ended]
+
+
+def _unreported(records: Records, world: int) -> list[int]:
+    """Ranks that left neither a collective note nor an exit record (used when the store did not answer)."""
+    seen = {n["rank"] for n in records.notes} | {e.get("rank") for e in records.exits}
+    return [r for r in range(world) if r not in seen]
+
+
+def _nodes_of(ranks: list[int], records: Records, note: Optional[dict] = None) -> tuple[str, ...]:
+    where = {s.get("rank"): s.get("node") for s in records.starts if s.get("rank") is not None}
+    if note and note.get("nodes"):
+        where.update(enumerate(note["nodes"]))
+    return tuple(sorted({where[r] for r in ranks if where.get(r)}))
+
+
+def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Failure:
+    """What ended the attempt (see the module's table). ``stopped``: the ranks left the stop record; ``rc``: srun's
+    exit code (None when the supervisor ended the step); ``world``: the ranks the attempt started."""
+    exits = _rank_level(records)
+    for code, kind in ((EXIT_BAD_INPUT, BAD_INPUT), (EXIT_NO_RESTART, NO_RESTART)):
+        hit = sorted((e for e in exits if e.get("rc") == code and not e.get("signal")), key=lambda e: e["at"])
+        if hit:
+            e = hit[0]
+            what = "bad input" if code == EXIT_BAD_INPUT else "do not restart or requeue"
+            return Failure(kind, (e["node"],), f"{e['who']} ended with exit code {code} ({what})", e["at"], code, e["at"])
+    noted = {n["rank"] for n in records.notes}
+    events: list[Failure] = []
+    for e in exits:
+        if _fine(e.get("rc", 0)):
+            continue
+        if e.get("signal"):
+            events.append(Failure(DIED, (e["node"],), f"{e['who']} was killed by {e['signal']} (exit {e['rc']})", e["at"],
+                                  e["rc"], e["at"]))
+        elif e.get("rank") is None or e["rank"] not in noted:  # not a collective's victim: the program's own failure
+            events.append(Failure(ERROR, (e["node"],), f"{e['who']} ended with exit code {e['rc']} without a failed "
+                                  "collective (an error in the program)", e["at"], e["rc"], e["at"]))
+    if records.notes:
+        first = min(records.notes, key=lambda n: n["failed_at"])
+        step = f" after step {first['step']}" if first.get("step") is not None else ""
+        if any(n.get("failure") == "timeout" for n in records.notes):
+            missing = sorted({r for n in records.notes for r in n.get("missing") or []})
+            if all(n.get("arrived") is None for n in records.notes):  # the store did not answer: who said nothing
+                missing = _unreported(records, world)
+            nodes = _nodes_of(missing, records, first)
+            if missing:
+                events.append(Failure(HANG, nodes, f"a collective timed out{step}: {_ranks_on(missing, nodes)} did "
+                                      "not arrive", first["step_started_at"], 1, first["failed_at"]))
+        else:
+            gone = sorted({r for n in records.notes for r in _missing_without_record(n, records)})
+            nodes = _nodes_of(gone, records, first)
+            if gone:
+                events.append(Failure(VANISHED, nodes, f"{_ranks_on(gone, nodes)} ended{step} without an exit "
+                                      "record (the node's processes killed at once, or the node gone)", first["failed_at"], 1,
+                                      first["failed_at"]))
+    if events:
+        return min(events, key=lambda f: f.seen)
+    if stopped:
+        if records.marked:
+            return Failure(STRAGGLER, tuple(records.marked), f"the ranks stopped with a checkpoint after "
+                           f"{', '.join(records.marked)} was marked bad (a persistent straggler)",
+                           records.progress.get("step_at"), 0, records.progress.get("step_at"))
+        return Failure(STOPPED, (), "the ranks stopped with a checkpoint saved (the time limit or a preemption)", None, 0)
+    if rc == 0:
+        return Failure(DONE, (), "every rank reached the end", None, 0)
+    return Failure(UNKNOWN, (), f"the ranks ended with exit code {rc}, and no rank or node is named", None, rc or 1)
+
+
+def _ranks_on(ranks: list[int], nodes: tuple[str, ...]) -> str:
+    what = "rank " + str(ranks[0]) if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+    return f"{what} on {', '.join(nodes)}" if nodes else what
+
+
+def decisive(records: Records, world: int) -> bool:
+    """Whether the attempt's records already say what ended it, so the rest of its ranks may be ended now: the
+    program's own end (bad input, no restart, an error) or a process killed, or every rank accounted for (a
+    record, a collective note, or named missing in one)."""
+    exits = _rank_level(records)
+    if any(not _fine(e.get("rc", 0)) and (e.get("signal") or e.get("rc") in (EXIT_BAD_INPUT, EXIT_NO_RESTART)
+                                          or e.get("rank") not in {n["rank"] for n in records.notes})
+           for e in exits):
+        return True
+    if not records.notes:
+        return False
+    seen = {n["rank"] for n in records.notes} | {e.get("rank") for e in exits}
+    seen |= {r for n in records.notes for r in n.get("missing") or []}
+    return all(r in seen for r in range(world))
+
+
+@dataclass
+class History:
+    """The job's in-job restarts so far (all its runs): how many, how many of unknown cause, and how many each node
+    caused."""
+
+    restarts: int = 0
+    unattributed: int = 0
+    caused: Counter = field(default_factory=Counter)
+
+    @classmethod
+    def of(cls, decisions: list[dict]) -> "History":
+        h = cls()
+        for d in decisions:
+            if d.get("action") != RESTART:
+                continue
+            h.restarts += 1
+            h.unattributed += d.get("kind") == UNKNOWN
+            h.caused.update(d.get("nodes") or [])
+        return h
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_restarts: int
+    max_restarts_per_node: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # restart, done, stop (the batch script requeues), end (failed), requeue (without the named nodes)
+    why: str
+    out: tuple[str, ...] = ()  # nodes that leave the job now (caused max_restarts_per_node restarts)
+
+
+def decide(failure: Failure, history: History, limits: Limits, usable: set[str], needed: int) -> Decision:
+    """What to do after ``failure``: ``history`` before it; ``usable``: the allocation's nodes not out of the job
+    before it; ``needed``: the nodes the ranks run on."""
+    kind = failure.kind
+    if kind == DONE:
+        return Decision(DONE_ACTION, "done")
+    if kind == STOPPED:
+        return Decision(STOP, "stopped with a checkpoint saved: requeued by the batch script")
+    if kind in NEVER:
+        reason = {BAD_INPUT: "bad input is never restarted", NO_RESTART: "the program asked not to be restarted or requeued",
+                  ERROR: "an error in the program is never restarted"}[kind]
+        return Decision(END, f"not restarted: {reason}")
+    if history.restarts >= limits.max_restarts:
+        return Decision(REQUEUE if kind in NAMES_A_NODE else END,
+                        f"not restarted: the job has restarted {history.restarts} time(s), at most {limits.max_restarts}")
+    if kind == UNKNOWN:
+        if history.unattributed >= 1:
+            return Decision(END, "not restarted: a failure of unknown cause restarts at most once per job, and this is the second")
+        return Decision(RESTART, "a failure of unknown cause: restarted once, on the same nodes")
+    out = tuple(n for n in failure.nodes if history.caused[n] + 1 >= limits.max_restarts_per_node)
+    healthy = len(usable - set(out))
+    if healthy < needed:
+        return Decision(REQUEUE, f"not restarted: {healthy} healthy node(s) left, the ranks need {needed}", out)
+    return Decision(RESTART, "restarted on the allocation's healthy nodes", out)
+
+
+def place(allocation: list[str], previous: list[str], out: set[str], avoid: set[str], caused: Counter,
+          needed: int) -> Optional[list[str]]:
+    """The nodes of the next attempt, in the allocation's order: the previous attempt's nodes that are neither out
+    nor to be avoided (the nodes the failure named), then the spares that never failed, then those that caused the
+    fewest restarts, the avoided ones last; None when fewer than ``needed`` nodes are usable."""
+    usable = [n for n in allocation if n not in out]
+    if len(usable) < needed:
+        return None
+    keep = [n for n in previous if n in usable and n not in avoid][:needed]
+    spares = sorted((n for n in usable if n not in keep), key=lambda n: (n in avoid, caused[n], allocation.index(n)))
+    chosen = set(keep + spares[:needed - len(keep)])
+    return [n for n in allocation if n in chosen]

@@ -1,0 +1,204 @@
+"""The in-job restart's decision table (hpc/node/restart_policy.py): what ended an attempt, judged from the records its
+tasks and ranks left, and what follows; the next attempt's nodes; the records themselves (hpc/node/attempt.py)."""
+import json
+from collections import Counter
+
+import pytest
+
+from hpc.node import attempt
+from hpc.node.attempt import Progress, Records, read, record_collective, record_exit, record_start
+from hpc.node.restart import read_log, timing_line
+from hpc.node.restart_policy import (BAD_INPUT, DIED, DONE, END, ERROR, HANG, NO_RESTART, REQUEUE, RESTART, STOPPED,
+                                     STRAGGLER, UNKNOWN, VANISHED, Failure, History, Limits, decide, decisive, judge, place)
+
+NODES = ["n1", "n1", "n2", "n2"]  # rank -> node: 2 nodes x 2 ranks
+
+
+def starts() -> list[dict]:
+    return [{"rank": r, "node": n, "pid": 100 + r} for r, n in enumerate(NODES)]
+
+
+def exit_(rank: int, rc: int, at: float, signal: str | None = None) -> dict:
+    return {"who": f"rank {rank} on {NODES[rank]}", "rank": rank, "task": rank, "node": NODES[rank], "rc": rc,
+            "signal": signal, "at": at}
+
+
+def note(rank: int, failure: str, missing: list[int], failed_at: float, arrived=(), step: int = 12) -> dict:
+    arrived = [r for r in range(4) if r not in missing] if arrived == () else arrived
+    return {"rank": rank, "node": NODES[rank], "failure": failure, "step": step, "failed_at": failed_at,
+            "step_started_at": failed_at - 15, "arrived": arrived, "missing": missing,
+            "missing_nodes": sorted({NODES[r] for r in missing}), "nodes": NODES, "at": failed_at + 5}
+
+
+def records(exits=(), notes=(), marked=(), progress=None) -> Records:
+    return Records(starts=starts(), exits=list(exits), notes=list(notes), marked=list(marked), progress=progress or {})
+
+
+def test_every_rank_done_and_a_clean_stop():
+    assert judge(records([exit_(r, 0, 10) for r in range(4)]), stopped=False, rc=0, world=4).kind == DONE
+    stop = judge(records([exit_(r, 75, 10) for r in range(4)]), stopped=True, rc=0, world=4)
+    assert stop.kind == STOPPED and stop.nodes == ()
+
+
+def test_a_persistent_stragglers_stop_names_its_node():
+    f = judge(records([exit_(r, 75, 10) for r in range(4)], marked=["n2"], progress={"step_at": 9.0}), True, 0, 4)
+    assert (f.kind, f.nodes, f.at) == (STRAGGLER, ("n2",), 9.0)
+
+
+@pytest.mark.parametrize("rc,kind", [(2, BAD_INPUT), (93, NO_RESTART)])
+def test_bad_input_and_no_restart_win_over_what_followed(rc, kind):
+    f = judge(records([exit_(1, rc, 10), exit_(2, 0, 9), exit_(3, 137, 12, "SIGKILL")]), False, None, 4)
+    assert (f.kind, f.nodes, f.rc) == (kind, ("n1",), rc)
+
+
+def test_a_ranks_own_error_is_not_restarted_though_the_others_collectives_failed_after_it():
+    """Rank 1 raised (exit 1) and closed its connections; ranks 0, 2, 3 saw their peer's process end, named it missing
+    and exited 1 themselves: the first failure, rank 1's, has no collective note of its own."""
+    rs = records([exit_(1, 1, 10.5)] + [exit_(r, 1, 15.2) for r in (0, 2, 3)],
+                 [note(r, "peer ended", [1], 10.1) for r in (0, 2, 3)])
+    f = judge(rs, False, 1, 4)
+    assert (f.kind, f.nodes, f.rc) == (ERROR, ("n1",), 1) and "rank 1 on n1 ended with exit code 1" in f.what
+
+
+def test_a_killed_process_names_its_node():
+    rs = records([exit_(2, 139, 10.0, "SIGSEGV")], [note(r, "peer ended", [2], 10.01) for r in (0, 1, 3)])
+    f = judge(rs, False, None, 4)
+    assert (f.kind, f.nodes, f.at, f.rc) == (DIED, ("n2",), 10.0, 139) and "killed by SIGSEGV" in f.what
+
+
+def test_a_timeout_names_the_missing_ranks_node_and_the_fault_at_the_steps_start():
+    rs = records([exit_(r, 1, 40.5) for r in (0, 1, 3)], [note(r, "timeout", [2], 40.0) for r in (0, 1, 3)], marked=["n2"])
+    f = judge(rs, False, None, 4)
+    assert (f.kind, f.nodes, f.at, f.seen) == (HANG, ("n2",), 25.0, 40.0)
+    assert f.what == "a collective timed out after step 12: rank 2 on n2 did not arrive"
+
+
+def test_a_timeout_seen_as_a_closed_connection_by_some_ranks_is_a_timeout():
+    rs = records(notes=[note(0, "timeout", [2], 40.0), note(1, "peer ended", [2], 40.2), note(3, "peer ended", [2], 40.1)])
+    assert judge(rs, False, None, 4).kind == HANG
+
+
+def test_a_timeout_whose_store_did_not_answer_names_the_rank_that_said_nothing():
+    rs = records(notes=[note(r, "timeout", [], 40.0, arrived=None) for r in (1, 2, 3)])
+    assert (judge(rs, False, None, 4).kind, judge(rs, False, None, 4).nodes) == (HANG, ("n1",))
+
+
+def test_a_nodes_ranks_gone_without_records_name_the_node():
+    rs = records([exit_(r, 1, 16) for r in (0, 1)], [note(r, "peer ended", [2, 3], 10.0) for r in (0, 1)])
+    f = judge(rs, False, None, 4)
+    assert (f.kind, f.nodes) == (VANISHED, ("n2",)) and f.what.startswith("ranks 2, 3 on n2 ended after step 12")
+
+
+def test_a_failure_that_names_nobody_is_unknown():
+    f = judge(records(), False, 1, 4)
+    assert (f.kind, f.nodes, f.rc) == (UNKNOWN, (), 1)
+
+
+def test_when_the_records_suffice_to_end_the_step():
+    assert decisive(records([exit_(2, 137, 10, "SIGKILL")]), 4)
+    assert decisive(records([exit_(1, 1, 10)]), 4)  # an error of the program
+    assert not decisive(records([exit_(0, 1, 10)], [note(0, "timeout", [2], 9)]), 4)  # a victim; ranks 1, 3 unaccounted
+    assert decisive(records([exit_(0, 1, 10)], [note(r, "timeout", [2], 9) for r in (0, 1, 3)]), 4)
+    assert not decisive(records([exit_(r, 0, 10) for r in range(3)]), 4)
+
+
+LIMITS = Limits(max_restarts=3, max_restarts_per_node=1)
+ALL = {"n1", "n2", "n3"}
+
+
+def died(node: str = "n2") -> Failure:
+    return Failure(DIED, (node,), f"rank 2 on {node} was killed by SIGKILL", 10.0, 137, 10.0)
+
+
+@pytest.mark.parametrize("kind", [BAD_INPUT, NO_RESTART, ERROR])
+def test_the_programs_own_failures_end_the_job(kind):
+    assert decide(Failure(kind, ("n1",), "", 1.0, 1), History(), LIMITS, ALL, 2).action == END
+
+
+def test_a_named_node_leaves_and_the_ranks_restart_while_a_spare_is_left():
+    d = decide(died(), History(), LIMITS, ALL, 2)
+    assert (d.action, d.out) == (RESTART, ("n2",))
+    d = decide(died(), History(restarts=1, caused=Counter(n1=1)), LIMITS, {"n2", "n3"}, 2)
+    assert (d.action, d.out) == (REQUEUE, ("n2",)) and "1 healthy node(s) left, the ranks need 2" in d.why
+
+
+def test_a_node_stays_until_it_caused_max_restarts_per_node():
+    limits = Limits(max_restarts=5, max_restarts_per_node=2)
+    assert decide(died(), History(), limits, ALL, 2).out == ()
+    assert decide(died(), History(restarts=1, caused=Counter(n2=1)), limits, ALL, 2).out == ("n2",)
+
+
+def test_the_restart_limit_falls_back_to_the_requeue():
+    d = decide(died(), History(restarts=3), LIMITS, ALL, 2)
+    assert d.action == REQUEUE and "restarted 3 time(s), at most 3" in d.why
+
+
+def test_an_unknown_failure_restarts_once_per_job():
+    f = Failure(UNKNOWN, (), "", None, 1)
+    assert decide(f, History(), LIMITS, ALL, 2).action == RESTART
+    assert decide(f, History(restarts=1, unattributed=1), LIMITS, ALL, 2).action == END
+
+
+def test_done_and_stopped():
+    assert decide(Failure(DONE), History(), LIMITS, ALL, 2).action == "done"
+    assert decide(Failure(STOPPED), History(), LIMITS, ALL, 2).action == "stop"
+
+
+def test_history_counts_restarts_by_cause_and_node():
+    h = History.of([{"action": RESTART, "kind": DIED, "nodes": ["n2"]}, {"action": RESTART, "kind": UNKNOWN, "nodes": []},
+                    {"action": REQUEUE, "kind": HANG, "nodes": ["n3"]}])
+    assert (h.restarts, h.unattributed, h.caused) == (2, 1, Counter(n2=1))
+
+
+def test_the_next_attempt_keeps_its_nodes_and_takes_a_spare_for_the_named_one():
+    alloc = ["n1", "n2", "n3", "n4"]
+    assert place(alloc, [], set(), set(), Counter(), 2) == ["n1", "n2"]
+    assert place(alloc, ["n1", "n3"], {"n2"}, {"n3"}, Counter(n2=1, n3=1), 2) == ["n1", "n4"]
+    # a spare that never failed first, then the one that caused fewest restarts, the named ones last
+    assert place(alloc, ["n1", "n2"], set(), {"n1"}, Counter(n1=1, n3=2, n4=1), 2) == ["n2", "n4"]
+    assert place(alloc, ["n1", "n2"], {"n3", "n4"}, {"n2"}, Counter(n2=1), 2) == ["n1", "n2"]  # no other left
+    assert place(alloc, ["n1", "n2"], {"n2", "n3", "n4"}, set(), Counter(), 2) is None
+
+
+def test_the_records_of_an_attempt(tmp_path, monkeypatch):
+    env = {"HPC_ATTEMPT_DIR": str(tmp_path), "RANK": "2", "SLURM_PROCID": "2", "SLURM_STEP_ID": "4"}
+    (tmp_path / attempt.MARKS).mkdir()
+    (tmp_path / attempt.MARKS / "n2").touch()
+    record_start(env, "rank 2 on n2", "n2", 1234, rank_level=True)
+    record_exit(env, "rank 2 on n2", "n2", -9, rank_level=True)
+    record_exit({**env, "RANK": "1"}, "rank 1 on n1", "n1", 75, rank_level=True)
+    monkeypatch.setenv("HPC_ATTEMPT_DIR", str(tmp_path))
+    record_collective(0, "n1", "timeout", 12, 100.0, 15.0, [0, 1, 3], [2], NODES)
+    p = Progress(0, env)
+    p.loading()
+    p.loaded(10)
+    p.stepped(11)
+    p.stepped(12)
+    Progress(1, env).stepped(99)  # only rank 0 writes
+    r = read(tmp_path)
+    assert [(s["rank"], s["pid"], s["step"]) for s in r.starts] == [(2, 1234, "4")]
+    assert sorted((e["rank"], e["rc"], e["signal"]) for e in r.exits) == [(1, 75, None), (2, 137, "SIGKILL")]
+    assert r.notes[0]["step_started_at"] == 85.0 and r.notes[0]["missing_nodes"] == ["n2"]
+    assert r.marked == ["n2"]
+    assert r.progress["resumed_step"] == 10 and r.progress["step"] == 12 and r.progress["trained_at"] <= r.progress["step_at"]
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+
+
+def test_outside_a_job_with_spares_nothing_is_written(tmp_path):
+    record_exit({}, "rank 0", "n1", 1, rank_level=True)
+    Progress(0, {}).stepped(1)
+    assert attempt.attempt_dir({}) is None
+
+
+def test_the_restart_log_merges_a_decision_with_its_completion(tmp_path):
+    log = tmp_path / "restarts.jsonl"
+    lines = [{"id": "7-0-0", "job_id": "7", "action": RESTART, "kind": DIED, "step": 14, "fault_at": 100.0,
+              "seen_at": 100.5, "ended_at": 101.0},
+             {"id": "9-0-0", "job_id": "9", "action": END},
+             {"id": "7-0-0", "job_id": "7", "load_started_at": 120.0, "loaded_at": 122.0, "resumed_step": 10,
+              "trained_at": 123.0}]
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines) + "{not json\n")
+    (rec,) = read_log(log, "7")
+    assert rec["trained_at"] == 123.0 and rec["kind"] == DIED
+    assert timing_line(rec) == ("training again from step 10 (4 step(s) lost), 23.0 s after the failure (detection 0.5 s, "
+                                "teardown 0.5 s, restart 19.0 s, load 2.0 s, first step 1.0 s)")
