@@ -34,6 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from one_gpu import one_rank_trainer  # noqa: E402
 
 PARTS = ["dense", "lora", "moe", "qlora", "fp8-lora", "compile"]
 SIDES = {"dense": ["ours", "hf"], "lora": ["ours", "peft"], "moe": ["ours", "hf"], "qlora": ["ours"],
@@ -106,16 +107,10 @@ def _imbalance(counts) -> list[float]:
 def _ours(cfg, part: str) -> dict:
     import torch
 
-    from train.loop import Trainer
     from train.moe import routing_summary
-    from train.parallel import ParallelDims, WorldEnv, init_distributed
 
-    env = WorldEnv(rank=0, local_rank=0, world_size=1, local_world_size=1)
-    device = init_distributed(env)
-    t0 = time.perf_counter()
-    dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads(), num_experts=cfg.model.num_experts())
-    trainer = Trainer(cfg, dims, env, device, run_id="suite")
-    startup = time.perf_counter() - t0
+    trainer, startup = one_rank_trainer(cfg, run_id="suite")
+    device = trainer.device
     losses, load = [], []
     t0 = time.perf_counter()
     for _ in range(cfg.steps):

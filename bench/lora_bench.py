@@ -28,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from one_gpu import one_rank_trainer, timed  # noqa: E402
 
 SEQ, WARMUP, TIMED = 4096, 3, 6
 LORA = {"enabled": True, "r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
@@ -58,32 +59,10 @@ def _config(name: str, run_dir: str):
                        log={"dir": run_dir, "log_every": 1000}, checkpoint={"dir": f"{run_dir}/checkpoints"}, **extra)
 
 
-def _timed(step) -> tuple[float, float]:
-    import torch
-
-    t0 = time.perf_counter()
-    for _ in range(WARMUP):
-        step()
-    torch.cuda.synchronize()
-    warm = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for _ in range(TIMED):
-        step()
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0, warm
-
-
 def _ours(cfg) -> dict:
-    from train.loop import Trainer
-    from train.parallel import ParallelDims, WorldEnv, init_distributed
-
-    env = WorldEnv(rank=0, local_rank=0, world_size=1, local_world_size=1)
-    device = init_distributed(env)
-    t0 = time.perf_counter()
-    trainer = Trainer(cfg, ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()), env, device, run_id="bench")
-    startup = time.perf_counter() - t0
+    trainer, startup = one_rank_trainer(cfg)
     losses = []
-    seconds, warm = _timed(lambda: losses.append(trainer.train_step()["loss"]))
+    seconds, warm = timed(lambda: losses.append(trainer.train_step()["loss"]), WARMUP, TIMED)
     return {"seconds": seconds, "warmup_s": warm, "startup_s": startup, "loss": float(losses[-1])}
 
 
@@ -123,7 +102,7 @@ def _peft(cfg) -> dict:
         opt.zero_grad(set_to_none=True)
         last["loss"] = loss.detach()
 
-    seconds, warm = _timed(step)
+    seconds, warm = timed(step, WARMUP, TIMED)
     return {"seconds": seconds, "warmup_s": warm, "startup_s": startup, "loss": float(last["loss"])}
 
 

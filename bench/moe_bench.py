@@ -26,11 +26,11 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from one_gpu import one_rank_trainer, timed  # noqa: E402
 
 SEQ, WARMUP, TIMED = 4096, 3, 10
 
@@ -77,31 +77,10 @@ def _force_balanced() -> None:
     hf.Qwen3MoeTopKRouter.forward = theirs
 
 
-def _timed(step) -> tuple[float, float]:
-    """(seconds of the timed steps, seconds of the warm-up)."""
-    import torch
-
-    t0 = time.perf_counter()
-    for _ in range(WARMUP):
-        step()
-    torch.cuda.synchronize()
-    warm = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for _ in range(TIMED):
-        step()
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0, warm
-
-
 def _ours(cfg) -> dict:
-    from train.loop import Trainer
-    from train.parallel import ParallelDims, WorldEnv, init_distributed
-
-    env = WorldEnv(rank=0, local_rank=0, world_size=1, local_world_size=1)
-    device = init_distributed(env)
-    trainer = Trainer(cfg, ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads(), num_experts=cfg.model.num_experts()), env, device, run_id="bench")
+    trainer, _ = one_rank_trainer(cfg)
     records = []
-    seconds, warm = _timed(lambda: records.append(trainer.train_step()))
+    seconds, warm = timed(lambda: records.append(trainer.train_step()), WARMUP, TIMED)
     return {"seconds": seconds, "warmup_s": warm, "flops_per_token": trainer.flops_per_token, "loss": float(records[-1]["loss"]),
             "moe_load_imbalance": float(records[-1]["moe_load_imbalance"])}
 
@@ -151,7 +130,7 @@ def _hf(cfg) -> dict:
         opt.zero_grad(set_to_none=True)
         last["loss"] = loss.detach()
 
-    seconds, warm = _timed(step)
+    seconds, warm = timed(step, WARMUP, TIMED)
     fpt = flops_per_token(count_params(config), config.num_hidden_layers, config.num_attention_heads, config.head_dim, cfg.seq_len)
     return {"seconds": seconds, "warmup_s": warm, "flops_per_token": fpt, "loss": float(last["loss"]),
             "moe_load_imbalance": float(last["imbalance"]), "experts_implementation": config._experts_implementation}
