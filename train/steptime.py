@@ -74,33 +74,50 @@ def in_collective(frame) -> bool:
 
 
 class CollectiveWait:
-    """How long the thread that creates it spends inside collectives: a sampler thread looks every ``period_s`` at
-    that thread's innermost frame (`in_collective`). A gap between two looks longer than two periods (the whole
-    process stopped or not scheduled) counts as not waiting: the others wait for such a rank, not it for them.
-    ``take()`` returns the seconds counted since the last call; ``cpu_s`` is the sampler's own CPU time."""
+    """How long the thread that creates it spends inside collectives while ``resume``d (a step): a sampler thread looks
+    every ``period_s`` at that thread's innermost frame (`in_collective`), and sleeps without waking while paused. A gap
+    between two looks longer than two periods (the whole process stopped or not scheduled) counts as not waiting: the
+    others wait for such a rank, not it for them. ``take()`` returns the seconds counted since the last call;
+    ``cpu_s`` is the sampler's own CPU time."""
 
-    def __init__(self, period_s: float = 0.01):
+    def __init__(self, period_s: float = 0.02):
         self.period_s = period_s
         self._watched = threading.get_ident()
         self._waited = 0.0
         self._lock = threading.Lock()
+        self._on = threading.Event()
+        self._since = time.perf_counter()
         self._stopped = False
         self.cpu_s = 0.0
         self._thread = threading.Thread(target=self._run, name="hpc-collective-wait", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        last, cpu0 = time.perf_counter(), time.thread_time()
-        while not self._stopped:
-            time.sleep(self.period_s)  # a sleep wakes at half the CPU cost of an Event's timed wait
-            now = time.perf_counter()
-            dt, last = now - last, now
-            frame = sys._current_frames().get(self._watched)
-            if frame is not None and in_collective(frame):
-                with self._lock:
-                    self._waited += min(dt, 2 * self.period_s)
-            del frame
+        cpu0 = time.thread_time()
+        while True:
+            self._on.wait()
+            if self._stopped:
+                return
+            last = self._since
+            while self._on.is_set() and not self._stopped:
+                time.sleep(self.period_s)  # a sleep wakes at half the CPU cost of an Event's timed wait
+                now = time.perf_counter()
+                dt, last = now - last, now
+                frame = sys._current_frames().get(self._watched)
+                if frame is not None and in_collective(frame) and self._on.is_set():
+                    with self._lock:
+                        self._waited += min(dt, 2 * self.period_s)
+                del frame
             self.cpu_s = time.thread_time() - cpu0
+
+    def resume(self) -> None:
+        """Count from now (a step starts)."""
+        self._since = time.perf_counter()
+        self._on.set()
+
+    def pause(self) -> None:
+        """Stop counting (the step ended): the sampler sleeps until the next ``resume``."""
+        self._on.clear()
 
     def take(self) -> float:
         with self._lock:
@@ -109,4 +126,5 @@ class CollectiveWait:
 
     def close(self) -> None:
         self._stopped = True
+        self._on.set()
         self._thread.join()

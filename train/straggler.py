@@ -94,7 +94,7 @@ class StragglerMonitor:
 
         def run() -> T:
             start = time.perf_counter()
-            self.waits.take()  # the waits between steps are not this step's
+            self.waits.resume()  # only the step's own waits: what happens between steps is left out
             t0 = time.thread_time()
             begun = time.perf_counter()
             self._own_s += begun - start
@@ -105,6 +105,7 @@ class StragglerMonitor:
                 else:
                     burn_cpu(self.slow_here)
             t1 = time.perf_counter()
+            self.waits.pause()
             self._busy.append(max(0.0, t1 - begun - self.waits.take()))
             if self.device.type != "cuda":
                 self._times.append(time.thread_time() - t0)

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from conftest import PYTHON, ROOT
 from hpc.integrations.checkpoints import newest_complete_checkpoint
+from hpc.node.attempt import read
 from train_helpers import clean_env, free_port, tiny_hf_chat
 
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -70,8 +71,12 @@ def test_trl_script_stops_at_the_notice_saves_and_resumes_exactly(tmp_path, mode
     assert newest_complete_checkpoint(cut) == str(cut / f"checkpoint-{stop}")
     assert [r["step"] for r in losses(cut)] == list(range(1, stop + 1))
 
-    log = run(nproc, TRL, *model_and_data, "--out", str(cut), wrapped=False)
+    attempt = tmp_path / "attempt"  # as in a job with spare nodes: the callback records the resumed step and the steps
+    attempt.mkdir()
+    log = run(nproc, TRL, *model_and_data, "--out", str(cut), wrapped=False, HPC_ATTEMPT_DIR=str(attempt))
     assert "[requeue]" not in log
+    progress = read(attempt).progress
+    assert (progress["resumed_step"], progress["step"]) == (stop, 14) and progress["trained_at"] <= progress["step_at"]
     assert losses(cut) == losses(base)  # every step once, the same loss and grad norm, bit for bit
     a, b = load_file(cut / "final" / "model.safetensors"), load_file(base / "final" / "model.safetensors")
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
@@ -86,8 +91,13 @@ def test_accelerate_loop_stops_at_the_notice_saves_and_resumes_exactly(tmp_path)
     stop = int(log.split("[requeue] stopped at step ")[1].split()[0])
     assert 5 <= stop < 15 and log.count("stopped cleanly for a requeue") == 2
     assert newest_complete_checkpoint(cut / "checkpoints") == str(cut / "checkpoints" / f"step-{stop:08d}")
-    log = run(2, ACCELERATE, "--out", str(cut), wrapped=False, accelerate=True)
+    attempt = tmp_path / "attempt"
+    attempt.mkdir()
+    log = run(2, ACCELERATE, "--out", str(cut), wrapped=False, accelerate=True, HPC_ATTEMPT_DIR=str(attempt))
     assert f"[requeue] resumed from {cut / 'checkpoints' / f'step-{stop:08d}'} (step {stop}, batch {stop})" in log
+    progress = read(attempt).progress
+    # the loop breaks at its last step before stop_if_noticed, which records each step: step 14 is the last recorded
+    assert (progress["resumed_step"], progress["step"]) == (stop, 14) and progress["load_started_at"] <= progress["loaded_at"]
     assert [r["step"] for r in losses(cut)] == list(range(1, 16))
     assert losses(cut) == losses(base)
 

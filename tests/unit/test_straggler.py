@@ -51,10 +51,16 @@ def test_the_time_a_thread_spends_inside_collectives_is_sampled(filename, inside
 
     def thread() -> None:
         w = CollectiveWait(period_s=0.005)
+        w.resume()
         waiting_in(filename, 0.4)()
+        w.pause()
         out["waited"] = w.take()
+        w.resume()
         waiting_in("/x/train/loop.py", 0.2)()
+        w.pause()
         out["after"] = w.take()
+        waiting_in(filename, 0.2)()  # paused: not counted
+        out["paused"] = w.take()
         w.close()
         out["cpu"] = w.cpu_s
 
@@ -62,7 +68,7 @@ def test_the_time_a_thread_spends_inside_collectives_is_sampled(filename, inside
     t.start()
     t.join()
     assert out["waited"] == pytest.approx(0.4, abs=0.15) if inside else out["waited"] == 0.0
-    assert out["after"] == 0.0 and 0 < out["cpu"] < 0.2
+    assert out["after"] == 0.0 and out["paused"] == 0.0 and 0 < out["cpu"] < 0.2
 
 
 TINY = str(Path(__file__).resolve().parents[2] / "train" / "configs" / "tiny.yaml")
