@@ -55,7 +55,7 @@ def test_wrong_interface_fails_fast_naming_the_node(slurm, tmp_path, key, value,
                 "--out", str(tmp_path / "out"), cwd=tmp_path, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     line = r.stderr.strip().splitlines()[-1]
-    assert re.match(r"hpc\.login\.preflight: error: job \d+ FAILED: hpc\.node\.launch: error: n[1-4]: ", line), line
+    assert re.match(r"hpc\.preflight: error: job \d+ FAILED: hpc\.node\.launch: error: n[1-4]: ", line), line
     assert message in line
     assert time.time() - start < 60
     assert not (tmp_path / "out").exists()
