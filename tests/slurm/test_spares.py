@@ -227,8 +227,8 @@ def test_a_users_accelerate_script_restarts_on_a_spare_and_hpc_jobs_shows_it(slu
     assert_completed(run.job, run.dir)
     log = batch_log(run.dir, run.job)
     assert f"[requeue] resumed from {out / 'checkpoints' / 'step-00000004'} (step 4, batch 4)" in log, log[-3000:]
-    assert re.search(rf"\[restart\] the ranks stopped with a checkpoint saved \(the time limit or a preemption\): stopped with "
-                     rf"a checkpoint saved: requeued by the batch script\n", log), log[-3000:]
+    assert ("[restart] the ranks stopped with a checkpoint saved (the time limit or a preemption): stopped with a checkpoint "
+            "saved: requeued by the batch script\n") in log, log[-3000:]
     assert f"[job] stopped with a checkpoint saved; requeueing job {run.job} (restart 1 of at most 5)" in log
     last = {}
     for line in (out / "losses.jsonl").read_text().splitlines():
@@ -293,7 +293,7 @@ def test_a_node_failing_the_health_stage_is_left_out_and_the_ranks_start_on_the_
     log = batch_log(tmp_path / "jobs" / "health", job)
     assert r.returncode == 0, r.stdout + r.stderr + log
     bad = re.search(r"\[health\] (\S+): FAILED 5 check\(s\)", log).group(1)
-    assert f"[job] preflight: a node failed its health check; the ranks start on the others if 2 are left" in log
+    assert "[job] preflight: a node failed its health check; the ranks start on the others if 2 are left" in log
     assert f"[restart] {bad} failed the health check: left out of job {job}" in log
     ranks = [json.loads(p.read_text()) for p in (tmp_path / "ranks").glob("rank-*.json")]
     assert len(ranks) == 4 and bad not in {r["slurmd_nodename"] for r in ranks} and "requeue" not in log
