@@ -13,7 +13,8 @@
 #              n1..nN and address 10.250.0.1X on interface eth0 behind the private
 #              bridge slbr0, so traffic between nodes crosses a real interface)
 #   MODE=multi (all slurmd in this host's namespaces, one port each; everything on loopback)
-# Partitions: debug (default), low (preemptible, GraceTime 20 s), high (preempts low).
+# Partitions: debug (default), low (preemptible, GraceTime 20 s), high (preempts low), cpu; only low's jobs are ever
+# preempted, so a test that preempts its own low job leaves the others' jobs running.
 # Clients need SLURM_CONF=$LAB/etc/slurm.conf (written to $LAB/env.sh).
 set -euo pipefail
 LAB=${LAB:-/tmp/hpc-slurm}
@@ -160,9 +161,10 @@ PreemptMode=REQUEUE
 SlurmctldParameters=preempt_send_user_signal
 $gres
 $nodeline CPUs=$CPUS RealMemory=4000 $node_gres State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=02:00:00 State=UP PriorityTier=1
+PartitionName=debug Nodes=ALL Default=YES MaxTime=02:00:00 State=UP PriorityTier=1 PreemptMode=OFF
 PartitionName=low   Nodes=ALL MaxTime=02:00:00 State=UP PriorityTier=1 GraceTime=20
 PartitionName=high  Nodes=ALL MaxTime=02:00:00 State=UP PriorityTier=10 PreemptMode=OFF
+PartitionName=cpu   Nodes=ALL MaxTime=02:00:00 State=UP PriorityTier=1 PreemptMode=OFF
 CONF
   cat > "$LAB/etc/cgroup.conf" <<CONF
 CgroupPlugin=autodetect

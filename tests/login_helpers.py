@@ -32,7 +32,7 @@ CASES = {
     "local-gres": ["--site", "{PROJECT}/tests/sites/local-forms.yaml", "--nodes", "2"],  # --gres=gpu:N, --gres-flags
     "local-gpus-bind": ["--site", "{PROJECT}/tests/sites/local-forms.yaml", "--partition", "low", "--nodes", "2",  # --gpus,
                         "--preflight"],                                                       # --gpu-bind, --cpu-bind
-    "local-cpu": ["--site", "{PROJECT}/tests/sites/local-forms.yaml", "--partition", "high", "--nodes", "2", "--preflight"],
+    "local-cpu": ["--site", "{PROJECT}/tests/sites/local-forms.yaml", "--partition", "cpu", "--nodes", "2", "--preflight"],
     "local-spares": ["--site", "local", "--nodes", "2", "--spare-nodes", "1", "--preflight"],  # in-job restarts on a spare
     "submitit": ["--site", "local", "--nodes", "2", "--job-name", "smoke", "--", "-m", "hpc.node.smoke", "--out", "{WORK}/ranks"],
 }

@@ -2,16 +2,18 @@
 matters), AdamW, a schedule and a shuffled loader over several epochs.
 
     accelerate launch ... accelerate_requeue.py --out DIR [--steps N] [--notice-at STEP --notice-to self|parent]
-                                                [--hang-rank R --hang-at STEP]
+                                                [--hang-rank R --hang-at STEP] [--step-time S]
 
 The main process appends {"step", "loss"} per step to OUT/losses.jsonl; ``--notice-at``: after that step rank 0
 sends the pre-stop signal to itself or to its parent (hpc.node.launch), as Slurm would; ``--hang-rank``: after
-``--hang-at`` that rank stops itself (SIGSTOP), as a hung process or a node gone would, so the others time out.
+``--hang-at`` that rank stops itself (SIGSTOP), as a hung process or a node gone would, so the others time out; ``--step-time``: each step lasts at least S seconds, so that a signal sent from outside after
+one step lands a few steps later, not after the last.
 """
 import argparse
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import torch
@@ -30,6 +32,7 @@ def main() -> None:
     p.add_argument("--notice-to", choices=("self", "parent"), default="self")
     p.add_argument("--hang-rank", type=int)
     p.add_argument("--hang-at", type=int)
+    p.add_argument("--step-time", type=float, default=0.0)
     a = p.parse_args()
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
     requeue = Requeue(accelerator, Path(a.out) / "checkpoints")
@@ -46,6 +49,7 @@ def main() -> None:
     losses = Path(a.out) / "losses.jsonl"
     step = requeue.load()
     for xb, yb in requeue.batches(loader):
+        began = time.monotonic()
         loss = torch.nn.functional.mse_loss(model(xb), yb)
         accelerator.backward(loss)
         optimizer.step()
@@ -56,6 +60,7 @@ def main() -> None:
         if accelerator.is_main_process:
             with losses.open("a") as f:
                 f.write(json.dumps({"step": step, "loss": loss}) + "\n")
+        time.sleep(max(0.0, a.step_time - (time.monotonic() - began)))
         if step % 4 == 0:
             requeue.save(step)
         if step == a.steps:

@@ -11,8 +11,8 @@ from conftest import ROOT, job_nodes, run_cli, wait_job
 pytestmark = pytest.mark.slurm
 FORMS = ROOT / "tests" / "sites" / "local-forms.yaml"
 # partition -> what each rank's CUDA_VISIBLE_DEVICES must be, from its local rank
-VISIBLE = {"debug": lambda local: "0,1", "low": lambda local: str(local), "high": lambda local: None}
-NODES = {"debug": 1, "low": 2, "high": 1}  # --gpus is the job's total: two nodes share it
+VISIBLE = {"debug": lambda local: "0,1", "low": lambda local: str(local), "cpu": lambda local: None}
+NODES = {"debug": 1, "low": 2, "cpu": 1}  # --gpus is the job's total: two nodes share it
 
 
 def test_every_gpu_request_form_runs_its_ranks(slurm, tmp_path):

@@ -213,7 +213,7 @@ def test_a_users_accelerate_script_restarts_on_a_spare_and_hpc_jobs_shows_it(slu
     out = tmp_path / "out"
     r = run_cli("-m", "hpc.submit", "--site", str(spare_site(tmp_path)), "--nodes", "2", "--gpus-per-node", "1",
                 "--launcher", "accelerate", "--job-name", "users", "--time", "10", "--", str(script), "--out", str(out),
-                "--steps", "30", cwd=tmp_path)
+                "--steps", "30", "--step-time", "0.3", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     run = Run(tmp_path, "users", re.search(r"submitted job (\d+)", r.stdout).group(1))
     run.wait_step(0, 6)

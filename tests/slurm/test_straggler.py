@@ -7,8 +7,10 @@ than its peer for three windows in a row, and a rank descheduled is one the othe
 
 And the slowness the compute time cannot see: another process stops and continues the second node's rank from outside
 a third of the time; the first rank waits for it, so it is named (the host its cause), and with a spare node and
-preemption.exclude_stragglers_after the job goes on within its allocation without that node. The threshold is 60%: a
-rank descheduled by the other jobs on these shared cores is late too (once 94% for three windows of 10 steps)."""
+preemption.exclude_stragglers_after the job goes on within its allocation without that node. The threshold is 50%:
+stopped a third of the time, the rank was measured 95-98% slower on a quiet machine, and the other rank, descheduled
+by the rest of the suite on these shared cores, leaves it less of a lead; the stopped rank is the one the other waits
+for, so the other is not named. 200 steps give 20 windows for the 4 in a row."""
 from concurrent.futures import ThreadPoolExecutor
 import json
 import os
@@ -72,8 +74,8 @@ def test_a_rank_stopped_from_outside_is_named_and_a_spare_takes_its_node(slurm, 
     site = tmp_path / "site.yaml"
     site.write_text(yaml.safe_dump(data))
     r = run_cli("-m", "hpc.submit", "--site", str(site), "--nodes", "2", "--gpus-per-node", "1", "--time", "10",
-                "--job-name", "stalled", "--", "--config", TINY, "steps=120", "checkpoint.interval=10", "log.log_every=20",
-                "straggler.every=10", "straggler.threshold=0.6", cwd=tmp_path)
+                "--job-name", "stalled", "--", "--config", TINY, "steps=200", "checkpoint.interval=10", "log.log_every=20",
+                "straggler.every=10", "straggler.threshold=0.5", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     run = tmp_path / "jobs" / "stalled"
@@ -107,4 +109,4 @@ def test_a_rank_stopped_from_outside_is_named_and_a_spare_takes_its_node(slurm, 
                      rf"{rank1['node']}, \d+% slower than the median over 4 windows: the others wait for it", log), log[-3000:]
     assert (decision["kind"], decision["action"], decision["nodes"]) == ("straggler", "restart", [rank1["node"]])
     assert rank1["node"] in decision["replaced"] and "[job] done" in log and "requeueing" not in log
-    assert [r["step"] for r in records] == list(range(1, 121))
+    assert [r["step"] for r in records] == list(range(1, 201))
