@@ -6,8 +6,9 @@ matters), AdamW, a schedule and a shuffled loader over several epochs.
 
 The main process appends {"step", "loss"} per step to OUT/losses.jsonl; ``--notice-at``: after that step rank 0
 sends the pre-stop signal to itself or to its parent (hpc.node.launch), as Slurm would; ``--hang-rank``: after
-``--hang-at`` that rank stops itself (SIGSTOP), as a hung process or a node gone would, so the others time out; ``--step-time``: each step lasts at least S seconds, so that a signal sent from outside after
-one step lands a few steps later, not after the last.
+``--hang-at`` that rank stops itself (SIGSTOP), as a hung process or a node gone would, so the others time out;
+``--step-time``: each step lasts at least S seconds, so that a signal sent from outside after one step lands a few
+steps later, not after the last.
 """
 import argparse
 import json
