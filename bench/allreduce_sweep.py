@@ -7,6 +7,7 @@ it to --out): the all_reduce sweep over all GPUs, and GPU 0's device-local copy 
 size, the ceiling a single GPU sets. With one GPU an all_reduce crosses no link: busbw is
 0 by definition and the time is the collective's fixed cost.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hpc.node.cli import Parser, whole  # noqa: E402
 from hpc.node.bandwidth import copy_bandwidth, human_bytes, size_ladder, sweep  # noqa: E402
+from hpc.node.cli import Parser, whole  # noqa: E402
 
 
 def free_port() -> int:
@@ -35,20 +36,34 @@ def free_port() -> int:
 def worker(rank: int, world: int, port: int, a: argparse.Namespace, result: dict) -> None:
     torch.cuda.set_device(rank)
     device = torch.device("cuda", rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=120), device_id=device)
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=120),
+        device_id=device,
+    )
     sizes = size_ladder(a.min_bytes, a.max_bytes, a.factor)
 
     def progress(row: dict) -> None:
         if rank == 0:
-            print(f"[bench] all_reduce x{world} {human_bytes(row['bytes']):>7}: {row['time_us']:9.1f} us  "
-                  f"algbw {row['algbw_gbps']:8.1f}  busbw {row['busbw_gbps']:8.1f} GB/s", file=sys.stderr, flush=True)
+            print(
+                f"[bench] all_reduce x{world} {human_bytes(row['bytes']):>7}: {row['time_us']:9.1f} us  "
+                f"algbw {row['algbw_gbps']:8.1f}  busbw {row['busbw_gbps']:8.1f} GB/s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     rows = sweep(sizes, device, None, a.iters, a.warmup, progress=progress)
     if rank == 0:
         copy = copy_bandwidth(sizes, device, a.iters, a.warmup)
         for row in copy:
-            print(f"[bench] copy {human_bytes(row['bytes']):>7}: {row['copy_gbps']:8.1f} GB/s", file=sys.stderr, flush=True)
+            print(
+                f"[bench] copy {human_bytes(row['bytes']):>7}: {row['copy_gbps']:8.1f} GB/s",
+                file=sys.stderr,
+                flush=True,
+            )
         result.update(all_reduce=rows, copy=copy)
     dist.barrier()
     dist.destroy_process_group()
@@ -72,9 +87,12 @@ def main() -> None:
         mp.spawn(worker, args=(world, free_port(), a, result), nprocs=world)
         record = {
             "gpus": [torch.cuda.get_device_name(i) for i in range(world)],
-            "world_size": world, "torch": torch.__version__,
+            "world_size": world,
+            "torch": torch.__version__,
             "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-            "iters": a.iters, "warmup": a.warmup, "bus_factor": 2 * (world - 1) / world,
+            "iters": a.iters,
+            "warmup": a.warmup,
+            "bus_factor": 2 * (world - 1) / world,
             **dict(result),
         }
     text = json.dumps(record, indent=1)

@@ -37,22 +37,50 @@ sys.path.insert(0, str(ROOT))
 from one_gpu import one_rank_trainer  # noqa: E402
 
 PARTS = ["dense", "lora", "moe", "qlora", "fp8-lora", "compile"]
-SIDES = {"dense": ["ours", "hf"], "lora": ["ours", "peft"], "moe": ["ours", "hf"], "qlora": ["ours"],
-         "fp8-lora": ["ours", "ours-fp8"], "compile": ["ours", "ours-compiled"]}
+SIDES = {
+    "dense": ["ours", "hf"],
+    "lora": ["ours", "peft"],
+    "moe": ["ours", "hf"],
+    "qlora": ["ours"],
+    "fp8-lora": ["ours", "ours-fp8"],
+    "compile": ["ours", "ours-compiled"],
+}
 # The runs on a GPU and their --smoke stand-ins on the CPU: shape, dims overrides, seq, micro-batch, steps.
-GPU = {"dense": ("0.6B", {}, 1024, 4, 100), "lora": ("0.6B", {}, 1024, 4, 100),
-       "moe": ("30B-A3B", {"num_hidden_layers": 2}, 1024, 4, 100), "qlora": ("32B", {"vocab_size": 151936}, 4096, 1, 20),
-       "fp8-lora": ("1.7B", {}, 2048, 2, 50), "compile": ("0.6B", {}, 1024, 4, 30)}
-SMOKE = {"dense": ("tiny", {}, 64, 2, 6), "lora": ("tiny", {}, 64, 2, 6), "moe": ("tiny-moe", {}, 64, 2, 6),
-         "qlora": ("tiny", {}, 64, 2, 4), "fp8-lora": ("tiny", {}, 64, 2, 4), "compile": ("tiny", {}, 64, 2, 4)}
+GPU = {
+    "dense": ("0.6B", {}, 1024, 4, 100),
+    "lora": ("0.6B", {}, 1024, 4, 100),
+    "moe": ("30B-A3B", {"num_hidden_layers": 2}, 1024, 4, 100),
+    "qlora": ("32B", {"vocab_size": 151936}, 4096, 1, 20),
+    "fp8-lora": ("1.7B", {}, 2048, 2, 50),
+    "compile": ("0.6B", {}, 1024, 4, 30),
+}
+SMOKE = {
+    "dense": ("tiny", {}, 64, 2, 6),
+    "lora": ("tiny", {}, 64, 2, 6),
+    "moe": ("tiny-moe", {}, 64, 2, 6),
+    "qlora": ("tiny", {}, 64, 2, 4),
+    "fp8-lora": ("tiny", {}, 64, 2, 4),
+    "compile": ("tiny", {}, 64, 2, 4),
+}
 # parts whose point is a GPU kernel path: --smoke reports them skipped
-GPU_ONLY = {"fp8-lora": "float8 needs a GPU of compute capability >= 8.9", "compile": "compiled on the GPU only (minutes on a CPU)"}
+GPU_ONLY = {
+    "fp8-lora": "float8 needs a GPU of compute capability >= 8.9",
+    "compile": "compiled on the GPU only (minutes on a CPU)",
+}
 # |loss difference| per step between the two sides: the mean over all steps and the largest. bf16 products in
 # another order move a loss of 4-11 by a few hundredths; fp32 on the CPU agrees to rounding.
 TOLERANCE = {"gpu": {"mean": 0.05, "max": 0.15}, "smoke": {"mean": 1e-3, "max": 1e-3}}
-FP8_TOLERANCE = {"mean": 0.1, "max": 0.25}  # float8 products against bf16 (the bench's FP8_ABS_TOL doubled: LoRA's frozen base)
+FP8_TOLERANCE = {
+    "mean": 0.1,
+    "max": 0.25,
+}  # float8 products against bf16 (the bench's FP8_ABS_TOL doubled: LoRA's frozen base)
 QLORA_PEAK_GIB = 40  # Qwen3-32B with an NF4 base at seq 4096 with checkpointing must start and train within this
-LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+LORA = {
+    "r": 16,
+    "alpha": 32,
+    "dropout": 0.0,
+    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+}
 LR = {"dense": 3e-4, "lora": 1e-3, "moe": 3e-4, "qlora": 1e-3, "fp8-lora": 1e-3, "compile": 3e-4}
 
 
@@ -72,11 +100,22 @@ def _config(part: str, smoke: bool, run_dir: str, side: str, model_path: str | N
         lora["quantize_base"] = "nf4"
     # MoE: bf16 parameters and AdamW state on both sides (transformers' grouped_mm takes bf16 weights)
     precision = {"master_dtype": "bf16", "dtype": "bf16"} if part == "moe" and not smoke else {}
-    return TrainConfig(model=model, seq_len=seq, micro_batch=batch, global_batch=batch, steps=steps, **precision,
-                       compile=side == "ours-compiled", activation_checkpointing=part == "qlora",
-                       fp8={"enabled": side == "ours-fp8"}, lora=lora, optim={"lr": LR[part]},
-                       schedule={"warmup_steps": min(10, steps // 4), "min_lr": LR[part] / 10},
-                       log={"dir": run_dir, "log_every": 1000}, checkpoint={"dir": f"{run_dir}/checkpoints"})
+    return TrainConfig(
+        model=model,
+        seq_len=seq,
+        micro_batch=batch,
+        global_batch=batch,
+        steps=steps,
+        **precision,
+        compile=side == "ours-compiled",
+        activation_checkpointing=part == "qlora",
+        fp8={"enabled": side == "ours-fp8"},
+        lora=lora,
+        optim={"lr": LR[part]},
+        schedule={"warmup_steps": min(10, steps // 4), "min_lr": LR[part] / 10},
+        log={"dir": run_dir, "log_every": 1000},
+        checkpoint={"dir": f"{run_dir}/checkpoints"},
+    )
 
 
 def _hf_dir(part: str, smoke: bool, out: Path) -> str:
@@ -129,8 +168,15 @@ def _stream(cfg):
     from train.tokenizer import tokenizer_source
 
     tokenizer = load_tokenizer(tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat"))
-    return TokenStream(load_tokens(cfg.data, tokenizer, cache_dir=f"{cfg.log.dir}/cache"), cfg.seq_len, cfg.global_batch,
-                       cfg.micro_batch, 0, 1, cfg.seed)
+    return TokenStream(
+        load_tokens(cfg.data, tokenizer, cache_dir=f"{cfg.log.dir}/cache"),
+        cfg.seq_len,
+        cfg.global_batch,
+        cfg.micro_batch,
+        0,
+        1,
+        cfg.seed,
+    )
 
 
 def _peer(cfg, part: str, side: str) -> dict:
@@ -147,17 +193,29 @@ def _peer(cfg, part: str, side: str) -> dict:
     device = _device()
     t0 = time.perf_counter()
     bf16 = cfg.master_dtype == "bf16"  # bf16 parameters as the trainer's, else fp32 under bf16 autocast
-    model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=torch.bfloat16 if bf16 else torch.float32).to(device)
+    model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=torch.bfloat16 if bf16 else torch.float32).to(
+        device
+    )
     if part == "moe":
         model.config._experts_implementation = "grouped_mm" if device.type == "cuda" else "eager"
     if side == "peft":
         from peft import LoraConfig, get_peft_model
         from safetensors.torch import load_file
 
-        model = get_peft_model(model, LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
-                                                 target_modules=LORA["target_modules"]))
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=LORA["r"],
+                lora_alpha=LORA["alpha"],
+                lora_dropout=LORA["dropout"],
+                target_modules=LORA["target_modules"],
+            ),
+        )
         initial = load_file(Path(cfg.log.dir).parent / "initial_adapters.safetensors")
-        state = {PEFT_PREFIX + k.replace(".lora_A.", ".lora_A.default.").replace(".lora_B.", ".lora_B.default."): v for k, v in initial.items()}
+        state = {
+            PEFT_PREFIX + k.replace(".lora_A.", ".lora_A.default.").replace(".lora_B.", ".lora_B.default."): v
+            for k, v in initial.items()
+        }
         loaded = model.load_state_dict(state, strict=False)
         if loaded.unexpected_keys or len(state) != sum(1 for n, _ in model.named_parameters() if "lora_" in n):
             raise RuntimeError(f"peft's adapters are not the trainer's: {loaded.unexpected_keys[:3]}")
@@ -165,9 +223,17 @@ def _peer(cfg, part: str, side: str) -> dict:
     stream = _stream(cfg)
     o = cfg.optim
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
-                            **({"fused": True} if device.type == "cuda" else {"foreach": False}))
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and not bf16 else contextlib.nullcontext()
+    opt = torch.optim.AdamW(
+        params,
+        lr=o.lr,
+        betas=o.betas,
+        eps=o.eps,
+        weight_decay=o.weight_decay,
+        **({"fused": True} if device.type == "cuda" else {"foreach": False}),
+    )
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" and not bf16 else contextlib.nullcontext()
+    )
     startup = time.perf_counter() - t0
     losses, load = [], []
     t0 = time.perf_counter()
@@ -175,7 +241,7 @@ def _peer(cfg, part: str, side: str) -> dict:
         lr = lr_at(step, o.lr, cfg.schedule.warmup_steps, cfg.schedule.min_lr, cfg.steps)
         for group in opt.param_groups:
             group["lr"] = lr
-        (x, y), = stream.next_microbatches()
+        ((x, y),) = stream.next_microbatches()
         x, y = x.to(device), y.to(device)
         with autocast:
             out = model(input_ids=x, output_router_logits=True) if part == "moe" else model(input_ids=x)
@@ -185,9 +251,15 @@ def _peer(cfg, part: str, side: str) -> dict:
             from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
 
             c = model.config
-            objective = loss + c.router_aux_loss_coef * load_balancing_loss_func(out.router_logits, c.num_experts, c.num_experts_per_tok)
-            counts = torch.stack([torch.bincount(r.topk(c.num_experts_per_tok, dim=-1).indices.flatten(), minlength=c.num_experts)
-                                  for r in out.router_logits])
+            objective = loss + c.router_aux_loss_coef * load_balancing_loss_func(
+                out.router_logits, c.num_experts, c.num_experts_per_tok
+            )
+            counts = torch.stack(
+                [
+                    torch.bincount(r.topk(c.num_experts_per_tok, dim=-1).indices.flatten(), minlength=c.num_experts)
+                    for r in out.router_logits
+                ]
+            )
             load.append(_imbalance(counts.float()))
         objective.backward()
         if cfg.grad_clip is not None:
@@ -204,7 +276,7 @@ def _save_initial_adapters(cfg, path: Path) -> None:
     import torch
     from safetensors.torch import save_file
 
-    from train.adapters import LoraLinear, init_adapters, apply_lora
+    from train.adapters import LoraLinear, apply_lora, init_adapters
     from train.config import LoraConfig
     from train.model import build_meta_model, hf_config
     from train.tokenizer import load_tokenizer, tokenizer_source
@@ -230,12 +302,17 @@ def _one(part: str, side: str, smoke: bool, model_path: str | None, work: str) -
     from train.metrics import peak_memory_gib
 
     tokens = cfg.steps * cfg.global_batch * cfg.seq_len
-    return out | {"part": part, "side": side, "peak_gib": peak_memory_gib(device), "tokens_per_s": tokens / out["seconds"],
-                  "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
+    return out | {
+        "part": part,
+        "side": side,
+        "peak_gib": peak_memory_gib(device),
+        "tokens_per_s": tokens / out["seconds"],
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+    }
 
 
 def _compare(a: list[float], b: list[float]) -> dict:
-    diffs = [abs(x - y) for x, y in zip(a, b)]
+    diffs = [abs(x - y) for x, y in zip(a, b, strict=False)]
     return {"mean_abs_diff": sum(diffs) / len(diffs), "max_abs_diff": max(diffs), "final": [a[-1], b[-1]]}
 
 
@@ -250,13 +327,19 @@ def _verdict(part: str, rows: dict, smoke: bool) -> dict:
         (ours,) = losses
         peak = rows["ours"]["peak_gib"]
         ok = len(ours) == (SMOKE if smoke else GPU)[part][4] and (smoke or peak <= QLORA_PEAK_GIB)
-        return {"pass": ok, "why": f"{len(ours)} steps, loss {ours[0]:.3f} -> {ours[-1]:.3f}, peak {peak:.1f} GiB"
-                                   + ("" if smoke else f" (<= {QLORA_PEAK_GIB})")}
+        return {
+            "pass": ok,
+            "why": f"{len(ours)} steps, loss {ours[0]:.3f} -> {ours[-1]:.3f}, peak {peak:.1f} GiB"
+            + ("" if smoke else f" (<= {QLORA_PEAK_GIB})"),
+        }
     tol = FP8_TOLERANCE if part == "fp8-lora" and not smoke else TOLERANCE["smoke" if smoke else "gpu"]
     c = _compare(*losses)
     ok = c["mean_abs_diff"] <= tol["mean"] and c["max_abs_diff"] <= tol["max"]
-    return c | {"pass": ok, "tolerance": tol,
-                "why": f"|loss diff| mean {c['mean_abs_diff']:.4f} (<= {tol['mean']}), max {c['max_abs_diff']:.4f} (<= {tol['max']})"}
+    return c | {
+        "pass": ok,
+        "tolerance": tol,
+        "why": f"|loss diff| mean {c['mean_abs_diff']:.4f} (<= {tol['mean']}), max {c['max_abs_diff']:.4f} (<= {tol['max']})",
+    }
 
 
 def _plots(results: dict, out: Path) -> list[str]:
@@ -269,7 +352,7 @@ def _plots(results: dict, out: Path) -> list[str]:
     files = []
     if shown:
         fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.4), squeeze=False)
-        for ax, part in zip(axes[0], shown):
+        for ax, part in zip(axes[0], shown, strict=False):
             for side, r in results[part]["sides"].items():
                 if "losses" in r:
                     ax.plot(range(1, len(r["losses"]) + 1), r["losses"], label=side, lw=1.2)
@@ -283,9 +366,15 @@ def _plots(results: dict, out: Path) -> list[str]:
     moe = results.get("moe", {}).get("sides", {})
     if any(r.get("load") for r in moe.values()):
         fig, ax = plt.subplots(figsize=(6.5, 3.4))
-        for (side, r), style in zip(moe.items(), ("-", "--")):
+        for (side, r), style in zip(moe.items(), ("-", "--"), strict=False):
             for layer in range(len(r["load"][0])):
-                ax.plot(range(1, len(r["load"]) + 1), [s[layer] for s in r["load"]], style, lw=1, label=f"{side} layer {layer}")
+                ax.plot(
+                    range(1, len(r["load"]) + 1),
+                    [s[layer] for s in r["load"]],
+                    style,
+                    lw=1,
+                    label=f"{side} layer {layer}",
+                )
         ax.set_xlabel("step")
         ax.set_ylabel("max / mean tokens per expert")
         ax.set_title("MoE load per layer (1 = balanced)", fontsize=9)
@@ -297,13 +386,21 @@ def _plots(results: dict, out: Path) -> list[str]:
 
 
 def _report(results: dict, out: Path, files: list[str], device: str, smoke: bool) -> str:
-    lines = [f"# GPU suite, {datetime.date.today()} ({device}{', smoke on the CPU' if smoke else ''})", "",
-             "`python bench/gpu_suite.py" + (" --smoke" if smoke else "") + "`", "",
-             "| part | setup | pass | figures | sides: tokens/s, peak GiB, start-up s |", "|---|---|---|---|---|"]
+    lines = [
+        f"# GPU suite, {datetime.date.today()} ({device}{', smoke on the CPU' if smoke else ''})",
+        "",
+        "`python bench/gpu_suite.py" + (" --smoke" if smoke else "") + "`",
+        "",
+        "| part | setup | pass | figures | sides: tokens/s, peak GiB, start-up s |",
+        "|---|---|---|---|---|",
+    ]
     for part, r in results.items():
         v = r["verdict"]
-        sides = "; ".join(f"{s}: {x['tokens_per_s']:,.0f}, {x['peak_gib']:.1f}, {x['startup_s']:.0f}" for s, x in r["sides"].items()
-                          if "tokens_per_s" in x)
+        sides = "; ".join(
+            f"{s}: {x['tokens_per_s']:,.0f}, {x['peak_gib']:.1f}, {x['startup_s']:.0f}"
+            for s, x in r["sides"].items()
+            if "tokens_per_s" in x
+        )
         mark = {True: "pass", False: "FAIL", None: "skipped"}[v["pass"]]
         lines.append(f"| {part} | {r['setup']} | {mark} | {v['why']} | {sides} |")
     lines += [""] + [f"![{f}]({f})" for f in files]
@@ -313,8 +410,19 @@ def _report(results: dict, out: Path, files: list[str], device: str, smoke: bool
 
 
 def _write_json(out: Path, results: dict, device: str, smoke: bool) -> None:
-    (out / "suite.json").write_text(json.dumps({"date": str(datetime.date.today()), "device": device, "smoke": smoke,
-                                                "tolerance": TOLERANCE, "fp8_tolerance": FP8_TOLERANCE, "results": results}, indent=1))
+    (out / "suite.json").write_text(
+        json.dumps(
+            {
+                "date": str(datetime.date.today()),
+                "device": device,
+                "smoke": smoke,
+                "tolerance": TOLERANCE,
+                "fp8_tolerance": FP8_TOLERANCE,
+                "results": results,
+            },
+            indent=1,
+        )
+    )
 
 
 def main() -> None:
@@ -342,23 +450,36 @@ def main() -> None:
                 continue
             path = "-" if part == "qlora" else _hf_dir(part, a.smoke, Path(work) / part)
             if part in ("lora", "fp8-lora"):
-                _save_initial_adapters(_config(part, a.smoke, f"{work}/{part}-adapters", "ours", path), Path(work) / "initial_adapters.safetensors")
+                _save_initial_adapters(
+                    _config(part, a.smoke, f"{work}/{part}-adapters", "ours", path),
+                    Path(work) / "initial_adapters.safetensors",
+                )
             rows = {}
             for side in SIDES[part]:
                 t0 = time.perf_counter()
                 env = dict(os.environ, PYTHONUNBUFFERED="1")
-                proc = subprocess.run([sys.executable, __file__, "--one", part, side, path, "--work", work] + (["--smoke"] if a.smoke else []),
-                                      capture_output=True, text=True, cwd=ROOT, env=env)
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--one", part, side, path, "--work", work]
+                    + (["--smoke"] if a.smoke else []),
+                    capture_output=True,
+                    text=True,
+                    cwd=ROOT,
+                    env=env,
+                )
                 line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
                 if line is None:
                     tail = (proc.stderr or proc.stdout).strip().splitlines()
                     rows[side] = {"error": tail[-1][:300] if tail else f"exit {proc.returncode}"}
                     print(f"[suite] {part}/{side} failed:\n{proc.stderr[-4000:]}", flush=True)
                     continue
-                rows[side] = json.loads(line[len("RESULT "):])
+                rows[side] = json.loads(line[len("RESULT ") :])
                 device = rows[side]["device"]
-                print(f"[suite] {part}/{side}: {time.perf_counter() - t0:.0f} s, final loss {rows[side]['losses'][-1]:.4f}, "
-                      f"{rows[side]['tokens_per_s']:,.0f} tok/s, peak {rows[side]['peak_gib']:.1f} GiB", flush=True)
+                print(
+                    f"[suite] {part}/{side}: {time.perf_counter() - t0:.0f} s, final loss "
+                    f"{rows[side]['losses'][-1]:.4f}, "
+                    f"{rows[side]['tokens_per_s']:,.0f} tok/s, peak {rows[side]['peak_gib']:.1f} GiB",
+                    flush=True,
+                )
             results[part] = {"setup": setup, "sides": rows, "verdict": _verdict(part, rows, a.smoke)}
             print(f"[suite] {part}: {results[part]['verdict']}", flush=True)
             _write_json(out, results, device, a.smoke)  # after every part: a run cut short keeps what it measured

@@ -8,7 +8,8 @@ fp32 adapters and AdamW state (fused), gradient clipping. Cases (each in its own
   ours-b4-ac       micro-batch 4, every layer checkpointed
   ours-b4-offload  micro-batch 4, every layer checkpointed, its input in host memory (activation_offload)
   ours-b8-offload  micro-batch 8, the same
-  peft-b1          transformers' Qwen3ForCausalLM (bf16) + Liger (RoPE, RMSNorm, SwiGLU, fused linear cross-entropy) + peft
+  peft-b1          transformers' Qwen3ForCausalLM (bf16) + Liger (RoPE, RMSNorm, SwiGLU, fused linear cross-entropy) +
+  peft
   qlora-32B        Qwen3-32B with an NF4 base, micro-batch 1, checkpointed (start-up and peak)
   qlora-70B        a 70B-class dense shape (hidden 8192, 80 layers, intermediate 28672, 64 heads, 8 KV heads), NF4
 Timed steps follow warm-up steps (compilation); tokens/s over the timed steps; peak = the GPU's max allocated memory.
@@ -31,10 +32,21 @@ sys.path.insert(0, str(ROOT))
 from one_gpu import one_rank_trainer, timed  # noqa: E402
 
 SEQ, WARMUP, TIMED = 4096, 3, 6
-LORA = {"enabled": True, "r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+LORA = {
+    "enabled": True,
+    "r": 16,
+    "alpha": 32,
+    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+}
 VOCAB = {"vocab_size": 151936}
-SEVENTY_B = {"hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
-             "num_key_value_heads": 8, "head_dim": 128}
+SEVENTY_B = {
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+}
 # name: (shape, dims, micro-batch, trainer settings); peft-b1 is the peer
 CASES = {
     "ours-b2": ("8B", VOCAB, 2, {}),
@@ -54,9 +66,20 @@ def _config(name: str, run_dir: str):
     extra = dict(extra)
     lora = dict(LORA, quantize_base="nf4" if extra.pop("quantize", False) else "none")
     steps = WARMUP + TIMED
-    return TrainConfig(model={"shape": shape, "dims": dims}, seq_len=SEQ, micro_batch=batch, global_batch=batch, steps=steps,
-                       compile=not lora["quantize_base"] == "nf4", lora=lora, optim={"lr": 1e-4}, schedule={"warmup_steps": 0},
-                       log={"dir": run_dir, "log_every": 1000}, checkpoint={"dir": f"{run_dir}/checkpoints"}, **extra)
+    return TrainConfig(
+        model={"shape": shape, "dims": dims},
+        seq_len=SEQ,
+        micro_batch=batch,
+        global_batch=batch,
+        steps=steps,
+        compile=not lora["quantize_base"] == "nf4",
+        lora=lora,
+        optim={"lr": 1e-4},
+        schedule={"warmup_steps": 0},
+        log={"dir": run_dir, "log_every": 1000},
+        checkpoint={"dir": f"{run_dir}/checkpoints"},
+        **extra,
+    )
 
 
 def _ours(cfg) -> dict:
@@ -78,22 +101,34 @@ def _peft(cfg) -> dict:
     device = torch.device("cuda")
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(None)
-    apply_liger_kernel_to_qwen3(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True)
+    apply_liger_kernel_to_qwen3(
+        rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True
+    )
     config = hf_config(cfg.model, tokenizer)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     with torch.device(device):
         model = Qwen3ForCausalLM(config).to(torch.bfloat16)
-    model = get_peft_model(model, LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], target_modules=LORA["target_modules"]))
+    model = get_peft_model(
+        model, LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], target_modules=LORA["target_modules"])
+    )
     model.train()
-    stream = TokenStream(load_tokens(cfg.data, tokenizer, cache_dir=f"{cfg.log.dir}/cache"), cfg.seq_len, cfg.global_batch, cfg.micro_batch, 0, 1, cfg.seed)
+    stream = TokenStream(
+        load_tokens(cfg.data, tokenizer, cache_dir=f"{cfg.log.dir}/cache"),
+        cfg.seq_len,
+        cfg.global_batch,
+        cfg.micro_batch,
+        0,
+        1,
+        cfg.seed,
+    )
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.optim.lr, fused=True)
     startup = time.perf_counter() - t0
     last = {}
 
     def step():
-        (x, _), = stream.next_microbatches()
+        ((x, _),) = stream.next_microbatches()
         x = x.to(device)
         loss = model(input_ids=x, labels=x).loss
         loss.backward()
@@ -112,8 +147,13 @@ def _one(name: str) -> dict:
     with tempfile.TemporaryDirectory() as run_dir:
         cfg = _config(name, run_dir)
         out = _peft(cfg) if name.startswith("peft") else _ours(cfg)
-    return out | {"case": name, "micro_batch": cfg.micro_batch, "tokens_per_s": TIMED * cfg.micro_batch * SEQ / out["seconds"],
-                  "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "gpu": torch.cuda.get_device_name()}
+    return out | {
+        "case": name,
+        "micro_batch": cfg.micro_batch,
+        "tokens_per_s": TIMED * cfg.micro_batch * SEQ / out["seconds"],
+        "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "gpu": torch.cuda.get_device_name(),
+    }
 
 
 def main() -> None:
@@ -133,12 +173,18 @@ def main() -> None:
         if line is None:
             tail = (proc.stderr or proc.stdout).strip().splitlines()
             rows.append({"case": name, "error": tail[-1][:300] if tail else f"exit {proc.returncode}"})
-            print(f"{name}: failed ({time.perf_counter() - t0:.0f} s): {rows[-1]['error']}\n{proc.stderr[-2500:]}", flush=True)
+            print(
+                f"{name}: failed ({time.perf_counter() - t0:.0f} s): {rows[-1]['error']}\n{proc.stderr[-2500:]}",
+                flush=True,
+            )
             continue
-        rows.append(json.loads(line[len("RESULT "):]))
+        rows.append(json.loads(line[len("RESULT ") :]))
         r = rows[-1]
-        print(f"{name}: {r['tokens_per_s']:,.0f} tok/s, peak {r['peak_gib']:.1f} GiB, start-up {r['startup_s']:.0f} s, "
-              f"warm-up {r['warmup_s']:.0f} s, loss {r['loss']:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        print(
+            f"{name}: {r['tokens_per_s']:,.0f} tok/s, peak {r['peak_gib']:.1f} GiB, start-up {r['startup_s']:.0f} s, "
+            f"warm-up {r['warmup_s']:.0f} s, loss {r['loss']:.3f} ({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
     gpu = next((r["gpu"] for r in rows if "gpu" in r), "?")
     peer = next((r for r in rows if r["case"] == "peft-b1" and "error" not in r), None)
     print(f"\nQwen3-8B LoRA r16 (seven projections), seq {SEQ}, one {gpu}")
@@ -148,7 +194,10 @@ def main() -> None:
             print(f"{r['case']:<16} failed: {r['error']}")
             continue
         vs = f"{r['tokens_per_s'] / peer['tokens_per_s']:.2f}x" if peer else "-"
-        print(f"{r['case']:<16} {r['micro_batch']:>5} {r['tokens_per_s']:>8,.0f} {vs:>8} {r['peak_gib']:>9.1f} {r['tokens_per_s'] / r['peak_gib']:>10,.0f}")
+        print(
+            f"{r['case']:<16} {r['micro_batch']:>5} {r['tokens_per_s']:>8,.0f} {vs:>8} {r['peak_gib']:>9.1f} "
+            f"{r['tokens_per_s'] / r['peak_gib']:>10,.0f}"
+        )
     out = Path(a.out or ROOT / "bench" / "results" / f"{datetime.date.today()}-lora.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"seq": SEQ, "warmup": WARMUP, "timed": TIMED, "gpu": gpu, "rows": rows}, indent=1))

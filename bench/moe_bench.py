@@ -1,6 +1,7 @@
 """Qwen3-30B-A3B (fewer layers) on one GPU: the trainer's grouped experts against transformers' Qwen3MoeForCausalLM.
 
-    python bench/moe_bench.py [--layers 8] [--batch 2] [--variants ours ours-compile hf-grouped] [--routing learned|balanced]
+    python bench/moe_bench.py [--layers 8] [--batch 2] [--variants ours ours-compile hf-grouped] [--routing
+    learned|balanced]
                               [--parity] [--out FILE]
 
 Same shape (Qwen3-30B-A3B's dims with --layers decoder layers, all MoE), sequence 4096, batch, data, bf16 parameters
@@ -13,7 +14,8 @@ and AdamW state, fused AdamW, gradient clipping. Variants, each in its own proce
 Both sides run the trainer's learning-rate schedule (train.loop.lr_at) over the same steps. --routing balanced forces
 both sides' routers to a round-robin assignment (token t to experts t*k .. t*k+k-1 mod E, weighted by the router's own
 probabilities of those experts), as peers benchmark grouped experts: the products then run on equal groups, where a
-random init sends most tokens of a layer to a few experts. Each side reports its worst layer's max/mean tokens per expert.
+random init sends most tokens of a layer to a few experts. Each side reports its worst layer's max/mean tokens per
+expert.
 Model TFLOP/s = tokens/s x FLOPs per token on active parameters (train.metrics.flops_per_token:
 6 x (active non-embedding + lm_head) + 12 x layers x heads x head_dim x seq). Timed steps follow warm-up steps.
 """
@@ -38,9 +40,19 @@ SEQ, WARMUP, TIMED = 4096, 3, 10
 def _config(layers: int, batch: int, run_dir: str, compile: bool):
     from train.config import TrainConfig
 
-    return TrainConfig(model={"shape": "30B-A3B", "dims": {"num_hidden_layers": layers}}, seq_len=SEQ, micro_batch=batch, global_batch=batch,
-                       steps=WARMUP + TIMED, compile=compile, master_dtype="bf16", dtype="bf16", log={"dir": run_dir, "log_every": 1000},
-                       schedule={"warmup_steps": 0}, checkpoint={"dir": f"{run_dir}/checkpoints"})
+    return TrainConfig(
+        model={"shape": "30B-A3B", "dims": {"num_hidden_layers": layers}},
+        seq_len=SEQ,
+        micro_batch=batch,
+        global_batch=batch,
+        steps=WARMUP + TIMED,
+        compile=compile,
+        master_dtype="bf16",
+        dtype="bf16",
+        log={"dir": run_dir, "log_every": 1000},
+        schedule={"warmup_steps": 0},
+        checkpoint={"dir": f"{run_dir}/checkpoints"},
+    )
 
 
 def _balanced(tokens: int, k: int, experts: int, device):
@@ -81,8 +93,13 @@ def _ours(cfg) -> dict:
     trainer, _ = one_rank_trainer(cfg)
     records = []
     seconds, warm = timed(lambda: records.append(trainer.train_step()), WARMUP, TIMED)
-    return {"seconds": seconds, "warmup_s": warm, "flops_per_token": trainer.flops_per_token, "loss": float(records[-1]["loss"]),
-            "moe_load_imbalance": float(records[-1]["moe_load_imbalance"])}
+    return {
+        "seconds": seconds,
+        "warmup_s": warm,
+        "flops_per_token": trainer.flops_per_token,
+        "loss": float(records[-1]["loss"]),
+        "moe_load_imbalance": float(records[-1]["moe_load_imbalance"]),
+    }
 
 
 def _hf(cfg) -> dict:
@@ -98,13 +115,23 @@ def _hf(cfg) -> dict:
     tokenizer = load_tokenizer(None)
     config = hf_config(cfg.model, tokenizer)
     config._experts_implementation = "grouped_mm"
-    stream = TokenStream(load_tokens(cfg.data, tokenizer, cache_dir=f"{cfg.log.dir}/cache"), cfg.seq_len, cfg.global_batch, cfg.micro_batch, 0, 1, cfg.seed)
+    stream = TokenStream(
+        load_tokens(cfg.data, tokenizer, cache_dir=f"{cfg.log.dir}/cache"),
+        cfg.seq_len,
+        cfg.global_batch,
+        cfg.micro_batch,
+        0,
+        1,
+        cfg.seed,
+    )
     torch.manual_seed(cfg.seed)
     with torch.device(device):
         model = Qwen3MoeForCausalLM(config).to(torch.bfloat16)
     model.train()
     o = cfg.optim
-    opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, fused=True)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, fused=True
+    )
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
 
     from train.loop import lr_at
@@ -118,7 +145,7 @@ def _hf(cfg) -> dict:
         done[0] += 1
         for group in opt.param_groups:
             group["lr"] = lr_at(done[0], o.lr, cfg.schedule.warmup_steps, cfg.schedule.min_lr, cfg.steps)
-        (x, y), = stream.next_microbatches()
+        ((x, y),) = stream.next_microbatches()
         chosen.clear()
         logits = model(input_ids=x.to(device)).logits
         counts = torch.stack([torch.bincount(e.flatten(), minlength=config.num_experts) for e in chosen]).float()
@@ -131,9 +158,17 @@ def _hf(cfg) -> dict:
         last["loss"] = loss.detach()
 
     seconds, warm = timed(step, WARMUP, TIMED)
-    fpt = flops_per_token(count_params(config), config.num_hidden_layers, config.num_attention_heads, config.head_dim, cfg.seq_len)
-    return {"seconds": seconds, "warmup_s": warm, "flops_per_token": fpt, "loss": float(last["loss"]),
-            "moe_load_imbalance": float(last["imbalance"]), "experts_implementation": config._experts_implementation}
+    fpt = flops_per_token(
+        count_params(config), config.num_hidden_layers, config.num_attention_heads, config.head_dim, cfg.seq_len
+    )
+    return {
+        "seconds": seconds,
+        "warmup_s": warm,
+        "flops_per_token": fpt,
+        "loss": float(last["loss"]),
+        "moe_load_imbalance": float(last["imbalance"]),
+        "experts_implementation": config._experts_implementation,
+    }
 
 
 def _parity() -> dict:
@@ -163,7 +198,10 @@ def _parity() -> dict:
         for name, model in (("hf-grouped", hf), ("ours", ours)):
             model.load_state_dict(state)
             got = model.to(torch.bfloat16)(input_ids=ids).logits.float()
-            out[name] = {"max_abs_diff": (got - expected).abs().max().item(), "mean_abs_diff": (got - expected).abs().mean().item()}
+            out[name] = {
+                "max_abs_diff": (got - expected).abs().max().item(),
+                "mean_abs_diff": (got - expected).abs().mean().item(),
+            }
     return out
 
 
@@ -176,9 +214,17 @@ def _one(variant: str, layers: int, batch: int, routing: str) -> dict:
         cfg = _config(layers, batch, run_dir, compile=variant == "ours-compile")
         out = _hf(cfg) if variant == "hf-grouped" else _ours(cfg)
     tokens_per_s = TIMED * batch * SEQ / out["seconds"]
-    return out | {"variant": variant, "routing": routing, "layers": layers, "batch": batch, "seq": SEQ, "tokens_per_s": tokens_per_s,
-                  "model_tflops": tokens_per_s * out["flops_per_token"] / 1e12, "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
-                  "gpu": torch.cuda.get_device_name()}
+    return out | {
+        "variant": variant,
+        "routing": routing,
+        "layers": layers,
+        "batch": batch,
+        "seq": SEQ,
+        "tokens_per_s": tokens_per_s,
+        "model_tflops": tokens_per_s * out["flops_per_token"] / 1e12,
+        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "gpu": torch.cuda.get_device_name(),
+    }
 
 
 def main() -> None:
@@ -187,7 +233,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--variants", nargs="+", default=["ours", "ours-compile", "hf-grouped"])
     ap.add_argument("--routing", choices=["learned", "balanced"], default="learned")
-    ap.add_argument("--parity", action="store_true", help="first, the bf16 logits' distance from fp32 (ours and transformers'), in a process of its own")
+    ap.add_argument(
+        "--parity",
+        action="store_true",
+        help="first, the bf16 logits' distance from fp32 (ours and transformers'), in a process of its own",
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -200,33 +250,72 @@ def main() -> None:
     rows = []
     parity = None
     for variant in (["parity"] if a.parity else []) + a.variants:
-        proc = subprocess.run([sys.executable, __file__, "--one", variant, "--layers", str(a.layers), "--batch", str(a.batch),
-                               "--routing", a.routing], capture_output=True, text=True, cwd=ROOT)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                variant,
+                "--layers",
+                str(a.layers),
+                "--batch",
+                str(a.batch),
+                "--routing",
+                a.routing,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
-            rows.append({"variant": variant, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1][:300] if (proc.stderr or proc.stdout) else f"exit {proc.returncode}"})
+            rows.append(
+                {
+                    "variant": variant,
+                    "error": (proc.stderr or proc.stdout).strip().splitlines()[-1][:300]
+                    if (proc.stderr or proc.stdout)
+                    else f"exit {proc.returncode}",
+                }
+            )
             print(f"{variant}: failed: {rows[-1]['error']}\n{proc.stderr[-3000:]}", flush=True)
             continue
         if variant == "parity":
-            parity = json.loads(line[len("RESULT "):])
-            print(f"bf16 logits vs transformers' fp32 eager (2 layers, 2 x 512 tokens): {json.dumps(parity)}", flush=True)
+            parity = json.loads(line[len("RESULT ") :])
+            print(
+                f"bf16 logits vs transformers' fp32 eager (2 layers, 2 x 512 tokens): {json.dumps(parity)}", flush=True
+            )
             continue
-        rows.append(json.loads(line[len("RESULT "):]))
-        print(f"{variant}: {rows[-1]['tokens_per_s']:,.0f} tok/s, imbalance {rows[-1]['moe_load_imbalance']:.2f}", flush=True)
+        rows.append(json.loads(line[len("RESULT ") :]))
+        print(
+            f"{variant}: {rows[-1]['tokens_per_s']:,.0f} tok/s, imbalance {rows[-1]['moe_load_imbalance']:.2f}",
+            flush=True,
+        )
     base = next((r for r in rows if r["variant"] == "hf-grouped" and "error" not in r), None)
-    print(f"Qwen3-30B-A3B dims, {a.layers} layers, seq {SEQ} x batch {a.batch}, bf16, {a.routing} routing, one GPU "
-          f"({next((r['gpu'] for r in rows if 'gpu' in r), '?')})")
+    print(
+        f"Qwen3-30B-A3B dims, {a.layers} layers, seq {SEQ} x batch {a.batch}, bf16, {a.routing} routing, one GPU "
+        f"({next((r['gpu'] for r in rows if 'gpu' in r), '?')})"
+    )
     print(f"{'variant':<14} {'tok/s':>9} {'TFLOP/s':>8} {'vs hf':>6} {'peak GiB':>9} {'loss':>7} {'imbalance':>9}")
     for r in rows:
         if "error" in r:
             print(f"{r['variant']:<14} failed: {r['error']}")
             continue
         speed = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "-"
-        print(f"{r['variant']:<14} {r['tokens_per_s']:>9,.0f} {r['model_tflops']:>8.1f} {speed:>6} {r['peak_mem_gib']:>9.1f} {r['loss']:>7.3f} "
-              f"{r['moe_load_imbalance']:>9.2f}")
-    out = Path(a.out or ROOT / "bench" / "results" / f"{datetime.date.today()}-moe-30B-A3B-{a.layers}l-{a.routing}.json")
+        print(
+            f"{r['variant']:<14} {r['tokens_per_s']:>9,.0f} {r['model_tflops']:>8.1f} {speed:>6} "
+            f"{r['peak_mem_gib']:>9.1f} {r['loss']:>7.3f} "
+            f"{r['moe_load_imbalance']:>9.2f}"
+        )
+    out = Path(
+        a.out or ROOT / "bench" / "results" / f"{datetime.date.today()}-moe-30B-A3B-{a.layers}l-{a.routing}.json"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"layers": a.layers, "batch": a.batch, "seq": SEQ, "routing": a.routing, "rows": rows, "parity": parity}, indent=1))
+    out.write_text(
+        json.dumps(
+            {"layers": a.layers, "batch": a.batch, "seq": SEQ, "routing": a.routing, "rows": rows, "parity": parity},
+            indent=1,
+        )
+    )
     print(f"wrote {out}")
 
 

@@ -1,11 +1,13 @@
 """What the one-GPU benchmarks share: the trainer on one rank, and timing a step function."""
+
 from __future__ import annotations
 
 import time
 
 
 def one_rank_trainer(cfg, run_id: str = "bench"):
-    """``train.loop.Trainer`` for ``cfg`` on one rank (a process group of its own); returns it with its start-up seconds."""
+    """``train.loop.Trainer`` for ``cfg`` on one rank (a process group of its own); returns it with its start-up
+    seconds."""
     from train.loop import Trainer
     from train.parallel import ParallelDims, WorldEnv, init_distributed
 

@@ -3,7 +3,8 @@
     python bench/packed_bench.py [--shape 1.7B] [--seq 4096] [--rows 8] [--timed-steps 8] [--out FILE]
 
 One Qwen3 (bf16 parameters, fused AdamW, the trainer's fused linear cross-entropy summed over the loss tokens,
-activation checkpointing in every layer so that padded micro-batches fit), the same weights for every variant; each step is ``--rows`` micro-batches of one row of ``--seq`` tokens:
+activation checkpointing in every layer so that padded micro-batches fit), the same weights for every variant; each
+step is ``--rows`` micro-batches of one row of ``--seq`` tokens:
   text            rows cut from one token stream (no position ids, every token a target): causal SDPA
   packed-sdpa     synthetic conversations (lengths log-normal, median 600 tokens, 40% of each one assistant
                   tokens) packed by train.data.packing, position ids restarting per conversation: transformers
@@ -28,10 +29,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from hpc.node.cli import Parser, whole  # noqa: E402
-
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+from hpc.node.cli import Parser, whole  # noqa: E402
 
 
 def conversations(n_tokens: int, seq: int, vocab: int, seed: int = 0):
@@ -43,7 +44,7 @@ def conversations(n_tokens: int, seq: int, vocab: int, seed: int = 0):
     while total < n_tokens:
         n = int(np.clip(rng.lognormal(np.log(600), 0.8), 64, seq))
         targets = np.zeros(n, dtype=bool)
-        targets[int(0.6 * n):] = True
+        targets[int(0.6 * n) :] = True
         out.append(Sample(rng.integers(10, vocab, n).astype(np.int32), targets))
         total += n
     return out
@@ -126,6 +127,7 @@ def main() -> None:
                 (forward(mb) / count).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+
         return step
 
     def text_forward(mb):
@@ -146,10 +148,12 @@ def main() -> None:
             return False
 
     results: dict = {}
-    variants = [("text", "sdpa", [(t[None, :-1], t[None, 1:]) for t in text], text_forward, seq * rows, seq * rows),
-                ("packed-sdpa", "sdpa", packed, packed_forward, seq * rows, stats.tokens / stats.rows * rows),
-                ("packed-flex", "flex_attention", packed, packed_forward, seq * rows, stats.tokens / stats.rows * rows),
-                ("packed-flash", "flash_attention_2", packed, packed_forward, seq * rows, stats.tokens / stats.rows * rows)]
+    variants = [
+        ("text", "sdpa", [(t[None, :-1], t[None, 1:]) for t in text], text_forward, seq * rows, seq * rows),
+        ("packed-sdpa", "sdpa", packed, packed_forward, seq * rows, stats.tokens / stats.rows * rows),
+        ("packed-flex", "flex_attention", packed, packed_forward, seq * rows, stats.tokens / stats.rows * rows),
+        ("packed-flash", "flash_attention_2", packed, packed_forward, seq * rows, stats.tokens / stats.rows * rows),
+    ]
     for name, attn, micro, forward, row_tokens, real_tokens in variants:
         if not set_attention(attn):
             continue
@@ -161,8 +165,14 @@ def main() -> None:
             results[name] = {"attention": attn, "error": str(e).splitlines()[0][:200]}
             continue
         med = statistics.median(times)
-        results[name] = {"attention": attn, "step_s": med, "step_s_min": min(times), "step_s_max": max(times),
-                         "row_tokens_per_s": row_tokens / med, "real_tokens_per_s": real_tokens / med}
+        results[name] = {
+            "attention": attn,
+            "step_s": med,
+            "step_s_min": min(times),
+            "step_s_max": max(times),
+            "row_tokens_per_s": row_tokens / med,
+            "real_tokens_per_s": real_tokens / med,
+        }
         print(json.dumps({name: results[name]}), flush=True)
     set_attention("sdpa")
     cursor["i"] = 0
@@ -175,19 +185,36 @@ def main() -> None:
     n_timed = a.timed_steps * rows
     real = sum(pad_real[(a.warmup_steps * rows + j) % len(padded)] for j in range(n_timed)) / a.timed_steps
     med = statistics.median(pad_times) if pad_times else float("nan")
-    results["padded"] = results.get("padded") or {"attention": "sdpa", "conversations_per_micro_batch": k, "step_s": med, "step_s_min": min(pad_times),
-                         "step_s_max": max(pad_times), "real_tokens_per_s": real / med,
-                         "padding_share": 1 - sum(pad_real) / sum(int(mb[2].numel()) for mb in padded)}
+    results["padded"] = results.get("padded") or {
+        "attention": "sdpa",
+        "conversations_per_micro_batch": k,
+        "step_s": med,
+        "step_s_min": min(pad_times),
+        "step_s_max": max(pad_times),
+        "real_tokens_per_s": real / med,
+        "padding_share": 1 - sum(pad_real) / sum(int(mb[2].numel()) for mb in padded),
+    }
     packed_names = [n for n in ("packed-sdpa", "packed-flex", "packed-flash") if "step_s" in results.get(n, {})]
     best = max(packed_names, key=lambda n: results[n]["real_tokens_per_s"])
     out = {
-        "bench": "packed_bench", "date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-        "torch": torch.__version__, "shape": a.shape, "seq": seq, "rows_per_step": rows,
-        "packing": {"conversations": stats.samples, "rows": stats.rows, "efficiency": stats.efficiency(seq), "per_row": per_row},
+        "bench": "packed_bench",
+        "date": datetime.date.today().isoformat(),
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "shape": a.shape,
+        "seq": seq,
+        "rows_per_step": rows,
+        "packing": {
+            "conversations": stats.samples,
+            "rows": stats.rows,
+            "efficiency": stats.efficiency(seq),
+            "per_row": per_row,
+        },
         "variants": results,
         "best_packed": best,
         "packed_vs_text_row_tokens": results[best]["row_tokens_per_s"] / results["text"]["row_tokens_per_s"],
-        "packed_vs_padded_real_tokens": results[best]["real_tokens_per_s"] / results["padded"].get("real_tokens_per_s", float("nan")),
+        "packed_vs_padded_real_tokens": results[best]["real_tokens_per_s"]
+        / results["padded"].get("real_tokens_per_s", float("nan")),
     }
     text_out = json.dumps(out, indent=1)
     print(text_out)

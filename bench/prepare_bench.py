@@ -33,7 +33,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from hpc.node.cli import Parser, number, whole  # noqa: E402
-
 from hpc.node.contract import PREPARED_MANIFEST, task_log  # noqa: E402
 from hpc.node.ownership import run_dir_name  # noqa: E402
 
@@ -71,7 +70,10 @@ def make_chat_corpus(path: Path, mb: float) -> int:
     with path.open("w") as f:
         while size < target:
             for record in records:
-                turns = [{**t, "content": f"[{copy}] {t['content']}"} if t["role"] == "assistant" else t for t in record["messages"]]
+                turns = [
+                    {**t, "content": f"[{copy}] {t['content']}"} if t["role"] == "assistant" else t
+                    for t in record["messages"]
+                ]
                 line = json.dumps({"messages": turns}) + "\n"
                 f.write(line)
                 size += len(line)
@@ -84,7 +86,10 @@ def make_chat_corpus(path: Path, mb: float) -> int:
 def task_times(log: str) -> list[dict]:
     """Each task's own preparation time, wall and CPU, from its log line."""
     found = re.findall(r"\[prepare\] task (\d+)/\d+: (\d+) of \d+ chunks of .* in ([\d.]+)s \(cpu ([\d.]+)s\)", log)
-    return sorted(({"task": int(t), "chunks": int(n), "wall_s": float(w), "cpu_s": float(c)} for t, n, w, c in found), key=lambda d: d["task"])
+    return sorted(
+        ({"task": int(t), "chunks": int(n), "wall_s": float(w), "cpu_s": float(c)} for t, n, w, c in found),
+        key=lambda d: d["task"],
+    )
 
 
 def digest(out: Path) -> str:
@@ -95,8 +100,14 @@ def digest(out: Path) -> str:
 
 
 def data_args(src: Path, out: Path, chunk: int, fmt: str) -> list[str]:
-    return [f"data.path={src}", f"data.prepared={out}", f"data.format={fmt}", "data.pack=documents", f"seq_len={SEQ}",
-            f"data.chunk_bytes={chunk}"]
+    return [
+        f"data.path={src}",
+        f"data.prepared={out}",
+        f"data.format={fmt}",
+        "data.pack=documents",
+        f"seq_len={SEQ}",
+        f"data.chunk_bytes={chunk}",
+    ]
 
 
 def prepare_cmd(src: Path, out: Path, chunk: int, fmt: str) -> list[str]:
@@ -106,10 +117,22 @@ def prepare_cmd(src: Path, out: Path, chunk: int, fmt: str) -> list[str]:
 def startup(src: Path, out: Path, chunk: int, fmt: str, run_dir: Path, env: dict) -> dict:
     """One training step on the prepared data in a fresh process: seconds from its start to each log line that marks a
     stage (layout = imports and process group done; data opened; first step done), and its max RSS."""
-    cmd = [sys.executable, "-m", "train", "--config", str(ROOT / "train/configs/tiny.yaml"), *data_args(src, out, chunk, fmt),
-           f"log.dir={run_dir}", "steps=1", "schedule.warmup_steps=0", "log.log_every=1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "train",
+        "--config",
+        str(ROOT / "train/configs/tiny.yaml"),
+        *data_args(src, out, chunk, fmt),
+        f"log.dir={run_dir}",
+        "steps=1",
+        "schedule.warmup_steps=0",
+        "log.log_every=1",
+    ]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=run_dir.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=run_dir.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     at: dict[str, float] = {}
     lines: list[str] = []
     marks = {"layout": "[train] layout", "data_opened": "[train] data:", "first_step": "step 1"}
@@ -121,8 +144,12 @@ def startup(src: Path, out: Path, chunk: int, fmt: str, run_dir: Path, env: dict
     _, status, usage = os.wait4(proc.pid, 0)
     if status != 0 or len(at) != len(marks):
         raise SystemExit(f"{' '.join(cmd)} failed (status {status}; saw {sorted(at)}):\n{''.join(lines[-5:])}")
-    return {"to_first_step_s": at["first_step"], "to_layout_s": at["layout"], "opening_data_s": at["data_opened"] - at["layout"],
-            "max_rss_mb": usage.ru_maxrss / 1024}
+    return {
+        "to_first_step_s": at["first_step"],
+        "to_layout_s": at["layout"],
+        "opening_data_s": at["data_opened"] - at["layout"],
+        "max_rss_mb": usage.ru_maxrss / 1024,
+    }
 
 
 def main() -> None:
@@ -132,7 +159,9 @@ def main() -> None:
     p.add_argument("--chunk-mb", type=number(0, 1e9, lo_open=True), default=4)
     p.add_argument("--nodes", type=whole(1), nargs="+", default=[1, 2, 4])
     p.add_argument("--no-here", action="store_true", help="skip the single task outside Slurm")
-    p.add_argument("--small-mb", type=number(0, 1e9, lo_open=True), default=1, help="the corpus the start-up is compared with")
+    p.add_argument(
+        "--small-mb", type=number(0, 1e9, lo_open=True), default=1, help="the corpus the start-up is compared with"
+    )
     p.add_argument("--site", default="local")
     p.add_argument("--workdir", type=Path)
     p.add_argument("--out", type=Path)
@@ -146,24 +175,57 @@ def main() -> None:
     runs = []
 
     def record(where: str, tasks: list[dict], wall: float, out: Path, load_before: float, **extra) -> None:
-        runs.append({"where": where, **extra, "tasks": len(tasks), "wall_s": round(wall, 1),
-                     "slowest_task_s": max((t["wall_s"] for t in tasks), default=None),
-                     "task_cpu_s": [t["cpu_s"] for t in tasks], "task_wall_s": [t["wall_s"] for t in tasks],
-                     "load_before": load_before, "load_after": os.getloadavg()[0],
-                     "sha256": digest(out) if (out / PREPARED_MANIFEST).is_file() else None})
+        runs.append(
+            {
+                "where": where,
+                **extra,
+                "tasks": len(tasks),
+                "wall_s": round(wall, 1),
+                "slowest_task_s": max((t["wall_s"] for t in tasks), default=None),
+                "task_cpu_s": [t["cpu_s"] for t in tasks],
+                "task_wall_s": [t["wall_s"] for t in tasks],
+                "load_before": load_before,
+                "load_after": os.getloadavg()[0],
+                "sha256": digest(out) if (out / PREPARED_MANIFEST).is_file() else None,
+            }
+        )
         print(json.dumps(runs[-1]), flush=True)
 
     if not a.no_here:
         load, t0 = os.getloadavg()[0], time.perf_counter()
-        local = subprocess.run([sys.executable, *prepare_cmd(src, work / "local-1", chunk, a.format)], cwd=work, env=env, check=True,
-                               capture_output=True, text=True)
+        local = subprocess.run(
+            [sys.executable, *prepare_cmd(src, work / "local-1", chunk, a.format)],
+            cwd=work,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         record("here", task_times(local.stdout), time.perf_counter() - t0, work / "local-1", load)
     for nodes in a.nodes:
         name = f"prepare-bench-{nodes}n-{os.getpid()}"
         out = work / f"slurm-{nodes}"
         load, t0 = os.getloadavg()[0], time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "hpc.submit", "--site", a.site, "--nodes", str(nodes), "--job-name", name, "--wait",
-                            "--", *prepare_cmd(src, out, chunk, a.format)], cwd=work, env=env, capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hpc.submit",
+                "--site",
+                a.site,
+                "--nodes",
+                str(nodes),
+                "--job-name",
+                name,
+                "--wait",
+                "--",
+                *prepare_cmd(src, out, chunk, a.format),
+            ],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         wall = time.perf_counter() - t0
         job_dir = work / "jobs" / run_dir_name(name)
         logs = "".join(f.read_text() for f in job_dir.glob(task_log(".", "*", "*").name)) if job_dir.is_dir() else ""
@@ -173,15 +235,30 @@ def main() -> None:
     prepared = work / ("local-1" if first["where"] == "here" else f"slurm-{a.nodes[0]}")
     small = work / "small.jsonl"
     make_corpus(small, a.small_mb, a.format)
-    subprocess.run([sys.executable, *prepare_cmd(small, work / "small", chunk, a.format)], cwd=work, env=env, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, *prepare_cmd(small, work / "small", chunk, a.format)],
+        cwd=work,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     manifest = json.loads((prepared / PREPARED_MANIFEST).read_text())
     result = {
-        "bench": "prepare_bench", "date": datetime.date.today().isoformat(), "format": a.format, "corpus_bytes": size, "seq_len": SEQ,
-        "chunk_bytes": chunk, "chunks": len(manifest["chunks"]), "totals": manifest["totals"], "runs": runs,
+        "bench": "prepare_bench",
+        "date": datetime.date.today().isoformat(),
+        "format": a.format,
+        "corpus_bytes": size,
+        "seq_len": SEQ,
+        "chunk_bytes": chunk,
+        "chunks": len(manifest["chunks"]),
+        "totals": manifest["totals"],
+        "runs": runs,
         "identical": len({r["sha256"] for r in runs}) == 1 and runs[0]["sha256"] is not None,
         "one_task_over_slowest_task": {r["where"]: base / r["slowest_task_s"] for r in runs if r.get("slowest_task_s")},
-        "startup": {"corpus": startup(src, prepared, chunk, a.format, work / "run-corpus", env),
-                    f"{a.small_mb:g} MB": startup(small, work / "small", chunk, a.format, work / "run-small", env)},
+        "startup": {
+            "corpus": startup(src, prepared, chunk, a.format, work / "run-corpus", env),
+            f"{a.small_mb:g} MB": startup(small, work / "small", chunk, a.format, work / "run-small", env),
+        },
     }
     text = json.dumps(result, indent=1)
     print(text)

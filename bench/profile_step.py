@@ -46,7 +46,9 @@ def main() -> None:
     p.add_argument("--warmup", type=whole(0), default=4)
     p.add_argument("--steps", type=whole(1), default=2, help="profiled steps")
     p.add_argument("--top", type=whole(1), default=15)
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="trainer config overrides, e.g. master_dtype=bf16")
+    p.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="trainer config overrides, e.g. master_dtype=bf16"
+    )
     args = p.parse_args()
 
     import torch
@@ -58,13 +60,22 @@ def main() -> None:
     from train.steptime import busy_seconds
 
     with tempfile.TemporaryDirectory() as tmp:
-        raw = {"model": {"shape": args.shape}, "seq_len": args.seq_len, "micro_batch": args.micro_batch,
-               "global_batch": args.global_batch or args.micro_batch, "steps": args.warmup + args.steps, "compile": True,
-               "log": {"dir": tmp}, "checkpoint": {"keep_last": 1}}
+        raw = {
+            "model": {"shape": args.shape},
+            "seq_len": args.seq_len,
+            "micro_batch": args.micro_batch,
+            "global_batch": args.global_batch or args.micro_batch,
+            "steps": args.warmup + args.steps,
+            "compile": True,
+            "log": {"dir": tmp},
+            "checkpoint": {"keep_last": 1},
+        }
         cfg = TrainConfig.model_validate(apply_overrides(raw, args.set))
         env = WorldEnv(rank=0, local_rank=0, world_size=1, local_world_size=1)
         device = init_distributed(env)
-        trainer = Trainer(cfg, ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()), env, device, run_id="bench")
+        trainer = Trainer(
+            cfg, ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads()), env, device, run_id="bench"
+        )
         for _ in range(args.warmup):
             trainer.train_step()
         torch.cuda.synchronize()
@@ -85,13 +96,27 @@ def main() -> None:
         by_name[e.name][1] += 1
     tokens = cfg.global_batch * cfg.seq_len
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]
-    print(json.dumps({
-        "shape": args.shape, "batch": f"{cfg.global_batch} x {cfg.seq_len} (micro {cfg.micro_batch})", "overrides": args.set,
-        "step_s": wall, "tokens_per_s": tokens / wall, "mfu": tokens / wall * trainer.flops_per_token / trainer.peak_flops_total,
-        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "gpu_busy_s": busy, "gpu_idle_s": wall - busy,
-        "by_kind_s": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
-        "top_kernels": [{"name": n[:120], "s_per_step": s, "calls_per_step": c / args.steps, "kind": kind_of(n)} for n, (s, c) in top],
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "shape": args.shape,
+                "batch": f"{cfg.global_batch} x {cfg.seq_len} (micro {cfg.micro_batch})",
+                "overrides": args.set,
+                "step_s": wall,
+                "tokens_per_s": tokens / wall,
+                "mfu": tokens / wall * trainer.flops_per_token / trainer.peak_flops_total,
+                "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+                "gpu_busy_s": busy,
+                "gpu_idle_s": wall - busy,
+                "by_kind_s": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+                "top_kernels": [
+                    {"name": n[:120], "s_per_step": s, "calls_per_step": c / args.steps, "kind": kind_of(n)}
+                    for n, (s, c) in top
+                ],
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ flush per record, as on CPU) into a fresh log directory: jsonl only, then with e
 (MLflow file store, W&B offline, TensorBoard). Prints JSON (and writes it to --out): start and
 close seconds, milliseconds per record, and the extra milliseconds per record over jsonl only.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,31 +24,55 @@ from train.config import load_config  # noqa: E402
 from train.metrics import MetricsLog  # noqa: E402
 from train.tracking import Tracking, missing  # noqa: E402
 
-RECORD = {"loss": 7.5, "grad_norm": 1.2, "lr": 1e-3, "epoch": 0, "samples_consumed": 8, "peak_mem_gib": 0.5,
-          "compute_s": 0.05, "wait_s": 0.05}  # MetricsLog adds step_time_s, tokens_per_s, mfu
+RECORD = {
+    "loss": 7.5,
+    "grad_norm": 1.2,
+    "lr": 1e-3,
+    "epoch": 0,
+    "samples_consumed": 8,
+    "peak_mem_gib": 0.5,
+    "compute_s": 0.05,
+    "wait_s": 0.05,
+}  # MetricsLog adds step_time_s, tokens_per_s, mfu
 
 
 def case(tracker: str | None, records: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="tracking-bench-", ignore_cleanup_errors=True) as run_dir:
-        cfg = load_config(ROOT / "train" / "configs" / "tiny.yaml", [f"log.dir={run_dir}", f"log.tracker=[{tracker or ''}]"])
+        cfg = load_config(
+            ROOT / "train" / "configs" / "tiny.yaml", [f"log.dir={run_dir}", f"log.tracker=[{tracker or ''}]"]
+        )
         t0 = time.perf_counter()
         tracking = Tracking(cfg, {}, 0) if tracker else None
         start_s = time.perf_counter() - t0
-        log = MetricsLog(Path(run_dir), True, log_every=10**9, total_steps=10**9, tokens_per_step=256, flops_per_token=1e6,
-                         peak_flops_total=1e12, tracking=tracking)
+        log = MetricsLog(
+            Path(run_dir),
+            True,
+            log_every=10**9,
+            total_steps=10**9,
+            tokens_per_step=256,
+            flops_per_token=1e6,
+            peak_flops_total=1e12,
+            tracking=tracking,
+        )
         t0 = time.perf_counter()
         for step in range(1, records + 1):
             log.log({"step": step, **RECORD})
         per_record_ms = (time.perf_counter() - t0) / records * 1e3
         t0 = time.perf_counter()
         log.close()
-        return {"start_s": round(start_s, 3), "per_record_ms": round(per_record_ms, 3), "close_s": round(time.perf_counter() - t0, 3)}
+        return {
+            "start_s": round(start_s, 3),
+            "per_record_ms": round(per_record_ms, 3),
+            "close_s": round(time.perf_counter() - t0, 3),
+        }
 
 
 def main() -> None:
     parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=whole(1), default=500)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / f"{time.strftime('%Y-%m-%d')}-cpu-tracking.json")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results" / f"{time.strftime('%Y-%m-%d')}-cpu-tracking.json"
+    )
     a = parser.parse_args()
     os.environ.setdefault("WANDB_MODE", "offline")
     absent = missing(["mlflow", "wandb", "tensorboard"])

@@ -1,5 +1,6 @@
 """The profile's `container:` section (pyxis, apptainer/singularity, or a command prefix) and what it renders:
 pyxis options for srun, or the argv prefix that `hpc.node.launch` runs the rank command behind."""
+
 from __future__ import annotations
 
 import re
@@ -36,7 +37,9 @@ class Container(BaseModel):
     runtime: Literal["pyxis", "apptainer", "singularity", "command"]
     image: Optional[str] = Field(None, pattern=r"^[^\n\r]+$")
     mounts: list[str] = Field(default_factory=list, description="SRC:DST[:ro], absolute paths")
-    command: list[str] = Field(default_factory=list, description="runtime command: the prefix, with {image}-like placeholders")
+    command: list[str] = Field(
+        default_factory=list, description="runtime command: the prefix, with {image}-like placeholders"
+    )
     python: str = Field("python", pattern=r"^\S+$", description="python inside the image that runs the rank command")
     project: Literal["mount", "installed"] = "mount"
 
@@ -56,15 +59,19 @@ class Container(BaseModel):
                 raise ValueError(f"command item {shown(item)} must be one line")
             unknown = _placeholders(item) - set(PLACEHOLDERS)
             if unknown:
-                raise ValueError(f"command item {shown(item)}: unknown placeholder {{{sorted(unknown)[0]}}}; allowed: "
-                                 + ", ".join(f"{{{p}}}" for p in PLACEHOLDERS))
+                raise ValueError(
+                    f"command item {shown(item)}: unknown placeholder {{{sorted(unknown)[0]}}}; allowed: "
+                    + ", ".join(f"{{{p}}}" for p in PLACEHOLDERS)
+                )
         return v
 
     @model_validator(mode="after")
     def _consistent(self) -> "Container":
         if self.runtime == "command":
             if not self.command:
-                raise ValueError("runtime command needs command: the prefix as a list, e.g. [bwrap, --dev-bind, /, /, --]")
+                raise ValueError(
+                    "runtime command needs command: the prefix as a list, e.g. [bwrap, --dev-bind, /, /, --]"
+                )
             if self.mounts:
                 raise ValueError("runtime command takes no mounts: bind them in command")
             if self.image is None and any("image" in _placeholders(i) for i in self.command):
@@ -88,19 +95,30 @@ class Container(BaseModel):
 
     @property
     def wrapped(self) -> bool:
-        """Whether hpc.node.launch runs on the host with the runtime's command as its child (else srun enters the image)."""
+        """Whether hpc.node.launch runs on the host with the runtime's command as its child (else srun enters the
+        image)."""
         return self.runtime in WRAPPED
 
     def binds(self, places: "Places") -> list[str]:
-        """Every mount: the job's own directories (and the project when mounted) at the same path, then the profile's."""
-        paths = [places.workdir, places.job_dir, places.checkpoint_dir, *([places.project] if self.project == "mount" else [])]
+        """Every mount: the job's own directories (and the project when mounted) at the same path, then the
+        profile's."""
+        paths = [
+            places.workdir,
+            places.job_dir,
+            places.checkpoint_dir,
+            *([places.project] if self.project == "mount" else []),
+        ]
         own = [f"{p}:{p}" for p in dict.fromkeys(str(p) for p in paths)]
         return own + [m for m in self.mounts if m not in own]
 
     def srun_options(self, places: "Places") -> list[str]:
         """pyxis: the srun options that run every task inside the image."""
-        opts = [f"--container-image={self.image}", f"--container-mounts={','.join(self.binds(places))}",
-                f"--container-workdir={places.workdir}", "--no-container-mount-home"]
+        opts = [
+            f"--container-image={self.image}",
+            f"--container-mounts={','.join(self.binds(places))}",
+            f"--container-workdir={places.workdir}",
+            "--no-container-mount-home",
+        ]
         if self.project == "mount":
             opts.append("--container-env=PYTHONPATH")
         return opts
@@ -108,8 +126,13 @@ class Container(BaseModel):
     def prefix(self, places: "Places") -> list[str]:
         """apptainer/singularity/command: the argv that the rank command runs behind."""
         if self.runtime == "command":
-            values = {"image": self.image or "", "workdir": places.workdir, "project": places.project,
-                      "job_dir": places.job_dir, "checkpoint_dir": places.checkpoint_dir}
+            values = {
+                "image": self.image or "",
+                "workdir": places.workdir,
+                "project": places.project,
+                "job_dir": places.job_dir,
+                "checkpoint_dir": places.checkpoint_dir,
+            }
             return [item.format(**values) for item in self.command]
         argv = [self.runtime, "exec", "--nv", "--pwd", str(places.workdir)]
         for bind in self.binds(places):
@@ -122,6 +145,7 @@ class Container(BaseModel):
 @dataclass(frozen=True)
 class Places:
     """The job's directories, which every runtime sees at the same path as the host."""
+
     workdir: Path
     job_dir: Path
     checkpoint_dir: Path
@@ -129,8 +153,12 @@ class Places:
 
     def check(self) -> None:
         """A directory that a mount list cannot carry (pyxis and apptainer split on , and :) is a ValueError."""
-        for name, path in (("the submit directory", self.workdir), ("the job directory", self.job_dir),
-                           ("the checkpoint directory", self.checkpoint_dir), ("the project directory", self.project)):
+        for name, path in (
+            ("the submit directory", self.workdir),
+            ("the job directory", self.job_dir),
+            ("the checkpoint directory", self.checkpoint_dir),
+            ("the project directory", self.project),
+        ):
             if re.search(r"[,:\n]", str(path)):
                 raise ValueError(f"{name} {path} has a comma, colon or newline, which a container mount cannot carry")
 

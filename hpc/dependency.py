@@ -1,4 +1,5 @@
 """Job chains: ``--after JOB[:ok|any|notok]`` as sbatch's ``--dependency``, each job checked to exist in Slurm."""
+
 from __future__ import annotations
 
 from typing import Sequence

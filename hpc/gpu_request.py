@@ -5,6 +5,7 @@ Sites differ: one rejects ``--gpus`` and wants ``--gpus-per-node``, another only
 partition takes none; LUMI-like sites bind each task to its GPU (``--gpu-bind=map_gpu:...``) and need
 ``--gres-flags=allow-task-sharing`` (srun only, Slurm 23.11+) so NCCL still reaches the node's other GPUs.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,14 +16,20 @@ from hpc.node.cli import shown
 GpuRequest = Literal["gpus-per-node", "gres", "gpus", "none"]
 GPU_REQUESTS = ("gpus-per-node", "gres", "gpus", "none")
 
-_LIST = r"[0-9]+(?:\*[0-9]+)?(?:,[0-9]+(?:\*[0-9]+)?)*"            # map_gpu:0,1 or 0*4,1*4
+_LIST = r"[0-9]+(?:\*[0-9]+)?(?:,[0-9]+(?:\*[0-9]+)?)*"  # map_gpu:0,1 or 0*4,1*4
 _MASKS = r"(?:0x)?[0-9A-Fa-f]+(?:\*[0-9]+)?(?:,(?:0x)?[0-9A-Fa-f]+(?:\*[0-9]+)?)*"
-GPU_BIND_RE = re.compile(rf"(?:verbose,)?(?:closest|none|map_gpu:{_LIST}|mask_gpu:{_MASKS}|per_task:[1-9][0-9]*|single:[1-9][0-9]*)")
-CPU_BIND_RE = re.compile(rf"(?:(?:quiet|verbose),)?(?:none|no|rank|rank_ldom|boards|sockets|cores|threads|ldoms|"
-                         rf"map_cpu:{_LIST}|mask_cpu:{_MASKS}|map_ldom:{_LIST}|mask_ldom:{_MASKS})")
+GPU_BIND_RE = re.compile(
+    rf"(?:verbose,)?(?:closest|none|map_gpu:{_LIST}|mask_gpu:{_MASKS}|per_task:[1-9][0-9]*|single:[1-9][0-9]*)"
+)
+CPU_BIND_RE = re.compile(
+    rf"(?:(?:quiet|verbose),)?(?:none|no|rank|rank_ldom|boards|sockets|cores|threads|ldoms|"
+    rf"map_cpu:{_LIST}|mask_cpu:{_MASKS}|map_ldom:{_LIST}|mask_ldom:{_MASKS})"
+)
 GPU_BIND_FORMS = "closest, none, map_gpu:LIST, mask_gpu:MASKS, per_task:N, single:N, each optionally after verbose,"
-CPU_BIND_FORMS = ("none, rank, cores, sockets, threads, ldoms, boards, rank_ldom, map_cpu:LIST, mask_cpu:MASKS, "
-                  "map_ldom:LIST, mask_ldom:MASKS, each optionally after quiet, or verbose,")
+CPU_BIND_FORMS = (
+    "none, rank, cores, sockets, threads, ldoms, boards, rank_ldom, map_cpu:LIST, mask_cpu:MASKS, "
+    "map_ldom:LIST, mask_ldom:MASKS, each optionally after quiet, or verbose,"
+)
 SRUN_GRES_FLAGS = ("allow-task-sharing",)  # srun only (sbatch refuses it): on the ranks' srun line
 JOB_GRES_FLAGS = ("enforce-binding", "disable-binding", "one-task-per-sharing", "multiple-tasks-per-sharing")
 GRES_FLAGS = SRUN_GRES_FLAGS + JOB_GRES_FLAGS

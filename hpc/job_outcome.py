@@ -1,9 +1,11 @@
 """What `hpc.jobs status` says ended or held a job, and the next step: from Slurm's state word and reason, the
 nodes the job excluded itself from, and its task logs (a rank out of GPU memory, hpc.node.launch's error line)."""
+
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
 from hpc.node.contract import task_log
 from hpc.slurm_query import Job
 
@@ -13,14 +15,24 @@ LAUNCH_ERROR = re.compile(r"^hpc\.node\.launch: error: .*$", re.M)
 RESUMES = "it resumes from its latest checkpoint"
 
 STATE_CAUSES = {
-    "TIMEOUT": ("it reached its time limit without stopping for a requeue (no stop signal caught, or the save took "
-                "longer than the signal's lead)", f"resubmit with a longer --time or a larger --signal-lead; {RESUMES}"),
-    "NODE_FAIL": ("a node of the job failed (Slurm lost it)", f"resubmit with --exclude {{nodes}} (and --preflight to check the "
-                                                                 f"nodes first); {RESUMES}"),
-    "PREEMPTED": ("a higher-priority job preempted it", "where the partition requeues preempted jobs (PreemptMode=REQUEUE) it "
-                                                        f"comes back by itself; otherwise resubmit, {RESUMES}"),
-    "OUT_OF_MEMORY": ("a task ran out of host memory (Slurm's memory limit)", "lower micro_batch (e.g. -- micro_batch=1), or "
-                                                                              "plan again: python -m hpc.plan"),
+    "TIMEOUT": (
+        "it reached its time limit without stopping for a requeue (no stop signal caught, or the save took "
+        "longer than the signal's lead)",
+        f"resubmit with a longer --time or a larger --signal-lead; {RESUMES}",
+    ),
+    "NODE_FAIL": (
+        "a node of the job failed (Slurm lost it)",
+        f"resubmit with --exclude {{nodes}} (and --preflight to check the nodes first); {RESUMES}",
+    ),
+    "PREEMPTED": (
+        "a higher-priority job preempted it",
+        "where the partition requeues preempted jobs (PreemptMode=REQUEUE) it "
+        f"comes back by itself; otherwise resubmit, {RESUMES}",
+    ),
+    "OUT_OF_MEMORY": (
+        "a task ran out of host memory (Slurm's memory limit)",
+        "lower micro_batch (e.g. -- micro_batch=1), or plan again: python -m hpc.plan",
+    ),
     "BOOT_FAIL": ("a node did not boot", f"resubmit (with --exclude {{nodes}}); {RESUMES}"),
     "DEADLINE": ("it could not finish by its --deadline", "resubmit with a later deadline"),
 }
@@ -45,14 +57,19 @@ def failed_lines(job: Job) -> list[str]:
     """A FAILED job: what its logs say (a rank out of GPU memory, a node's launch error), else its exit code."""
     tails = log_tails(job)
     if any(GPU_OOM.search(t) for t in tails):
-        return ["cause: a rank ran out of GPU memory (CUDA out of memory in its log)",
-                "next: lower micro_batch (e.g. -- micro_batch=1) or turn on activation checkpointing, or plan again: "
-                "python -m hpc.plan --site SITE --nodes N --model SIZE"]
+        return [
+            "cause: a rank ran out of GPU memory (CUDA out of memory in its log)",
+            "next: lower micro_batch (e.g. -- micro_batch=1) or turn on activation checkpointing, or plan again: "
+            "python -m hpc.plan --site SITE --nodes N --model SIZE",
+        ]
     errors = [m.group(0) for t in tails for m in LAUNCH_ERROR.finditer(t)]
     if errors:
         return [f"cause: {errors[-1]}", "next: fix what the line names (the profile or the node), then resubmit"]
     code = f" (exit code {job.exit_code})" if job.exit_code else ""
-    return [f"cause: the ranks or the batch script failed{code}", f"next: read the logs: python -m hpc.jobs logs {job.job_id}"]
+    return [
+        f"cause: the ranks or the batch script failed{code}",
+        f"next: read the logs: python -m hpc.jobs logs {job.job_id}",
+    ]
 
 
 def outcome_lines(job: Job) -> list[str]:
@@ -76,4 +93,3 @@ def outcome_lines(job: Job) -> list[str]:
         nodes = job.nodelist or "NODES"
         lines += [f"cause: {cause}", f"next: {step.format(nodes=nodes)}"]
     return lines
-

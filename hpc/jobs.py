@@ -13,6 +13,7 @@ task R is node R) and the run's ``metrics.jsonl``. JOB may be one task of an arr
 (``123_4``); ``status`` and ``report`` of a whole array (a sweep) show all its tasks side
 by side. Unknown jobs exit with 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,15 +25,32 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from hpc.job_outcome import outcome_lines
 from hpc.metrics_report import last_line, plot, read_metrics, straggler_lines, summary_table, to_tensorboard
 from hpc.node.cli import HpcError, Parser, fail, path_text, shown, whole
+from hpc.node.contract import (
+    LEASE_FILE,
+    METRICS_FILE,
+    RESTART_LOG,
+    RUN_CONFIG,
+    checkpoint_step,
+    set_aside_step,
+    task_log,
+)
 from hpc.node.files import META_BYTES, read_small_text, regular_file_problem
-from hpc.node.contract import (LEASE_FILE, METRICS_FILE, RESTART_LOG, RUN_CONFIG, checkpoint_step, set_aside_step,
-                               task_log)
 from hpc.node.restart import read_log, restart_lines
-from hpc.job_outcome import outcome_lines
-from hpc.slurm_query import (Job, JobError, array_tasks, check_controller, get_job, job_id_arg, job_sort_key, restarts,
-                             sacct_rows, squeue_rows)
+from hpc.slurm_query import (
+    Job,
+    JobError,
+    array_tasks,
+    check_controller,
+    get_job,
+    job_id_arg,
+    job_sort_key,
+    restarts,
+    sacct_rows,
+    squeue_rows,
+)
 from hpc.sweep_report import plot_sweep, sweep_table, task_run_dir, task_runs
 
 PROG = "hpc.jobs"
@@ -61,7 +79,9 @@ def rank_log(job: Job, rank: int) -> Path:
     """Task `rank`'s log (task 0's also holds the batch script's output)."""
     path = task_log(require_dir(job), job.job_id, rank)
     if not path.exists():
-        raise JobError(f"job {job.job_id} has no log for task {rank} in {path.parent}" + ("" if job.finished else " (yet)"))
+        raise JobError(
+            f"job {job.job_id} has no log for task {rank} in {path.parent}" + ("" if job.finished else " (yet)")
+        )
     problem = regular_file_problem(path)  # a FIFO there would block the read
     if problem:
         raise JobError(f"job {job.job_id}: {path} is {problem}, not a log")
@@ -75,7 +95,9 @@ def plot_path(text: str) -> Path:
     """--out: a PNG (or PDF, SVG) path whose directory exists."""
     path = Path(path_text(text))
     if path.suffix.lower() not in PLOT_SUFFIXES:
-        raise argparse.ArgumentTypeError(f"{shown(text)}: the plot is written as {', '.join(PLOT_SUFFIXES)} (by its suffix)")
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)}: the plot is written as {', '.join(PLOT_SUFFIXES)} (by its suffix)"
+        )
     if not path.resolve().parent.is_dir():
         raise argparse.ArgumentTypeError(f"{shown(text)}: directory {path.resolve().parent} does not exist")
     problem = regular_file_problem(path)  # writing into a FIFO would block; into a directory, fail late
@@ -95,7 +117,7 @@ def folder_path(text: str) -> Path:
 
 def table(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows)
 
 
 def cmd_list(a: argparse.Namespace) -> int:
@@ -106,7 +128,9 @@ def cmd_list(a: argparse.Namespace) -> int:
             runs.setdefault(row["JobID"] or row["JobIDRaw"], []).append(row)  # an array task as squeue names it: 123_4
     except JobError as e:
         if "Invalid time specification" in str(e):
-            raise JobError(f"--since {a.since}: not a Slurm time (e.g. now-2days, 2026-12-01, 2026-12-01T08:00)") from None
+            raise JobError(
+                f"--since {a.since}: not a Slurm time (e.g. now-2days, 2026-12-01, 2026-12-01T08:00)"
+            ) from None
         print(f"{PROG}: {e}; listing the jobs slurmctld knows", file=sys.stderr)
     jobs = {job_id: {**rs[-1], "Restarts": str(restarts(rs))} for job_id, rs in runs.items()}
     for live in squeue_rows("-u", user):  # slurmctld's view wins: accounting lags behind new jobs
@@ -114,7 +138,7 @@ def cmd_list(a: argparse.Namespace) -> int:
         jobs[live["JobIDRaw"]] = {**live, "Elapsed": old["Elapsed"], "Restarts": old["Restarts"]}
     rows = [("JOBID", "NAME", "STATE", "NODES", "ELAPSED", "RESTARTS")]
     for job_id, job in sorted(jobs.items(), key=lambda kv: job_sort_key(kv[0])):
-        name = job["JobName"] if len(job["JobName"]) <= NAME_WIDTH else job["JobName"][:NAME_WIDTH - 3] + "..."
+        name = job["JobName"] if len(job["JobName"]) <= NAME_WIDTH else job["JobName"][: NAME_WIDTH - 3] + "..."
         rows.append((job_id, name, job["State"], job["NNodes"], job["Elapsed"], job["Restarts"]))
     print(table(rows))
     return 0
@@ -124,8 +148,11 @@ def array_status(array_id: str, tasks: list[str], out: Optional[Path] = None) ->
     """Every task of an array job in one table sorted by final (eval) loss; with ``out``, one plot of them all."""
     runs = task_runs([get_job(t) for t in tasks])
     first = runs[0].job
-    print(f"array job {array_id} ({first.name}): {len(runs)} tasks, dir {first.job_dir or 'unknown'}; sorted by final loss "
-          "(eval loss where evaluated)")
+    print(
+        f"array job {array_id} ({first.name}): {len(runs)} tasks, dir {first.job_dir or 'unknown'}; sorted by final "
+        "loss "
+        "(eval loss where evaluated)"
+    )
     print(sweep_table(runs))
     if out is not None:
         if not any(r.records for r in runs):
@@ -144,7 +171,10 @@ def cmd_status(a: argparse.Namespace) -> int:
         return array_status(a.job, tasks)
     job = get_job(a.job)
     print(f"job {job.job_id} ({job.name}): {job.state}")
-    print(f"  partition {job.partition}, {job.nodes} node(s) {job.nodelist or '-'}, elapsed {job.elapsed}, restarts {job.restarts}")
+    print(
+        f"  partition {job.partition}, {job.nodes} node(s) {job.nodelist or '-'}, elapsed {job.elapsed}, restarts "
+        f"{job.restarts}"
+    )
     print(f"  dir {job.job_dir or 'unknown'}")
     for line in outcome_lines(job):
         print(f"  {line}")
@@ -250,8 +280,10 @@ def cmd_report(a: argparse.Namespace) -> int:
         plot(records, out, f"job {job.job_id} ({job.name}): {job.state}, restarts {job.restarts}")
     except OSError as e:
         raise JobError(f"--out {out}: cannot write it ({e.strerror})") from None
-    print(f"job {job.job_id} ({job.name}): {job.state}, restarts {job.restarts}, "
-          f"steps {records[0]['step']}-{records[-1]['step']} ({len(records)} records) from {path}")
+    print(
+        f"job {job.job_id} ({job.name}): {job.state}, restarts {job.restarts}, "
+        f"steps {records[0]['step']}-{records[-1]['step']} ({len(records)} records) from {path}"
+    )
     print(summary_table(records))
     print("\n".join(straggler_lines(records)) or "stragglers: none named")
     for line in job_restart_lines(job):
@@ -261,33 +293,50 @@ def cmd_report(a: argparse.Namespace) -> int:
         try:
             n = to_tensorboard(records, Path(a.tensorboard))
         except ModuleNotFoundError as e:
-            raise JobError(f"--tensorboard needs the tensorboard package ({e.name} is not installed): pip install tensorboard") from None
+            raise JobError(
+                f"--tensorboard needs the tensorboard package ({e.name} is not installed): pip install tensorboard"
+            ) from None
         print(f"tensorboard: {n} scalars in {a.tensorboard} (tensorboard --logdir {a.tensorboard})")
     return 0
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(
+        prog=f"python -m {PROG}",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("list", help="your jobs: id, name, state, nodes, elapsed, restarts")
     s.add_argument("--since", default="now-7days", help="sacct start time (default: now-7days)")
     s.set_defaults(run=cmd_list)
-    s = sub.add_parser("status", help="Slurm state, restarts, nodes and the last step's metrics (of every task of an array)")
+    s = sub.add_parser(
+        "status", help="Slurm state, restarts, nodes and the last step's metrics (of every task of an array)"
+    )
     s.add_argument("job", type=job_id_arg)
     s.set_defaults(run=cmd_status)
     s = sub.add_parser("logs", help="print a rank's log; -f follows it until the job ends")
     s.add_argument("job", type=job_id_arg)
     s.add_argument("-f", "--follow", action="store_true")
-    s.add_argument("--rank", type=whole(0, 100_000), default=0, help="Slurm task (default 0); one task per node under torchrun/accelerate")
+    s.add_argument(
+        "--rank",
+        type=whole(0, 100_000),
+        default=0,
+        help="Slurm task (default 0); one task per node under torchrun/accelerate",
+    )
     s.set_defaults(run=cmd_logs)
     s = sub.add_parser("cancel", help="scancel the job (every task of an array job)")
     s.add_argument("job", type=job_id_arg)
     s.set_defaults(run=cmd_cancel)
-    s = sub.add_parser("report", help="PNG of loss, tokens/s and MFU against the step, and a summary table; of an array: every task's loss")
+    s = sub.add_parser(
+        "report",
+        help="PNG of loss, tokens/s and MFU against the step, and a summary table; of an array: every task's loss",
+    )
     s.add_argument("job", type=job_id_arg)
     s.add_argument("--out", type=plot_path, help="PNG path (default: <job dir>/report-<id>.png)")
-    s.add_argument("--tensorboard", metavar="DIR", type=folder_path, help="also write the metrics as TensorBoard scalars into DIR")
+    s.add_argument(
+        "--tensorboard", metavar="DIR", type=folder_path, help="also write the metrics as TensorBoard scalars into DIR"
+    )
     s.set_defaults(run=cmd_report)
     return p
 

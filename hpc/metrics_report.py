@@ -5,6 +5,7 @@ peak), lr, grad_norm (and step_time_s, peak_mem_gib; eval_loss at evaluated step
 steps where train/straggler.py named a slow rank). A requeued run resumes
 from its last checkpoint and logs some steps again: the last record of a step wins.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from hpc.node.cli import HpcError
+
 CAUSES = {"compute": "its computation slower", "host": "late, its computation not slower: a host-side stall"}
 PLOTTED = (("loss", "loss"), ("tokens_per_s", "tokens/s"), ("mfu", "MFU"))
 SUMMARY = ("loss", "tokens_per_s", "mfu", "lr", "grad_norm", "eval_loss")
@@ -65,10 +67,16 @@ def summary_table(records: list[dict]) -> str:
         if not known:
             rows.append((key, "n/a", "n/a", "n/a", "n/a", "n/a"))
             continue
-        rows.append((key, fmt(values[0]), fmt(values[-1]), fmt(min(known)), fmt(max(known)), fmt(statistics.fmean(known))))
+        rows.append(
+            (key, fmt(values[0]), fmt(values[-1]), fmt(min(known)), fmt(max(known)), fmt(statistics.fmean(known)))
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-                     for row in rows)
+    return "\n".join(
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=False))
+        ).rstrip()
+        for row in rows
+    )
 
 
 def straggler_lines(records: list[dict]) -> list[str]:
@@ -84,9 +92,11 @@ def straggler_lines(records: list[dict]) -> list[str]:
         worst = max(f["slower"] for _, f in hits)
         last = hits[-1][1]
         cause = f" ({CAUSES[last['cause']]})" if last.get("cause") in CAUSES else ""
-        lines.append(f"straggler: rank {rank} on {node}{cause}, named at {len(steps)} window(s), steps {steps[0]}-{steps[-1]}; "
-                     f"{100 * last['slower']:.0f}% slower than the median over {last['windows']} windows when last named "
-                     f"(at most {100 * worst:.0f}%)")
+        lines.append(
+            f"straggler: rank {rank} on {node}{cause}, named at {len(steps)} window(s), steps {steps[0]}-{steps[-1]}; "
+            f"{100 * last['slower']:.0f}% slower than the median over {last['windows']} windows when last named "
+            f"(at most {100 * worst:.0f}%)"
+        )
     return lines
 
 
@@ -98,13 +108,13 @@ def plot(records: list[dict], out: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(PLOTTED), 1, figsize=(8, 2.6 * len(PLOTTED)), sharex=True)
-    for ax, (key, label) in zip(axes, PLOTTED):
+    for ax, (key, label) in zip(axes, PLOTTED, strict=False):
         points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
         if points:
-            ax.plot(*zip(*points), marker=".", linewidth=1, label=label)
+            ax.plot(*zip(*points, strict=False), marker=".", linewidth=1, label=label)
             evaluated = [(r["step"], r["eval_loss"]) for r in records if r.get("eval_loss") is not None]
             if key == "loss" and evaluated:
-                ax.plot(*zip(*evaluated), marker="o", linewidth=1, label="eval loss")
+                ax.plot(*zip(*evaluated, strict=False), marker="o", linewidth=1, label="eval loss")
                 ax.legend()
         else:
             ax.text(0.5, 0.5, f"{label}: not reported", ha="center", va="center", transform=ax.transAxes)

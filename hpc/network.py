@@ -1,17 +1,33 @@
 """A site's network settings as the environment variables NCCL and gloo read."""
+
 from __future__ import annotations
 
-from hpc.node.contract import (FI_PROVIDER_VAR, GLOO_SOCKET_IFNAME_VAR, NCCL_IB_DISABLE_VAR, NCCL_IB_GID_INDEX_VAR,
-                               NCCL_IB_HCA_VAR, NCCL_NET_GDR_LEVEL_VAR, NCCL_NET_PLUGIN_VAR, NCCL_NET_VAR,
-                               NCCL_SOCKET_IFNAME_VAR, OFI_NET_NAME)
+from hpc.node.contract import (
+    FI_PROVIDER_VAR,
+    GLOO_SOCKET_IFNAME_VAR,
+    NCCL_IB_DISABLE_VAR,
+    NCCL_IB_GID_INDEX_VAR,
+    NCCL_IB_HCA_VAR,
+    NCCL_NET_GDR_LEVEL_VAR,
+    NCCL_NET_PLUGIN_VAR,
+    NCCL_NET_VAR,
+    NCCL_SOCKET_IFNAME_VAR,
+    OFI_NET_NAME,
+)
 from hpc.site import Network
 
 # libfabric's provider of each fabric NCCL reaches through the aws-ofi-nccl plugin
 PROVIDERS = {"efa": "efa", "slingshot": "cxi"}
 # HPE Slingshot (CXI) settings for NCCL, as CSCS documents them for Alps: larger completion and transmit queues,
 # software tag matching, no host registration, the userfaultfd memory-registration cache monitor, any NIC for a ring
-SLINGSHOT_ENV = {"NCCL_CROSS_NIC": "1", "FI_CXI_DEFAULT_CQ_SIZE": "131072", "FI_CXI_DEFAULT_TX_SIZE": "32768",
-                 "FI_CXI_DISABLE_HOST_REGISTER": "1", "FI_CXI_RX_MATCH_MODE": "software", "FI_MR_CACHE_MONITOR": "userfaultfd"}
+SLINGSHOT_ENV = {
+    "NCCL_CROSS_NIC": "1",
+    "FI_CXI_DEFAULT_CQ_SIZE": "131072",
+    "FI_CXI_DEFAULT_TX_SIZE": "32768",
+    "FI_CXI_DISABLE_HOST_REGISTER": "1",
+    "FI_CXI_RX_MATCH_MODE": "software",
+    "FI_MR_CACHE_MONITOR": "userfaultfd",
+}
 
 
 def libfabric_env(net: Network) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Layout planner: dp x tp (x ep for a mixture of experts) and activation checkpointing for a Qwen3 shape on a site's GPUs.
+"""Layout planner: dp x tp (x ep for a mixture of experts) and activation checkpointing for a Qwen3 shape on a site's
+GPUs.
 
     python -m hpc.plan --site ib-h200 --nodes 4 --model 8B [--seq-len 4096] [--micro-batch 1] [--master-dtype fp32]
 
@@ -51,6 +52,7 @@ a layer). The report also names the fewest GPUs that fit.
 Model FLOPs per token (the trainer's MFU, train/metrics.py): 6 x (active non-embedding params +
 lm_head params) + 12 x layers x heads x head_dim x seq_len.
 """
+
 from __future__ import annotations
 
 import signal
@@ -95,11 +97,20 @@ class Shape:
 
     @classmethod
     def from_dims(cls, name: str, d: dict, vocab: Optional[int] = None) -> "Shape":
-        return cls(name, d["hidden_size"], d["num_hidden_layers"], d["num_attention_heads"],
-                   d.get("num_key_value_heads") or d["num_attention_heads"],
-                   d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"],
-                   d["intermediate_size"], vocab or d["vocab_size"], bool(d.get("tie_word_embeddings")),
-                   d.get("num_experts") or d.get("num_local_experts") or 0, d.get("num_experts_per_tok") or 0, d.get("moe_intermediate_size") or 0)
+        return cls(
+            name,
+            d["hidden_size"],
+            d["num_hidden_layers"],
+            d["num_attention_heads"],
+            d.get("num_key_value_heads") or d["num_attention_heads"],
+            d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"],
+            d["intermediate_size"],
+            vocab or d["vocab_size"],
+            bool(d.get("tie_word_embeddings")),
+            d.get("num_experts") or d.get("num_local_experts") or 0,
+            d.get("num_experts_per_tok") or 0,
+            d.get("moe_intermediate_size") or 0,
+        )
 
     @property
     def dense_layer_params(self) -> int:
@@ -120,7 +131,10 @@ class Shape:
     @property
     def active_params(self) -> int:
         """The parameters one token passes through (embeddings included): top-k of the E experts."""
-        return self.layers * (self.dense_layer_params + self.top_k * 3 * self.hidden * self.moe_intermediate) + self.embed_params
+        return (
+            self.layers * (self.dense_layer_params + self.top_k * 3 * self.hidden * self.moe_intermediate)
+            + self.embed_params
+        )
 
     @property
     def embed_params(self) -> int:
@@ -145,7 +159,10 @@ class Shape:
     def flops_per_token(self, seq_len: int) -> int:
         """The trainer's model FLOPs per token (train.metrics.flops_per_token): on active parameters."""
         head = self.vocab * self.hidden
-        return 6 * (self.active_params - self.embed_params + self.hidden + head) + 12 * self.layers * self.heads * self.head_dim * seq_len
+        return (
+            6 * (self.active_params - self.embed_params + self.hidden + head)
+            + 12 * self.layers * self.heads * self.head_dim * seq_len
+        )
 
 
 def qwen3_shape(name: str) -> Shape:
@@ -194,14 +211,27 @@ class Adapters:
     base: str = "bf16"
 
 
-def memory(shape: Shape, tp: int, dp: int, ac: bool, tokens: int, gpu_gb: float, master_dtype: str = "fp32",
-           lora: Optional[Adapters] = None, ep: int = 1, offload: bool = False) -> Candidate:
+def memory(
+    shape: Shape,
+    tp: int,
+    dp: int,
+    ac: bool,
+    tokens: int,
+    gpu_gb: float,
+    master_dtype: str = "fp32",
+    lora: Optional[Adapters] = None,
+    ep: int = 1,
+    offload: bool = False,
+) -> Candidate:
     """Per-GPU memory (GB) of one layout, by the model in the module docstring (``offload``: with ``ac``, one GPU)."""
     s = shape
     if lora is None:
-        state = STATE_B[master_dtype] * (s.layers * s.dense_layer_params / (tp * dp) + s.layers * s.expert_layer_params / dp
-                                         + s.embed_params / dp)
-        gathered = LAYER_GATHER_B * (s.dense_layer_params / tp + s.expert_layer_params / ep) + ROOT_GATHER_B * s.embed_params
+        state = STATE_B[master_dtype] * (
+            s.layers * s.dense_layer_params / (tp * dp) + s.layers * s.expert_layer_params / dp + s.embed_params / dp
+        )
+        gathered = (
+            LAYER_GATHER_B * (s.dense_layer_params / tp + s.expert_layer_params / ep) + ROOT_GATHER_B * s.embed_params
+        )
     else:
         base = BASE_B[lora.base] * s.layers * s.layer_params / (tp * dp) + BASE_B["bf16"] * s.embed_params / dp
         state = base + STATE_B[master_dtype] * s.layers * s.adapter_params_per_layer(lora.r) / (tp * dp)
@@ -212,7 +242,9 @@ def memory(shape: Shape, tp: int, dp: int, ac: bool, tokens: int, gpu_gb: float,
     act = tokens * ((0 if offload else s.layers * ACT_B * s.hidden) + per_layer if ac else s.layers * per_layer)
     head_grad = 0 if lora else HEAD_GRAD_B * s.vocab * s.hidden
     loss = min(tokens, LOSS_CHUNK_TOKENS) * s.vocab * LOGIT_B + head_grad + ACT_B * tokens * s.hidden
-    return Candidate(tp, dp, ac, state / 1e9, gathered / 1e9, act / 1e9, loss / 1e9, gpu_gb * (1 - HEADROOM), ep, offload)
+    return Candidate(
+        tp, dp, ac, state / 1e9, gathered / 1e9, act / 1e9, loss / 1e9, gpu_gb * (1 - HEADROOM), ep, offload
+    )
 
 
 def tp_choices(shape: Shape, gpus_per_node: int) -> list[int]:
@@ -239,49 +271,103 @@ class Plan:
     fewest_gpus: Optional[int] = None  # the smallest job that fits (LoRA), in GPUs
 
 
-def fewest_gpus(shape: Shape, gpus_per_node: int, gpu_gb: float, tokens: int, master_dtype: str, lora: Adapters,
-                max_nodes: int = 64) -> Optional[int]:
-    """The fewest GPUs (1, 2, 4, ... within a node, then whole nodes) on which some layout fits; None if none up to max_nodes."""
+def fewest_gpus(
+    shape: Shape, gpus_per_node: int, gpu_gb: float, tokens: int, master_dtype: str, lora: Adapters, max_nodes: int = 64
+) -> Optional[int]:
+    """The fewest GPUs (1, 2, 4, ... within a node, then whole nodes) on which some layout fits; None if none up to
+    max_nodes."""
     if lora.base == "nf4":
-        return 1 if any(memory(shape, 1, 1, ac, tokens, gpu_gb, master_dtype, lora).fits for ac in (False, True)) else None
+        return (
+            1 if any(memory(shape, 1, 1, ac, tokens, gpu_gb, master_dtype, lora).fits for ac in (False, True)) else None
+        )
     sizes = [g for g in (1, 2, 4, 8, 16) if g < gpus_per_node] + [n * gpus_per_node for n in range(1, max_nodes + 1)]
     for world in sizes:
         per_node = min(world, gpus_per_node)
-        if any(memory(shape, t, world // t, ac, tokens, gpu_gb, master_dtype, lora).fits
-               for t in tp_choices(shape, per_node) for ac in (False, True)):
+        if any(
+            memory(shape, t, world // t, ac, tokens, gpu_gb, master_dtype, lora).fits
+            for t in tp_choices(shape, per_node)
+            for ac in (False, True)
+        ):
             return world
     return None
 
 
-def plan(shape: Shape, nodes: int, gpus_per_node: int, gpu_gb: float, seq_len: int, micro_batch: int,
-         master_dtype: str = "fp32", lora: Optional[Adapters] = None) -> Plan:
+def plan(
+    shape: Shape,
+    nodes: int,
+    gpus_per_node: int,
+    gpu_gb: float,
+    seq_len: int,
+    micro_batch: int,
+    master_dtype: str = "fp32",
+    lora: Optional[Adapters] = None,
+) -> Plan:
     """The smallest fitting tp, checkpointing only if needed; PlanError when nothing fits."""
     world, tokens = nodes * gpus_per_node, seq_len * micro_batch
     if lora is not None and shape.experts:
         raise PlanError(f"LoRA plans cover the dense Qwen3 shapes; Qwen3-{shape.name} is a mixture of experts")
     if lora is not None and lora.base == "nf4" and world > 1:
-        raise PlanError(f"an NF4 base (lora.quantize_base=nf4) trains on one GPU: use --nodes 1 --gpus-per-node 1 (asked: {world} GPUs)")
-    cands = tuple(memory(shape, t, world // t, ac, tokens, gpu_gb, master_dtype, lora, ep=ep_choice(shape, t, world // t, gpus_per_node))
-                  for t in tp_choices(shape, gpus_per_node) for ac in (False, True))
+        raise PlanError(
+            f"an NF4 base (lora.quantize_base=nf4) trains on one GPU: use --nodes 1 --gpus-per-node 1 (asked: {world} "
+            "GPUs)"
+        )
+    cands = tuple(
+        memory(
+            shape,
+            t,
+            world // t,
+            ac,
+            tokens,
+            gpu_gb,
+            master_dtype,
+            lora,
+            ep=ep_choice(shape, t, world // t, gpus_per_node),
+        )
+        for t in tp_choices(shape, gpus_per_node)
+        for ac in (False, True)
+    )
     if world == 1:  # activation offload trains on one GPU: the last resort there
         cands += (memory(shape, 1, 1, True, tokens, gpu_gb, master_dtype, lora, offload=True),)
     chosen = next((c for c in cands if c.fits), None)
     fewest = fewest_gpus(shape, gpus_per_node, gpu_gb, tokens, master_dtype, lora) if lora is not None else None
     if chosen is None and lora is not None:
-        raise PlanError(f"Qwen3-{shape.name} LoRA r={lora.r} ({lora.base} base) does not fit {world} GPU(s) of {gpu_gb:g} GB at "
-                        f"seq_len {seq_len} x micro_batch {micro_batch}"
-                        + (f"; it fits from {fewest} GPU(s)" if fewest else "") + " (or use a shorter seq_len / smaller micro_batch)")
+        raise PlanError(
+            f"Qwen3-{shape.name} LoRA r={lora.r} ({lora.base} base) does not fit {world} GPU(s) of {gpu_gb:g} GB at "
+            f"seq_len {seq_len} x micro_batch {micro_batch}"
+            + (f"; it fits from {fewest} GPU(s)" if fewest else "")
+            + " (or use a shorter seq_len / smaller micro_batch)"
+        )
     if chosen is None:
         best = min(cands, key=lambda c: c.total_gb)
-        enough = next((n for n in range(nodes + 1, 1025) if any(
-            memory(shape, t, n * gpus_per_node // t, True, tokens, gpu_gb, master_dtype, ep=ep_choice(shape, t, n * gpus_per_node // t, gpus_per_node)).fits
-            for t in tp_choices(shape, gpus_per_node))), None)
+        enough = next(
+            (
+                n
+                for n in range(nodes + 1, 1025)
+                if any(
+                    memory(
+                        shape,
+                        t,
+                        n * gpus_per_node // t,
+                        True,
+                        tokens,
+                        gpu_gb,
+                        master_dtype,
+                        ep=ep_choice(shape, t, n * gpus_per_node // t, gpus_per_node),
+                    ).fits
+                    for t in tp_choices(shape, gpus_per_node)
+                )
+            ),
+            None,
+        )
         raise PlanError(
             f"Qwen3-{shape.name} does not fit {nodes} node(s) x {gpus_per_node} GPU(s) of {gpu_gb:g} GB at "
-            f"seq_len {seq_len} x micro_batch {micro_batch} with {master_dtype} master weights: the best layout (tp={best.tp}, activation checkpointing "
+            f"seq_len {seq_len} x micro_batch {micro_batch} with {master_dtype} master weights: the best layout "
+            f"(tp={best.tp}, activation checkpointing "
             f"{'on' if best.ac else 'off'}) needs {best.total_gb:.1f} GB of {best.budget_gb:.1f} GB usable; "
             f"use more nodes (FSDP shards the state over them{f'; it fits from {enough}' if enough else ''})"
-            f"{', master_dtype bf16 (half the state)' if master_dtype == 'fp32' else ''} or a shorter seq_len / smaller micro_batch")
+            f"{', master_dtype bf16 (half the state)' if master_dtype == 'fp32' else ''} or a shorter seq_len / "
+            "smaller micro_batch"
+        )
     return Plan(shape, nodes, gpus_per_node, gpu_gb, tokens, master_dtype, cands, chosen, seq_len, lora, fewest)
 
 
@@ -291,16 +377,23 @@ def tp_traffic_lines(p: Plan, intra_gbps: Optional[float], inter_gbps: Optional[
     tp = p.chosen.tp if p.chosen.tp > 1 else min((t for t in tp_choices(s, p.gpus_per_node) if t > 1), default=2)
     msg = p.tokens * s.hidden * 2
     count = s.layers * (6 if p.chosen.ac else 4)
-    lines = [f"TP traffic at tp={tp}: {count} all-reduces of {msg / 2**20:.0f} MiB per micro-batch "
-             f"(2 per layer forward, 2 backward{', 2 recomputed' if p.chosen.ac else ''}), each on the critical path"]
+    lines = [
+        f"TP traffic at tp={tp}: {count} all-reduces of {msg / 2**20:.0f} MiB per micro-batch "
+        f"(2 per layer forward, 2 backward{', 2 recomputed' if p.chosen.ac else ''}), each on the critical path"
+    ]
     if intra_gbps and inter_gbps:
         t_in = count * msg * bus_factor(tp) / (intra_gbps * 1e9)
         t_out = count * msg * bus_factor(tp) / (inter_gbps * 1e9)
-        lines.append(f"  inside a node at {intra_gbps:g} GB/s: {t_in * 1e3:.0f} ms; across nodes at {inter_gbps:g} GB/s: "
-                     f"{t_out * 1e3:.0f} ms (x{intra_gbps / inter_gbps:.1f}), and it would compete with FSDP for the NICs")
+        lines.append(
+            f"  inside a node at {intra_gbps:g} GB/s: {t_in * 1e3:.0f} ms; across nodes at {inter_gbps:g} GB/s: "
+            f"{t_out * 1e3:.0f} ms (x{intra_gbps / inter_gbps:.1f}), and it would compete with FSDP for the NICs"
+        )
     else:
         lines.append("  the profile gives no network.expected bandwidths; TP stays inside a node by rule")
-    lines.append("FSDP traffic (all-gather of weights, reduce-scatter of grads) is per layer but overlaps compute: it crosses nodes")
+    lines.append(
+        "FSDP traffic (all-gather of weights, reduce-scatter of grads) is per layer but overlaps compute: it crosses "
+        "nodes"
+    )
     return lines
 
 
@@ -308,31 +401,50 @@ def report(p: Plan, site: SiteProfile, part: Partition) -> str:
     s, c = p.shape, p.chosen
     exp = site.network.expected
     out = [
-        f"plan for Qwen3-{s.name} on site {site.name}, partition {part.name}: {p.nodes} node(s) x {p.gpus_per_node} GPU(s) "
+        f"plan for Qwen3-{s.name} on site {site.name}, partition {part.name}: {p.nodes} node(s) x {p.gpus_per_node} "
+        "GPU(s) "
         f"of {p.gpu_gb:g} GB, {p.tokens} tokens per micro-batch per GPU",
         f"model: {s.params / 1e9:.2f} B params ({s.layers} layers x {s.layer_params / 1e6:.0f} M, embeddings "
-        f"{s.embed_params / 1e9:.2f} B{', tied' if s.tied else ''}), {s.heads} heads / {s.kv_heads} KV heads, hidden {s.hidden}",
+        f"{s.embed_params / 1e9:.2f} B{', tied' if s.tied else ''}), {s.heads} heads / {s.kv_heads} KV heads, hidden "
+        f"{s.hidden}",
         *moe_lines(p),
-        (f"memory per GPU (GB): {STATE_B[p.master_dtype]} B/param {p.master_dtype} master+grad+AdamW sharded by FSDP over dp (layers also by tp), "
-         f"bf16 compute, {HEADROOM:.0%} headroom") if p.lora is None else
-        (f"memory per GPU (GB): LoRA r={p.lora.r} on 7 projections ({s.layers * s.adapter_params_per_layer(p.lora.r) / 1e6:.1f} M adapter params, "
-         f"{STATE_B[p.master_dtype]} B/param with grad+AdamW), frozen base {p.lora.base} at {BASE_B[p.lora.base]:.2f} B/param without "
-         f"gradients or AdamW state, bf16 compute, {HEADROOM:.0%} headroom"),
-        f"{'tp':>3} {'dp':>4} {'ep':>3} {'act.ckpt':>8} {'state':>7} {'gathered':>8} {'activ.':>7} {'loss':>7} {'total':>7} {'usable':>7}  fits",
+        (
+            f"memory per GPU (GB): {STATE_B[p.master_dtype]} B/param {p.master_dtype} master+grad+AdamW sharded by "
+            "FSDP over dp (layers also by tp), "
+            f"bf16 compute, {HEADROOM:.0%} headroom"
+        )
+        if p.lora is None
+        else (
+            f"memory per GPU (GB): LoRA r={p.lora.r} on 7 projections "
+            f"({s.layers * s.adapter_params_per_layer(p.lora.r) / 1e6:.1f} M adapter params, "
+            f"{STATE_B[p.master_dtype]} B/param with grad+AdamW), frozen base {p.lora.base} at "
+            f"{BASE_B[p.lora.base]:.2f} B/param without "
+            f"gradients or AdamW state, bf16 compute, {HEADROOM:.0%} headroom"
+        ),
+        f"{'tp':>3} {'dp':>4} {'ep':>3} {'act.ckpt':>8} {'state':>7} {'gathered':>8} {'activ.':>7} {'loss':>7} "
+        f"{'total':>7} {'usable':>7}  fits",
     ]
     for x in p.candidates:
         mark = "  <- chosen" if x == c else ""
-        out.append(f"{x.tp:>3} {x.dp:>4} {x.ep:>3} {x.memory_option:>8} {x.state_gb:7.1f} {x.gathered_gb:8.1f} {x.act_gb:7.1f} "
-                   f"{x.loss_gb:7.1f} {x.total_gb:7.1f} {x.budget_gb:7.1f}  {'yes' if x.fits else 'no'}{mark}")
-    out.append(f"tp candidates divide {p.gpus_per_node} GPUs per node and {s.kv_heads} KV heads: "
-               f"{', '.join(map(str, tp_choices(s, p.gpus_per_node)))}; rule: smallest tp that fits, "
-               "activation checkpointing (one extra forward, ~1/3 more compute) only when needed")
+        out.append(
+            f"{x.tp:>3} {x.dp:>4} {x.ep:>3} {x.memory_option:>8} {x.state_gb:7.1f} {x.gathered_gb:8.1f} "
+            f"{x.act_gb:7.1f} "
+            f"{x.loss_gb:7.1f} {x.total_gb:7.1f} {x.budget_gb:7.1f}  {'yes' if x.fits else 'no'}{mark}"
+        )
+    out.append(
+        f"tp candidates divide {p.gpus_per_node} GPUs per node and {s.kv_heads} KV heads: "
+        f"{', '.join(map(str, tp_choices(s, p.gpus_per_node)))}; rule: smallest tp that fits, "
+        "activation checkpointing (one extra forward, ~1/3 more compute) only when needed"
+    )
     out += tp_traffic_lines(p, exp.intra_node_gbps, exp.inter_node_gbps)
     out += ep_traffic_lines(p, exp.intra_node_gbps, exp.inter_node_gbps)
     if p.lora is not None:
         out.append(f"the fewest GPUs that fit this LoRA run: {p.fewest_gpus or 'none up to 64 nodes'}")
-    out.append(f"proposal: dp={c.dp} x tp={c.tp}{f' (ep={c.ep} inside dp)' if s.experts else ''}, activation checkpointing {c.memory_option}  "
-               f"->  {' '.join(c.layout.overrides())}")
+    out.append(
+        f"proposal: dp={c.dp} x tp={c.tp}{f' (ep={c.ep} inside dp)' if s.experts else ''}, activation checkpointing "
+        f"{c.memory_option}  "
+        f"->  {' '.join(c.layout.overrides())}"
+    )
     return "\n".join(out)
 
 
@@ -341,10 +453,13 @@ def moe_lines(p: Plan) -> list[str]:
     s = p.shape
     if not s.experts:
         return []
-    return [f"mixture of experts: {s.experts} experts, top-{s.top_k}, {s.expert_layer_params / 1e6:.0f} M expert params per layer; "
-            f"total {s.params / 1e9:.2f} B (memory), active {s.active_params / 1e9:.2f} B per token (compute)",
-            f"model FLOPs per token (MFU): 6 x (active non-embedding + lm_head) + 12 x layers x heads x head_dim x seq_len "
-            f"= {s.flops_per_token(p.seq_len) / 1e9:.2f} GFLOP at seq_len {p.seq_len}"]
+    return [
+        f"mixture of experts: {s.experts} experts, top-{s.top_k}, {s.expert_layer_params / 1e6:.0f} M expert params "
+        "per layer; "
+        f"total {s.params / 1e9:.2f} B (memory), active {s.active_params / 1e9:.2f} B per token (compute)",
+        f"model FLOPs per token (MFU): 6 x (active non-embedding + lm_head) + 12 x layers x heads x head_dim x seq_len "
+        f"= {s.flops_per_token(p.seq_len) / 1e9:.2f} GFLOP at seq_len {p.seq_len}",
+    ]
 
 
 def ep_traffic_lines(p: Plan, intra_gbps: Optional[float], inter_gbps: Optional[float]) -> list[str]:
@@ -354,16 +469,24 @@ def ep_traffic_lines(p: Plan, intra_gbps: Optional[float], inter_gbps: Optional[
         return []
     ep = c.ep if c.ep > 1 else ep_choice(s, 1, p.nodes * p.gpus_per_node, p.gpus_per_node)
     volume = 4 * p.tokens * s.top_k * s.hidden * 2 * (ep - 1) / ep
-    lines = [f"EP traffic at ep={ep}: 4 all-to-alls per MoE layer and micro-batch (dispatch and combine, forward and backward), "
-             f"{volume / 2**20:.0f} MiB leaving each GPU per layer, {s.layers * volume / 2**30:.1f} GiB per micro-batch"]
+    lines = [
+        f"EP traffic at ep={ep}: 4 all-to-alls per MoE layer and micro-batch (dispatch and combine, forward and "
+        "backward), "
+        f"{volume / 2**20:.0f} MiB leaving each GPU per layer, {s.layers * volume / 2**30:.1f} GiB per micro-batch"
+    ]
     if intra_gbps and inter_gbps:
-        lines.append(f"  inside a node at {intra_gbps:g} GB/s: {s.layers * volume / (intra_gbps * 1e9) * 1e3:.0f} ms per micro-batch; "
-                     f"across nodes at {inter_gbps:g} GB/s: {s.layers * volume / (inter_gbps * 1e9) * 1e3:.0f} ms; "
-                     f"the EP group (ep x tp = {ep * c.tp} GPUs) stays inside a node")
+        lines.append(
+            f"  inside a node at {intra_gbps:g} GB/s: {s.layers * volume / (intra_gbps * 1e9) * 1e3:.0f} ms per "
+            "micro-batch; "
+            f"across nodes at {inter_gbps:g} GB/s: {s.layers * volume / (inter_gbps * 1e9) * 1e3:.0f} ms; "
+            f"the EP group (ep x tp = {ep * c.tp} GPUs) stays inside a node"
+        )
     return lines
 
 
-def plan_layout(cfg: TrainConfig, part: Partition, nodes: int, gpus_per_node: int) -> tuple[Optional[Layout], Optional[str]]:
+def plan_layout(
+    cfg: TrainConfig, part: Partition, nodes: int, gpus_per_node: int
+) -> tuple[Optional[Layout], Optional[str]]:
     """The planner's layout for a trainer config that chose none (neither its file nor an override sets a parallel.*
     key), on a partition that states its GPU memory; returns (layout, one-line note), or (None, None)."""
     if part.gpu_memory_gb is None or cfg.parallel.model_fields_set:
@@ -373,15 +496,23 @@ def plan_layout(cfg: TrainConfig, part: Partition, nodes: int, gpus_per_node: in
     if vocab is None:
         vocab = check_tokenizer(cfg.data.tokenizer)
         if vocab is None:
-            raise PlanError(f"planning the layout: the tokenizer {cfg.data.tokenizer} has no tokenizer.json to count its vocabulary; "
-                            "set model.dims.vocab_size, or parallel.tp to choose the layout yourself")
+            raise PlanError(
+                f"planning the layout: the tokenizer {cfg.data.tokenizer} has no tokenizer.json to count its "
+                "vocabulary; "
+                "set model.dims.vocab_size, or parallel.tp to choose the layout yourself"
+            )
     shape = Shape.from_dims(cfg.model.shape or Path(cfg.model.path).name, dims, vocab)
     lora = Adapters(cfg.lora.r, "nf4" if cfg.lora.quantize_base == "nf4" else "bf16") if cfg.lora.enabled else None
-    c = plan(shape, nodes, gpus_per_node, part.gpu_memory_gb, cfg.seq_len, cfg.micro_batch, cfg.master_dtype, lora).chosen
+    c = plan(
+        shape, nodes, gpus_per_node, part.gpu_memory_gb, cfg.seq_len, cfg.micro_batch, cfg.master_dtype, lora
+    ).chosen
     layout = Layout(c.tp, c.ep, c.ac and not cfg.activation_checkpointing, c.offload and not cfg.activation_offload)
-    note = (f"planner: dp={c.dp} x tp={c.tp}{f' (ep={c.ep})' if c.ep > 1 else ''}, activation checkpointing {'on' if c.ac or cfg.activation_checkpointing else 'off'} "
-            f"({c.total_gb:.3g} of {c.budget_gb:.3g} GB per GPU); adding {' '.join(layout.overrides())} "
-            "(give parallel.tp= to choose yourself; python -m hpc.plan explains)")
+    note = (
+        f"planner: dp={c.dp} x tp={c.tp}{f' (ep={c.ep})' if c.ep > 1 else ''}, activation checkpointing "
+        f"{'on' if c.ac or cfg.activation_checkpointing else 'off'} "
+        f"({c.total_gb:.3g} of {c.budget_gb:.3g} GB per GPU); adding {' '.join(layout.overrides())} "
+        "(give parallel.tp= to choose yourself; python -m hpc.plan explains)"
+    )
     return layout, note
 
 
@@ -394,9 +525,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("--gpus-per-node", type=whole(1, 100_000), help="default: all of the partition's")
     ap.add_argument("--seq-len", type=whole(1, 2**24), default=4096)
     ap.add_argument("--micro-batch", type=whole(1, 2**16), default=1)
-    ap.add_argument("--master-dtype", choices=list(STATE_B), default="fp32", help="the trainer's master_dtype (default fp32)")
+    ap.add_argument(
+        "--master-dtype", choices=list(STATE_B), default="fp32", help="the trainer's master_dtype (default fp32)"
+    )
     ap.add_argument("--lora-r", type=whole(1, 2**16), help="plan LoRA adapters of this rank on a frozen base (lora.r)")
-    ap.add_argument("--quantize-base", choices=["none", "nf4"], default="none", help="with --lora-r: nf4 = QLoRA (lora.quantize_base)")
+    ap.add_argument(
+        "--quantize-base",
+        choices=["none", "nf4"],
+        default="none",
+        help="with --lora-r: nf4 = QLoRA (lora.quantize_base)",
+    )
     a = ap.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `hpc.plan ... | head` ends quietly
     try:
@@ -406,13 +544,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if gpus > part.gpus_per_node:
             raise PlanError(f"--gpus-per-node {gpus}: partition {part.name} allows 1 to {part.gpus_per_node}")
         if a.nodes > part.max_nodes:
-            raise PlanError(f"--nodes {a.nodes}: partition {part.name} of site {site.name} has at most {part.max_nodes} nodes")
+            raise PlanError(
+                f"--nodes {a.nodes}: partition {part.name} of site {site.name} has at most {part.max_nodes} nodes"
+            )
         if part.gpu_memory_gb is None:
-            raise PlanError(f"site {site.name}: partition {part.name} has no gpu_memory_gb; add it to the profile to plan a layout")
+            raise PlanError(
+                f"site {site.name}: partition {part.name} has no gpu_memory_gb; add it to the profile to plan a layout"
+            )
         if a.lora_r is not None and a.lora_r < 1 or a.quantize_base == "nf4" and a.lora_r is None:
             raise PlanError("--lora-r must be >= 1; --quantize-base nf4 needs --lora-r")
         lora = Adapters(a.lora_r, "nf4" if a.quantize_base == "nf4" else "bf16") if a.lora_r else None
-        p = plan(qwen3_shape(a.model), a.nodes, gpus, part.gpu_memory_gb, a.seq_len, a.micro_batch, a.master_dtype, lora)
+        p = plan(
+            qwen3_shape(a.model), a.nodes, gpus, part.gpu_memory_gb, a.seq_len, a.micro_batch, a.master_dtype, lora
+        )
     except HpcError as e:
         fail("hpc.plan", e)
     print(report(p, site, part))

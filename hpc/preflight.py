@@ -1,7 +1,8 @@
 """python -m hpc.preflight: is the network of these nodes what the site profile says?
 
     python -m hpc.preflight --site ib-h200 --nodes 4 [--partition P] [--gpus-per-node G]
-        [--nodelist NODES] [--exclude NODES] [--min-fraction 0.5] [--out DIR] [--min-bytes B] [--max-bytes B] [--iters N]
+        [--nodelist NODES] [--exclude NODES] [--min-fraction 0.5] [--out DIR] [--min-bytes B] [--max-bytes B] [--iters
+        N]
 
 Submits a short job (the site's sbatch script, ranks started by hpc.node.launch, which first
 checks each node's interfaces and HCAs) running hpc.node.preflight_node on every rank; follows
@@ -11,6 +12,7 @@ DIR/preflight-<job>.json and .png. Exit 0: passed; 1: the job failed, bandwidth 
 --min-fraction of the profile's network.expected, or a node or link is below --min-fraction
 of its peers or unhealthy (the --exclude to submit with is printed); 2: bad input.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +30,9 @@ import hostlist
 
 from hpc.node.bandwidth import MAX_BYTES, MAX_ITERS, human_bytes
 from hpc.node.cli import HpcError, Parser, error_line, fail, number, path_text, whole
+from hpc.node.contract import ENDED_STATES, EXIT_FAILED, PREFLIGHT_RESULT, task_log
 from hpc.node.files import META_BYTES, read_json_object
 from hpc.node.health import Finding
-from hpc.node.contract import ENDED_STATES, EXIT_FAILED, PREFLIGHT_RESULT, task_log
 from hpc.node.launch import PROG as LAUNCH_PROG
 from hpc.node.ownership import run_dir_name
 from hpc.site import load_site
@@ -48,11 +50,16 @@ def peak(rows: list[dict]) -> float:
 
 def outliers(values: dict[str, float], fraction: float) -> list[str]:
     """Keys whose value is below fraction x the median of the others (needs at least two others)."""
-    return [k for k, v in values.items() if len(values) > 2
-            and v < fraction * statistics.median(x for j, x in values.items() if j != k)]
+    return [
+        k
+        for k, v in values.items()
+        if len(values) > 2 and v < fraction * statistics.median(x for j, x in values.items() if j != k)
+    ]
 
 
-def exclusions(names: list[str], bad_nodes: list[str], slow_links: list[list[str]], link_score: dict[str, float]) -> list[str]:
+def exclusions(
+    names: list[str], bad_nodes: list[str], slow_links: list[list[str]], link_score: dict[str, float]
+) -> list[str]:
     """The nodes to exclude: slow or unhealthy nodes, and for each slow link between good nodes its end whose links are
     slower (both ends when they are equal)."""
     out = set(bad_nodes)
@@ -76,12 +83,20 @@ def analyze(raw: dict, intra_expected: Optional[float], inter_expected: Optional
         if measured is None:
             return
         if expected is None:
-            lines.append(f"{what}: {measured:.3g} GB/s at {size}; the profile has no network.expected.{key}: nothing to compare")
+            lines.append(
+                f"{what}: {measured:.3g} GB/s at {size}; the profile has no network.expected.{key}: nothing to compare"
+            )
         elif measured < min_fraction * expected:
             failed = True
-            lines.append(f"{what}: {measured:.3g} GB/s at {size} is below {min_fraction:g} x the expected {expected:g} GB/s: FAIL")
+            lines.append(
+                f"{what}: {measured:.3g} GB/s at {size} is below {min_fraction:g} x the expected {expected:g} GB/s: "
+                "FAIL"
+            )
         else:
-            lines.append(f"{what}: {measured:.3g} GB/s at {size}, {measured / expected:.0%} of the expected {expected:g} GB/s: ok")
+            lines.append(
+                f"{what}: {measured:.3g} GB/s at {size}, {measured / expected:.0%} of the expected {expected:g} GB/s: "
+                "ok"
+            )
 
     if len(raw["nodes"]) > 1:
         worst = min([peak(raw["all"]), *pairs.values()])
@@ -101,7 +116,9 @@ def analyze(raw: dict, intra_expected: Optional[float], inter_expected: Optional
     for k in slow_links:
         warnings.append(f"slow link {k}: {pairs[k]:.3g} GB/s, below {min_fraction:g} x the other pairs' median")
     for n in slow_nodes:
-        warnings.append(f"slow node {n}: its intra-node bandwidth or its links are below {min_fraction:g} x the other nodes' median")
+        warnings.append(
+            f"slow node {n}: its intra-node bandwidth or its links are below {min_fraction:g} x the other nodes' median"
+        )
     unhealthy = [n["name"] for n in raw["nodes"] if any(not f["ok"] for f in (n.get("facts") or {}).get("health", []))]
     for n in unhealthy:
         warnings.append(f"unhealthy node {n}: it failed a GPU health check (its [health] lines above)")
@@ -110,9 +127,18 @@ def analyze(raw: dict, intra_expected: Optional[float], inter_expected: Optional
         failed = True
     if len(pairs) == 1:
         lines.append("one node pair: no peers to compare links with")
-    return {"pairs_peak_gbps": pairs, "intra_peak_gbps": intra, "slow_links": slow_links, "slow_nodes": slow_nodes,
-            "unhealthy_nodes": unhealthy, "exclude": hostlist.collect_hostlist(exclude) if exclude else None,
-            "verdict": lines, "warnings": warnings, "failed": failed, "min_fraction": min_fraction}
+    return {
+        "pairs_peak_gbps": pairs,
+        "intra_peak_gbps": intra,
+        "slow_links": slow_links,
+        "slow_nodes": slow_nodes,
+        "unhealthy_nodes": unhealthy,
+        "exclude": hostlist.collect_hostlist(exclude) if exclude else None,
+        "verdict": lines,
+        "warnings": warnings,
+        "failed": failed,
+        "min_fraction": min_fraction,
+    }
 
 
 def tables(raw: dict) -> str:
@@ -122,14 +148,24 @@ def tables(raw: dict) -> str:
         f = n["facts"]
         ifs = "; ".join(f"{i['name']} {','.join(i['addrs'])}" for i in f["interfaces"] if i["addrs"])
         hcas = ", ".join(f"{p['device']}:{p['port']} {p['state']}" for p in f["hca_ports"]) or "-"
-        gpus = (f"{len(f['cuda_gpus'])}x {f['cuda_gpus'][0]['name']}" if f["cuda_gpus"]
-                else f"slurm: {f['slurm_gpus']}" if f["slurm_gpus"] else "-")
+        gpus = (
+            f"{len(f['cuda_gpus'])}x {f['cuda_gpus'][0]['name']}"
+            if f["cuda_gpus"]
+            else f"slurm: {f['slurm_gpus']}"
+            if f["slurm_gpus"]
+            else "-"
+        )
         out.append(f"{n['name']:<8} {f['hostname']:<10} {ifs:<44} {hcas:<18} {gpus:<16} {f['selected']}")
     cols = [(f"all {raw['world_size']} ranks", raw["all"])]
-    cols += [(f"{name} ({len(next(n for n in raw['nodes'] if n['name'] == name)['ranks'])})", rows)
-             for name, rows in raw["intra"].items()]
-    out += ["", f"all_reduce bus bandwidth, GB/s ({raw['backend']} on {raw['device']}, {raw['iters']} iterations per size)",
-            f"{'size':>8} " + " ".join(f"{c:>14}" for c, _ in cols)]
+    cols += [
+        (f"{name} ({len(next(n for n in raw['nodes'] if n['name'] == name)['ranks'])})", rows)
+        for name, rows in raw["intra"].items()
+    ]
+    out += [
+        "",
+        f"all_reduce bus bandwidth, GB/s ({raw['backend']} on {raw['device']}, {raw['iters']} iterations per size)",
+        f"{'size':>8} " + " ".join(f"{c:>14}" for c, _ in cols),
+    ]
     for i, size in enumerate(raw["sizes"]):
         out.append(f"{human_bytes(size):>8} " + " ".join(f"{rows[i]['busbw_gbps']:14.3f}" for _, rows in cols))
     if raw["pairs"]:
@@ -155,7 +191,9 @@ def plot(raw: dict, intra_expected: Optional[float], inter_expected: Optional[fl
         ax.plot([r["bytes"] for r in rows], [r["busbw_gbps"] for r in rows], style, label=label)
     for value, label in ((intra_expected, "expected intra-node"), (inter_expected, "expected inter-node")):
         if value:
-            ax.axhline(value, color="gray", linestyle="-." if "intra" in label else "--", label=f"{label} {value:g} GB/s")
+            ax.axhline(
+                value, color="gray", linestyle="-." if "intra" in label else "--", label=f"{label} {value:g} GB/s"
+            )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(raw["sizes"], [human_bytes(s) for s in raw["sizes"]], rotation=45)
@@ -191,15 +229,24 @@ def creatable_dir(path: Path) -> Optional[str]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(
+        prog=f"python -m {PROG}",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_allocation_args(p, "job time limit, Slurm form (default: 10 minutes)", time_default="10")
-    p.add_argument("--min-fraction", type=number(0, 1, lo_open=True), default=0.5,
-                   help="fail when busbw is below this fraction of network.expected, or a node or link below this fraction of its peers (default 0.5)")
+    p.add_argument(
+        "--min-fraction",
+        type=number(0, 1, lo_open=True),
+        default=0.5,
+        help="fail when busbw is below this fraction of network.expected, or a node or link below this fraction of its peers (default 0.5)",
+    )
     p.add_argument("--out", type=path_text, help="directory for the JSON and PNG (default: <job_dir>/preflight)")
     p.add_argument("--min-bytes", type=whole(1, MAX_BYTES), help="smallest message (default: 8 KB on GPU, 4 KB on CPU)")
     p.add_argument("--max-bytes", type=whole(1, MAX_BYTES), help="largest message (default: 1 GB on GPU, 16 MB on CPU)")
-    p.add_argument("--iters", type=whole(1, MAX_ITERS), help="timed all_reduces per size (default: 20 on GPU, 5 on CPU)")
+    p.add_argument(
+        "--iters", type=whole(1, MAX_ITERS), help="timed all_reduces per size (default: 20 on GPU, 5 on CPU)"
+    )
     return p
 
 
@@ -208,14 +255,26 @@ def run(argv: Optional[Sequence[str]]) -> int:
     if a.min_bytes and a.max_bytes and a.min_bytes > a.max_bytes:
         raise SpecError(f"--min-bytes {a.min_bytes} is larger than --max-bytes {a.max_bytes}")
     site = load_site(a.site)
-    out = Path(a.out).resolve() if a.out is not None else \
-        site_path(site.paths.job_dir, Path.cwd(), "paths.job_dir") / run_dir_name(JOB_NAME)
+    out = (
+        Path(a.out).resolve()
+        if a.out is not None
+        else site_path(site.paths.job_dir, Path.cwd(), "paths.job_dir") / run_dir_name(JOB_NAME)
+    )
     node_args = ["-m", "hpc.node.preflight_node", "--out", str(out)]
     for flag, v in (("--min-bytes", a.min_bytes), ("--max-bytes", a.max_bytes), ("--iters", a.iters)):
         node_args += [flag, str(v)] if v else []
-    spec = build_spec(site, nodes=a.nodes, partition=a.partition, gpus_per_node=a.gpus_per_node,
-                      time=a.time, job_name=JOB_NAME, args=node_args, nodelist=a.nodelist, exclude=a.exclude,
-                      spare_nodes=0)  # every node measured: a profile's spares are for training jobs
+    spec = build_spec(
+        site,
+        nodes=a.nodes,
+        partition=a.partition,
+        gpus_per_node=a.gpus_per_node,
+        time=a.time,
+        job_name=JOB_NAME,
+        args=node_args,
+        nodelist=a.nodelist,
+        exclude=a.exclude,
+        spare_nodes=0,
+    )  # every node measured: a profile's spares are for training jobs
     health = ["--gpus", str(spec.gpus_per_node)]  # the node program's GPU checks, against the partition's rates
     for flag, v in (("--matmul-tflops", spec.partition.matmul_tflops), ("--copy-gbps", spec.partition.copy_gbps)):
         health += [flag, f"{v:g}"] if v else []
@@ -228,11 +287,18 @@ def run(argv: Optional[Sequence[str]]) -> int:
     job = submit(spec)
     job_id = job.job_id
     rank_logs = [task_log(spec.job_dir, job_id, t) for t in range(spec.nodes * spec.tasks_per_node)]
-    print(f"submitted preflight job {job_id}: {spec.nodes} node(s) x {spec.tasks_per_node} rank(s), partition "
-          f"{spec.partition.name}, site {site.name}; script {job.paths.submission_file}", flush=True)
+    print(
+        f"submitted preflight job {job_id}: {spec.nodes} node(s) x {spec.tasks_per_node} rank(s), partition "
+        f"{spec.partition.name}, site {site.name}; script {job.paths.submission_file}",
+        flush=True,
+    )
     limit_s = spec.minutes * 60 + 120
-    state = follow(job_id, rank_logs[0], prefix="[preflight]",
-                   deadline=lambda state, started: started is not None and time.time() - started > limit_s)
+    state = follow(
+        job_id,
+        rank_logs[0],
+        prefix="[preflight]",
+        deadline=lambda state, started: started is not None and time.time() - started > limit_s,
+    )
     if state not in ENDED_STATES:
         subprocess.run(["scancel", job_id], capture_output=True)
         state = f"not finished within {limit_s:.0f} s (cancelled)"
@@ -257,8 +323,11 @@ def run(argv: Optional[Sequence[str]]) -> int:
     print(f"wrote {report} and {png}")
     if result["failed"]:
         if result["exclude"]:
-            print(f"{PROG}: FAILED: node(s) {result['exclude']} below {a.min_fraction:g} x their peers or unhealthy; "
-                  f"submit with --exclude {result['exclude']}", file=sys.stderr)
+            print(
+                f"{PROG}: FAILED: node(s) {result['exclude']} below {a.min_fraction:g} x their peers or unhealthy; "
+                f"submit with --exclude {result['exclude']}",
+                file=sys.stderr,
+            )
         else:
             print(f"{PROG}: FAILED: bandwidth below {a.min_fraction:g} x the profile's expected", file=sys.stderr)
         return EXIT_FAILED

@@ -3,6 +3,7 @@
 `render_sbatch` is the one script of a job: what ``--dry-run`` prints, what ``--emit``
 writes and what ``hpc.submit`` submits are the same text.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -10,21 +11,28 @@ import sys
 
 import jinja2
 
-from hpc.network import network_env
 from hpc.dependency import dependency_directive
 from hpc.gpu_request import JOB_GRES_FLAGS, SRUN_GRES_FLAGS, job_gpu_options
+from hpc.network import network_env
 from hpc.node import contract
-from hpc.node.contract import ARRAY_TASK_ID, BATCH_LOG, JOB_DIR_VAR, JOB_NAME_VAR, MAX_REQUEUES_VAR, STOP_SIGNAL_VAR, TASK_LOG
+from hpc.node.contract import (
+    ARRAY_TASK_ID,
+    BATCH_LOG,
+    JOB_DIR_VAR,
+    JOB_NAME_VAR,
+    MAX_REQUEUES_VAR,
+    STOP_SIGNAL_VAR,
+    TASK_LOG,
+)
 from hpc.node.launcher import LAUNCH_MODULE
 from hpc.node.runtime import runtime
 
 HEALTH_MODULE = "hpc.node.health"
 RESTART_MODULE = "hpc.node.restart"
 from hpc.shipped import TEMPLATE_DIR
-from hpc.spec import JobSpec
 from hpc.slurm_time import format_minutes
+from hpc.spec import JobSpec
 from hpc.sweep import task_args
-
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
@@ -89,13 +97,15 @@ def job_env(spec: JobSpec) -> dict[str, str]:
     """Every variable the preamble exports: network first, then the profile's, then the job's."""
     env = network_env(spec.site.network)
     env.update(spec.site.environment.variables)
-    env.update({
-        "OMP_NUM_THREADS": str(spec.threads_per_rank),
-        JOB_NAME_VAR: spec.job_name,
-        JOB_DIR_VAR: str(spec.job_dir),
-        STOP_SIGNAL_VAR: spec.signal,
-        MAX_REQUEUES_VAR: str(spec.max_requeues),
-    })
+    env.update(
+        {
+            "OMP_NUM_THREADS": str(spec.threads_per_rank),
+            JOB_NAME_VAR: spec.job_name,
+            JOB_DIR_VAR: str(spec.job_dir),
+            STOP_SIGNAL_VAR: spec.signal,
+            MAX_REQUEUES_VAR: str(spec.max_requeues),
+        }
+    )
     if spec.container and spec.container.project == "mount":
         env["PYTHONPATH"] = str(spec.places.project)
     if spec.container is None and spec.python == sys.executable:  # the nodes run the interpreter that submits: what
@@ -107,7 +117,10 @@ def preamble_lines(spec: JobSpec) -> list[str]:
     """The environment/network preamble, one shell line each."""
     env = spec.site.environment
     text = _env.get_template("preamble.sh.j2").render(
-        site=spec.site.name, modules=env.modules, setup=env.setup, env=job_env(spec),
+        site=spec.site.name,
+        modules=env.modules,
+        setup=env.setup,
+        env=job_env(spec),
     )
     return text.rstrip("\n").split("\n")
 
@@ -129,8 +142,12 @@ def srun_args(spec: JobSpec) -> list[str]:
     """Options of the srun that starts the ranks."""
     # with spare nodes hpc.node.restart ends the step once the ranks' records say what failed
     kill = "--kill-on-bad-exit=0" if spec.spare_nodes else "--kill-on-bad-exit=1"
-    args = [kill, f"--ntasks-per-node={spec.tasks_per_node}", *binding_args(spec, ranks=True),
-            f"--output={spec.job_dir / log_pattern(spec, TASK_LOG)}"]
+    args = [
+        kill,
+        f"--ntasks-per-node={spec.tasks_per_node}",
+        *binding_args(spec, ranks=True),
+        f"--output={spec.job_dir / log_pattern(spec, TASK_LOG)}",
+    ]
     if spec.container and not spec.container.wrapped:
         args += [*spec.container.srun_options(spec.places), PYXIS_NAME]
     return args
@@ -148,9 +165,17 @@ def health_argv(spec: JobSpec) -> list[str]:
     """The preflight step (``--preflight``): hpc.node.health once per node, in the ranks' python (and image), judged
     against the partition's matmul and copy rates."""
     part = spec.partition
-    gpus = job_gpu_options(part.gpu_request, part.gpu_type, spec.gpus_per_node, spec.allocated_nodes)  # all of the node's GPUs
-    argv = ["srun", f"--nodes={spec.allocated_nodes}", f"--ntasks={spec.allocated_nodes}", "--ntasks-per-node=1",   # in this one task
-            *(f"--{k}={v}" for k, v in gpus.items()), *binding_args(spec, ranks=False)]
+    gpus = job_gpu_options(
+        part.gpu_request, part.gpu_type, spec.gpus_per_node, spec.allocated_nodes
+    )  # all of the node's GPUs
+    argv = [
+        "srun",
+        f"--nodes={spec.allocated_nodes}",
+        f"--ntasks={spec.allocated_nodes}",
+        "--ntasks-per-node=1",  # in this one task
+        *(f"--{k}={v}" for k, v in gpus.items()),
+        *binding_args(spec, ranks=False),
+    ]
     if spec.container and not spec.container.wrapped:
         argv += [*spec.container.srun_options(spec.places), PYXIS_NAME]
     elif spec.container:
@@ -167,9 +192,22 @@ def restart_argv(spec: JobSpec) -> list[str]:
     if not spec.spare_nodes:
         return []
     r = spec.site.restart
-    return [spec.python, "-u", "-m", RESTART_MODULE, "--nodes", str(spec.nodes), "--tasks-per-node", str(spec.tasks_per_node),
-            "--ranks", str(spec.world_size), "--max-restarts", str(r.max_restarts),
-            "--max-restarts-per-node", str(r.max_restarts_per_node)]
+    return [
+        spec.python,
+        "-u",
+        "-m",
+        RESTART_MODULE,
+        "--nodes",
+        str(spec.nodes),
+        "--tasks-per-node",
+        str(spec.tasks_per_node),
+        "--ranks",
+        str(spec.world_size),
+        "--max-restarts",
+        str(r.max_restarts),
+        "--max-restarts-per-node",
+        str(r.max_restarts_per_node),
+    ]
 
 
 def log_pattern(spec: JobSpec, pattern: str) -> str:
@@ -181,9 +219,16 @@ def sweep_cases(spec: JobSpec) -> list[dict]:
     """The array's task table, for the script's comments and its `case` on $SLURM_ARRAY_TASK_ID."""
     if spec.sweep is None:
         return []
-    return [{"index": t.index, "overrides": " ".join(t.overrides), "dir": spec.job_dir / t.dir_name,
-             "args": task_args(t, spec.job_dir, spec.checkpoint_dir), "owner": t.owner(spec.job_name)}
-            for t in spec.sweep.tasks]
+    return [
+        {
+            "index": t.index,
+            "overrides": " ".join(t.overrides),
+            "dir": spec.job_dir / t.dir_name,
+            "args": task_args(t, spec.job_dir, spec.checkpoint_dir),
+            "owner": t.owner(spec.job_name),
+        }
+        for t in spec.sweep.tasks
+    ]
 
 
 def render_sbatch(spec: JobSpec) -> str:
@@ -197,14 +242,16 @@ def render_sbatch(spec: JobSpec) -> str:
         restart=restart_argv(spec),
         launch_module=LAUNCH_MODULE,
         stop_record=f"{shlex.quote(str(spec.job_dir))}/"
-                    + contract.STOP_RECORD.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),
+        + contract.STOP_RECORD.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),
         record_var=contract.STOP_RECORD_VAR,
         max_var=MAX_REQUEUES_VAR,
         requeue_grace_s=contract.REQUEUE_GRACE_S,
         cases=sweep_cases(spec),
         job_name_var=JOB_NAME_VAR,
         health=health_argv(spec) if spec.preflight else [],
-        marks=shlex.quote(str(spec.job_dir)) + "/" + contract.UNHEALTHY_MARKS.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),
+        marks=shlex.quote(str(spec.job_dir))
+        + "/"
+        + contract.UNHEALTHY_MARKS.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),
         all_marks=contract.UNHEALTHY_MARKS.format(job_id="$SLURM_JOB_ID", restart="*"),
         max_excluded=spec.site.preemption.max_excluded_nodes,
         marks_var=contract.BAD_NODE_MARKS_VAR,

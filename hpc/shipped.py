@@ -1,6 +1,7 @@
 """The design's top-level folders of shipped files: ``sbatch_templates/`` and ``site_configs/``. A checkout and an
 editable install hold them beside ``hpc/``; a wheel carries them as package data inside ``hpc/`` (pyproject.toml's
 package-dir mapping), so every install finds them the same way."""
+
 from pathlib import Path
 
 _HPC = Path(__file__).resolve().parent

@@ -9,6 +9,7 @@ Lookup for ``--site NAME`` (first hit wins):
 docs/sites.md describes the keys.
 Unknown keys are errors, so a typo never passes silently.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,12 +20,21 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hpc.container import Container
-from hpc.gpu_request import (BINDING_SBATCH_OPTIONS, GpuRequest, check_cpu_bind, check_gpu_bind, check_gres_flags)
+from hpc.gpu_request import BINDING_SBATCH_OPTIONS, GpuRequest, check_cpu_bind, check_gpu_bind, check_gres_flags
 from hpc.node.cli import HpcError, shown
+from hpc.node.contract import (
+    DEFAULT_MAX_EXCLUDED_NODES,
+    DEFAULT_MAX_REQUEUES,
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_MAX_RESTARTS_PER_NODE,
+    DEFAULT_SIGNAL_LEAD_S,
+    DEFAULT_STOP_SIGNAL,
+    NCCL_IB_HCA_VAR,
+    NCCL_SOCKET_IFNAME_VAR,
+    SITE_DIRS_VAR,
+    STOP_SIGNALS,
+)
 from hpc.node.files import META_BYTES, NotASmallFile, read_small_text
-from hpc.node.contract import (DEFAULT_MAX_EXCLUDED_NODES, DEFAULT_MAX_REQUEUES, DEFAULT_MAX_RESTARTS,
-                               DEFAULT_MAX_RESTARTS_PER_NODE, DEFAULT_SIGNAL_LEAD_S, DEFAULT_STOP_SIGNAL, NCCL_IB_HCA_VAR,
-                               NCCL_SOCKET_IFNAME_VAR, SITE_DIRS_VAR, STOP_SIGNALS)
 from hpc.node.netcheck import NcclList, NodeCheckError
 from hpc.node.strict_yaml import YamlError, load_yaml
 from hpc.shipped import SHIPPED_SITE_DIR
@@ -51,29 +61,160 @@ class Strict(BaseModel):
 SHELL_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ONE_LINE_RE = r"^[^\n\r]*$"
 # sbatch options that hpc.submit sets from the command line and the profile's own keys
-PROJECT_SBATCH_OPTIONS = ("job-name", "partition", "nodes", "ntasks-per-node", "gpus-per-node", "cpus-per-task", "time",
-                          "chdir", "open-mode", "signal", "requeue", "no-requeue", "mem", "account", "qos", "output",
-                          "error", "array", "dependency", "ntasks", "gpus", "gres", "nodelist", "exclude")
+PROJECT_SBATCH_OPTIONS = (
+    "job-name",
+    "partition",
+    "nodes",
+    "ntasks-per-node",
+    "gpus-per-node",
+    "cpus-per-task",
+    "time",
+    "chdir",
+    "open-mode",
+    "signal",
+    "requeue",
+    "no-requeue",
+    "mem",
+    "account",
+    "qos",
+    "output",
+    "error",
+    "array",
+    "dependency",
+    "ntasks",
+    "gpus",
+    "gres",
+    "nodelist",
+    "exclude",
+)
 
 
 # sbatch's long options (Slurm 22.05 to 25.x: src/common/slurm_opt.c) and its aliases. sbatch (getopt_long) takes any
 # unique prefix of one, so an extra_sbatch key is read the same way; a key that starts no option of these is a site's
 # own (a SPANK plugin's, e.g. pyxis' container-image) and left to sbatch.
 SBATCH_LONG_OPTIONS = (
-    "account", "acctg-freq", "array", "autocomplete", "batch", "bb", "bbf", "begin", "chdir", "cluster", "cluster-constraint",
-    "clusters", "comment", "consolidate-segments", "constraint", "container", "container-id", "context", "contiguous",
-    "core-spec", "cores-per-socket", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot", "dependency",
-    "distribution", "error", "exclude", "exclusive", "export", "export-file", "external", "extra", "extra-node-info",
-    "get-user-env", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node", "gpus-per-socket", "gpus-per-task", "gres",
-    "gres-flags", "help", "hint", "hold", "ignore-pbs", "input", "job-name", "kill-on-invalid-dep", "licenses", "mail-type",
-    "mail-user", "mcs-label", "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu", "mem-update", "mincpus", "network", "nice",
-    "no-kill", "no-requeue", "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu",
-    "ntasks-per-node", "ntasks-per-socket", "ntasks-per-tres", "oom-kill-step", "open-mode", "output", "overcommit",
-    "oversubscribe", "parsable", "partition", "power", "prefer", "priority", "profile", "propagate", "qos", "quiet",
-    "reboot", "requeue", "reservation", "resources", "resv-ports", "runtime", "segment", "signal", "sockets-per-node",
-    "spread-job", "spread-segments", "stepmgr", "switches", "tasks-per-node", "test-only", "thread-spec",
-    "threads-per-core", "time", "time-min", "tmp", "tres-bind", "tres-per-task", "uid", "usage", "use-min-nodes",
-    "verbose", "version", "wait", "wait-all-nodes", "wckey", "wrap")
+    "account",
+    "acctg-freq",
+    "array",
+    "autocomplete",
+    "batch",
+    "bb",
+    "bbf",
+    "begin",
+    "chdir",
+    "cluster",
+    "cluster-constraint",
+    "clusters",
+    "comment",
+    "consolidate-segments",
+    "constraint",
+    "container",
+    "container-id",
+    "context",
+    "contiguous",
+    "core-spec",
+    "cores-per-socket",
+    "cpu-freq",
+    "cpus-per-gpu",
+    "cpus-per-task",
+    "deadline",
+    "delay-boot",
+    "dependency",
+    "distribution",
+    "error",
+    "exclude",
+    "exclusive",
+    "export",
+    "export-file",
+    "external",
+    "extra",
+    "extra-node-info",
+    "get-user-env",
+    "gid",
+    "gpu-bind",
+    "gpu-freq",
+    "gpus",
+    "gpus-per-node",
+    "gpus-per-socket",
+    "gpus-per-task",
+    "gres",
+    "gres-flags",
+    "help",
+    "hint",
+    "hold",
+    "ignore-pbs",
+    "input",
+    "job-name",
+    "kill-on-invalid-dep",
+    "licenses",
+    "mail-type",
+    "mail-user",
+    "mcs-label",
+    "mem",
+    "mem-bind",
+    "mem-per-cpu",
+    "mem-per-gpu",
+    "mem-update",
+    "mincpus",
+    "network",
+    "nice",
+    "no-kill",
+    "no-requeue",
+    "nodefile",
+    "nodelist",
+    "nodes",
+    "ntasks",
+    "ntasks-per-core",
+    "ntasks-per-gpu",
+    "ntasks-per-node",
+    "ntasks-per-socket",
+    "ntasks-per-tres",
+    "oom-kill-step",
+    "open-mode",
+    "output",
+    "overcommit",
+    "oversubscribe",
+    "parsable",
+    "partition",
+    "power",
+    "prefer",
+    "priority",
+    "profile",
+    "propagate",
+    "qos",
+    "quiet",
+    "reboot",
+    "requeue",
+    "reservation",
+    "resources",
+    "resv-ports",
+    "runtime",
+    "segment",
+    "signal",
+    "sockets-per-node",
+    "spread-job",
+    "spread-segments",
+    "stepmgr",
+    "switches",
+    "tasks-per-node",
+    "test-only",
+    "thread-spec",
+    "threads-per-core",
+    "time",
+    "time-min",
+    "tmp",
+    "tres-bind",
+    "tres-per-task",
+    "uid",
+    "usage",
+    "use-min-nodes",
+    "verbose",
+    "version",
+    "wait",
+    "wait-all-nodes",
+    "wckey",
+    "wrap",
+)
 SBATCH_ALIASES = {"tasks-per-node": "ntasks-per-node", "cluster": "clusters"}
 
 
@@ -84,15 +225,20 @@ def sbatch_option(key: str) -> Optional[str]:
         return SBATCH_ALIASES.get(key, key)
     found = sorted({SBATCH_ALIASES.get(o, o) for o in SBATCH_LONG_OPTIONS if o.startswith(key)})
     if len(found) > 1:
-        raise ValueError(f"{shown(key)} is a prefix of several sbatch options ({', '.join(found)}), which sbatch refuses "
-                         "as ambiguous; write the whole option")
+        raise ValueError(
+            f"{shown(key)} is a prefix of several sbatch options ({', '.join(found)}), which sbatch refuses "
+            "as ambiguous; write the whole option"
+        )
     return found[0] if found else None
 
 
 def _shell_names(names, what: str) -> None:
     for name in names:
         if not re.fullmatch(SHELL_NAME_RE, name):
-            raise ValueError(f"{shown(name)} is not a shell variable name ({what} names are letters, digits and _, not starting with a digit)")
+            raise ValueError(
+                f"{shown(name)} is not a shell variable name ({what} names are letters, digits and _, not starting "
+                "with a digit)"
+            )
 
 
 class Submission(Strict):
@@ -106,14 +252,25 @@ class Submission(Strict):
     def _options(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
             if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
-                raise ValueError(f"{shown(key)} is not an sbatch long option (lower-case letters, digits and -, without the leading --)")
+                raise ValueError(
+                    f"{shown(key)} is not an sbatch long option (lower-case letters, digits and -, without the leading "
+                    "--)"
+                )
             option = sbatch_option(key)
             named = shown(key) if option == key else f"{shown(key)} (sbatch reads it as --{option}, a prefix of it)"
             if option in PROJECT_SBATCH_OPTIONS:
-                raise ValueError(f"{named} is set by hpc.submit (from its flags and the profile's own keys); it cannot be given here")
+                raise ValueError(
+                    f"{named} is set by hpc.submit (from its flags and the profile's own keys); it cannot be given here"
+                )
             if option in ("wrap", "mem-per-cpu", "mem-per-gpu"):
-                raise ValueError(f"{named} cannot be given here: " + ("the job is a script of its own" if option == "wrap" else
-                                 "Slurm takes one of --mem (partitions' mem_per_node_gb), --mem-per-cpu, --mem-per-gpu"))
+                raise ValueError(
+                    f"{named} cannot be given here: "
+                    + (
+                        "the job is a script of its own"
+                        if option == "wrap"
+                        else "Slurm takes one of --mem (partitions' mem_per_node_gb), --mem-per-cpu, --mem-per-gpu"
+                    )
+                )
             if not re.fullmatch(ONE_LINE_RE, str(value)):
                 raise ValueError(f"the value of {shown(key)} must be one line")
         return v
@@ -123,8 +280,10 @@ class Submission(Strict):
     def _binding_options(cls, v: dict[str, str]) -> dict[str, str]:
         for key in v:
             if key in BINDING_SBATCH_OPTIONS:
-                raise ValueError(f"{shown(key)} is a partition's key here: partitions[].gpu_bind, cpu_bind or gres_flags "
-                                 "(srun options of the ranks), or gpu_request for how GPUs are asked for")
+                raise ValueError(
+                    f"{shown(key)} is a partition's key here: partitions[].gpu_bind, cpu_bind or gres_flags "
+                    "(srun options of the ranks), or gpu_request for how GPUs are asked for"
+                )
         return v
 
 
@@ -136,19 +295,33 @@ class Partition(Strict):
     gpu_type: Optional[str] = Field(None, pattern=NAME_RE, max_length=200)
     gpu_memory_gb: Optional[float] = Field(None, gt=0)
     cpus_per_node: int = Field(ge=1)
-    mem_per_node_gb: Optional[int] = Field(None, ge=1, description="whole GB (sbatch --mem=NG; 0 would mean the whole node)")
+    mem_per_node_gb: Optional[int] = Field(
+        None, ge=1, description="whole GB (sbatch --mem=NG; 0 would mean the whole node)"
+    )
     max_time: str = "UNLIMITED"
-    matmul_tflops: Optional[float] = Field(None, gt=0, description="expected bf16 matmul TFLOP/s of one GPU (hpc.node.health)")
-    copy_gbps: Optional[float] = Field(None, gt=0, description="expected device copy GB/s (read + written) of one GPU (hpc.node.health)")
+    matmul_tflops: Optional[float] = Field(
+        None, gt=0, description="expected bf16 matmul TFLOP/s of one GPU (hpc.node.health)"
+    )
+    copy_gbps: Optional[float] = Field(
+        None, gt=0, description="expected device copy GB/s (read + written) of one GPU (hpc.node.health)"
+    )
     container: Optional[Container] = Field(None, description="this partition's container; replaces the site's")
-    gpu_request: GpuRequest = Field("gpus-per-node", description="how the job asks for GPUs: gpus-per-node "
-                                    "(--gpus-per-node=[TYPE:]N), gres (--gres=gpu[:TYPE]:N), gpus (--gpus=[TYPE:]TOTAL with "
-                                    "--ntasks-per-node) or none (a CPU partition: gpus_per_node is then the ranks per node)")
-    gpu_bind: Optional[str] = Field(None, description="srun --gpu-bind of the ranks, e.g. closest or map_gpu:0,1,2,3 "
-                                    "(each rank then sees only its GPUs)")
+    gpu_request: GpuRequest = Field(
+        "gpus-per-node",
+        description="how the job asks for GPUs: gpus-per-node "
+        "(--gpus-per-node=[TYPE:]N), gres (--gres=gpu[:TYPE]:N), gpus (--gpus=[TYPE:]TOTAL with "
+        "--ntasks-per-node) or none (a CPU partition: gpus_per_node is then the ranks per node)",
+    )
+    gpu_bind: Optional[str] = Field(
+        None,
+        description="srun --gpu-bind of the ranks, e.g. closest or map_gpu:0,1,2,3 (each rank then sees only its GPUs)",
+    )
     cpu_bind: Optional[str] = Field(None, description="srun --cpu-bind of every step, e.g. none")
-    gres_flags: list[str] = Field(default_factory=list, description="--gres-flags: allow-task-sharing on the ranks' srun "
-                                  "(with gpu_bind, so NCCL still reaches the node's other GPUs), the others on the job")
+    gres_flags: list[str] = Field(
+        default_factory=list,
+        description="--gres-flags: allow-task-sharing on the ranks' srun "
+        "(with gpu_bind, so NCCL still reaches the node's other GPUs), the others on the job",
+    )
 
     @field_validator("gpu_bind")
     @classmethod
@@ -168,7 +341,11 @@ class Partition(Strict):
     @model_validator(mode="after")
     def _cpu_partition(self) -> "Partition":
         if self.gpu_request == "none":
-            given = [k for k in ("gpu_type", "gpu_memory_gb", "matmul_tflops", "copy_gbps", "gpu_bind") if getattr(self, k) is not None]
+            given = [
+                k
+                for k in ("gpu_type", "gpu_memory_gb", "matmul_tflops", "copy_gbps", "gpu_bind")
+                if getattr(self, k) is not None
+            ]
             given += ["gres_flags"] if self.gres_flags else []
             if given:
                 raise ValueError(f"gpu_request none (a CPU partition) takes no {', '.join(given)}")
@@ -186,8 +363,12 @@ class Partition(Strict):
 
 
 class Bandwidth(Strict):
-    intra_node_gbps: Optional[float] = Field(None, gt=0, description="expected all_reduce bus bandwidth inside a node, GB/s")
-    inter_node_gbps: Optional[float] = Field(None, gt=0, description="expected all_reduce bus bandwidth across nodes, GB/s")
+    intra_node_gbps: Optional[float] = Field(
+        None, gt=0, description="expected all_reduce bus bandwidth inside a node, GB/s"
+    )
+    inter_node_gbps: Optional[float] = Field(
+        None, gt=0, description="expected all_reduce bus bandwidth across nodes, GB/s"
+    )
 
 
 class Network(Strict):
@@ -200,19 +381,30 @@ class Network(Strict):
     gdr_level: Optional[Literal["LOC", "PIX", "PXB", "PHB", "SYS"]] = None
     expected: Bandwidth = Bandwidth()
     extra_env: dict[str, str] = Field(default_factory=dict, description="more NCCL_*/UCX_* settings")
-    nccl_net_plugin: Optional[str] = Field(None, pattern=r"^[^\s]+$", max_length=4096, description="efa, slingshot: "
-                                           "NCCL_NET_PLUGIN, the aws-ofi-nccl library on the nodes: a path, a library name "
-                                           "or the suffix of libnccl-net-SUFFIX.so (default: libnccl-net.so on the library path)")
+    nccl_net_plugin: Optional[str] = Field(
+        None,
+        pattern=r"^[^\s]+$",
+        max_length=4096,
+        description="efa, slingshot: "
+        "NCCL_NET_PLUGIN, the aws-ofi-nccl library on the nodes: a path, a library name "
+        "or the suffix of libnccl-net-SUFFIX.so (default: libnccl-net.so on the library path)",
+    )
     efa_device_rdma: bool = Field(True, description="efa: FI_EFA_USE_DEVICE_RDMA=1 (p4d, p5 and newer; false for p3dn)")
 
     @model_validator(mode="after")
     def _libfabric(self) -> "Network":
-        if self.fabric in ("efa", "slingshot") and (self.ib_hca or self.ib_hca_exclude or self.roce_gid_index is not None):
-            raise ValueError(f"fabric {self.fabric} takes no ib_hca, ib_hca_exclude or roce_gid_index (NCCL reaches it "
-                             "through the libfabric plugin, not its IB transport)")
+        if self.fabric in ("efa", "slingshot") and (
+            self.ib_hca or self.ib_hca_exclude or self.roce_gid_index is not None
+        ):
+            raise ValueError(
+                f"fabric {self.fabric} takes no ib_hca, ib_hca_exclude or roce_gid_index (NCCL reaches it "
+                "through the libfabric plugin, not its IB transport)"
+            )
         if self.fabric not in ("efa", "slingshot") and self.nccl_net_plugin is not None:
-            raise ValueError(f"nccl_net_plugin is the libfabric plugin of fabric efa or slingshot, not of {self.fabric} "
-                             "(set NCCL_NET_PLUGIN in extra_env for another plugin)")
+            raise ValueError(
+                f"nccl_net_plugin is the libfabric plugin of fabric efa or slingshot, not of {self.fabric} "
+                "(set NCCL_NET_PLUGIN in extra_env for another plugin)"
+            )
         if self.fabric != "efa" and "efa_device_rdma" in self.model_fields_set:
             raise ValueError(f"efa_device_rdma is for fabric efa, not {self.fabric}")
         return self
@@ -233,7 +425,9 @@ class Network(Strict):
     @classmethod
     def _gloo_ifname(cls, v: str) -> str:
         if not all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) for n in v.split(",")):
-            raise ValueError(f"{shown(v)} is not a comma list of interface names (gloo takes exact names: no ^, = or ports)")
+            raise ValueError(
+                f"{shown(v)} is not a comma list of interface names (gloo takes exact names: no ^, = or ports)"
+            )
         return v
 
     @field_validator("ib_hca", "ib_hca_exclude")
@@ -241,7 +435,9 @@ class Network(Strict):
     def _hcas(cls, v: list[str]) -> list[str]:
         if v:
             if any(item.startswith("^") for item in v):
-                raise ValueError("an item starting with ^ is not an exclude list here: list the HCAs to avoid under ib_hca_exclude")
+                raise ValueError(
+                    "an item starting with ^ is not an exclude list here: list the HCAs to avoid under ib_hca_exclude"
+                )
             if any("," in item for item in v):
                 raise ValueError("one HCA per item (a list, not a comma-separated string)")
             if any(item.startswith("=") for item in v[1:]):
@@ -253,7 +449,9 @@ class Network(Strict):
     def _consistent(self) -> "Network":
         if self.ib_hca and self.ib_hca_exclude:
             raise ValueError("give ib_hca or ib_hca_exclude, not both")
-        if self.fabric in ("ethernet", "loopback") and (self.ib_hca or self.ib_hca_exclude or self.roce_gid_index is not None):
+        if self.fabric in ("ethernet", "loopback") and (
+            self.ib_hca or self.ib_hca_exclude or self.roce_gid_index is not None
+        ):
             raise ValueError(f"fabric {self.fabric} takes no ib_hca, ib_hca_exclude or roce_gid_index")
         if self.fabric == "roce" and self.roce_gid_index is None:
             raise ValueError("fabric roce needs roce_gid_index (usually 3 for RoCE v2)")
@@ -261,7 +459,9 @@ class Network(Strict):
 
 
 class Environment(Strict):
-    modules: list[Annotated[str, Field(pattern=r"^\S+$")]] = Field(default_factory=list, description="module names, one per item")
+    modules: list[Annotated[str, Field(pattern=r"^\S+$")]] = Field(
+        default_factory=list, description="module names, one per item"
+    )
     variables: dict[str, str] = Field(default_factory=dict)
     setup: Optional[str] = Field(None, description="shell lines run before the launch, verbatim (e.g. activate a venv)")
     python: Optional[str] = Field(None, description="python on the nodes; default: the interpreter that submits")
@@ -274,31 +474,55 @@ class Environment(Strict):
 
 
 class Preemption(Strict):
-    signal: str = Field(DEFAULT_STOP_SIGNAL, description="pre-stop signal Slurm sends every rank before the time limit or on preemption")
-    lead_s: int = Field(DEFAULT_SIGNAL_LEAD_S, ge=10, description="seconds before the time limit the signal comes (Slurm may send it up to 60 s earlier)")
+    signal: str = Field(
+        DEFAULT_STOP_SIGNAL, description="pre-stop signal Slurm sends every rank before the time limit or on preemption"
+    )
+    lead_s: int = Field(
+        DEFAULT_SIGNAL_LEAD_S,
+        ge=10,
+        description="seconds before the time limit the signal comes (Slurm may send it up to 60 s earlier)",
+    )
     max_requeues: int = Field(DEFAULT_MAX_REQUEUES, ge=0, description="requeues after which a stopped job ends instead")
-    max_excluded_nodes: int = Field(DEFAULT_MAX_EXCLUDED_NODES, ge=0, description="nodes a job with --preflight may exclude "
-                                    "itself (a node failing its health check, missing at a collective timeout or a "
-                                    "persistent straggler: requeued without it); 0: it ends instead")
-    exclude_stragglers_after: int = Field(0, ge=0, description="the trainer's straggler.stop_after: a rank named a "
-                                          "straggler for this many windows in a row has its node excluded (the run stops "
-                                          "with a checkpoint and is requeued without it); 0: off (at least straggler.windows)")
+    max_excluded_nodes: int = Field(
+        DEFAULT_MAX_EXCLUDED_NODES,
+        ge=0,
+        description="nodes a job with --preflight may exclude "
+        "itself (a node failing its health check, missing at a collective timeout or a "
+        "persistent straggler: requeued without it); 0: it ends instead",
+    )
+    exclude_stragglers_after: int = Field(
+        0,
+        ge=0,
+        description="the trainer's straggler.stop_after: a rank named a "
+        "straggler for this many windows in a row has its node excluded (the run stops "
+        "with a checkpoint and is requeued without it); 0: off (at least straggler.windows)",
+    )
 
     @field_validator("signal")
     @classmethod
     def _signal(cls, v: str) -> str:
         name = v.upper().removeprefix("SIG")
         if name not in STOP_SIGNALS:
-            raise ValueError(f"signal {shown(v)} is not allowed; allowed: {', '.join(STOP_SIGNALS)} (USR2 by default: NCCL may use USR1)")
+            raise ValueError(
+                f"signal {shown(v)} is not allowed; allowed: {', '.join(STOP_SIGNALS)} (USR2 by default: NCCL may use "
+                "USR1)"
+            )
         return name
 
 
 class Restart(Strict):
-    spare_nodes: int = Field(0, ge=0, description="nodes allocated beyond --nodes, for in-job restarts (default of "
-                             "hpc.submit --spare-nodes; 0: none, a failure goes back to the queue)")
+    spare_nodes: int = Field(
+        0,
+        ge=0,
+        description="nodes allocated beyond --nodes, for in-job restarts (default of "
+        "hpc.submit --spare-nodes; 0: none, a failure goes back to the queue)",
+    )
     max_restarts: int = Field(DEFAULT_MAX_RESTARTS, ge=0, description="in-job restarts per job (all its runs)")
-    max_restarts_per_node: int = Field(DEFAULT_MAX_RESTARTS_PER_NODE, ge=1, description="in-job restarts one node's "
-                                       "failures may cause before it leaves the job (1: at the first)")
+    max_restarts_per_node: int = Field(
+        DEFAULT_MAX_RESTARTS_PER_NODE,
+        ge=1,
+        description="in-job restarts one node's failures may cause before it leaves the job (1: at the first)",
+    )
 
 
 class Paths(Strict):
@@ -353,7 +577,8 @@ def user_site_dir() -> Path:
 
 
 def site_dirs() -> list[Path]:
-    """Where ``--site NAME`` looks, in order: $HPC_SITE_DIRS, the working directory, the user's directory, the shipped ones."""
+    """Where ``--site NAME`` looks, in order: $HPC_SITE_DIRS, the working directory, the user's directory, the shipped
+    ones."""
     dirs = [Path(d).expanduser() for d in os.environ.get(SITE_DIRS_VAR, "").split(":") if d]
     return dirs + [Path.cwd(), user_site_dir(), SHIPPED_SITE_DIR]
 
@@ -375,7 +600,9 @@ def find_site(name: str) -> Path:
         if path.is_file():
             return path
     known = sorted({p.stem for d in site_dirs() if d.is_dir() for p in d.glob("*.yaml")})
-    raise SiteError(f"site {shown(name)} not found in {', '.join(map(str, site_dirs()))}; known sites: {', '.join(known) or 'none'}")
+    raise SiteError(
+        f"site {shown(name)} not found in {', '.join(map(str, site_dirs()))}; known sites: {', '.join(known) or 'none'}"
+    )
 
 
 def read_text(path: Path) -> str:

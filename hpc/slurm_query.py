@@ -5,6 +5,7 @@ accounting (`sacct`) answers after that. A job's directory is the directory of
 its batch output (StdOut), or, from accounting alone, of the ``--output`` in
 the script that its submit line names.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,18 @@ from hpc.node.files import META_BYTES, read_small_text
 
 CLIENT_TIMEOUT_S = 10  # Slurm's clients retry for a long while when slurmctld is down
 SEP = "\x1f"  # sacct's field delimiter: job names and submit lines may contain "|"
-SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed", "Partition", "NodeList", "WorkDir", "SubmitLine", "JobID")
+SACCT_FIELDS = (
+    "JobIDRaw",
+    "JobName",
+    "State",
+    "NNodes",
+    "Elapsed",
+    "Partition",
+    "NodeList",
+    "WorkDir",
+    "SubmitLine",
+    "JobID",
+)
 SQUEUE_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed")
 # a job, one task of an array job (ARRAY_TASK, 123_4) or one component of a heterogeneous job (123+1)
 JOB_ID = re.compile(r"([1-9][0-9]{0,9})(?:_(0|[1-9][0-9]{0,9})|\+(0|[1-9][0-9]{0,9}))?")
@@ -38,8 +50,10 @@ def job_id_problem(text: str) -> Optional[str]:
     """Why ``text`` is not a Slurm job id 1..2^32-1 (optionally ``_TASK``, an array task), or None."""
     m = JOB_ID.fullmatch(text) if text.isascii() else None
     if m is None or any(g and int(g) > MAX_JOB_ID for g in m.groups()):
-        return (f"{shown(text)} is not a job id: a number 1..{MAX_JOB_ID}, ARRAY_TASK such as 123_4, or a heterogeneous "
-                "job's component such as 123+1")
+        return (
+            f"{shown(text)} is not a job id: a number 1..{MAX_JOB_ID}, ARRAY_TASK such as 123_4, or a heterogeneous "
+            "job's component such as 123+1"
+        )
     return None
 
 
@@ -77,7 +91,6 @@ class Job:
     excluded: str = ""  # the nodes it must not run on (ExcNodeList), "" for none
     exit_code: str = ""  # the batch script's EXIT:SIGNAL, "" from accounting alone
 
-
     @property
     def job_dir(self) -> Optional[Path]:
         """Where hpc.submit put the job's logs (and the trainer its metrics.jsonl)."""
@@ -98,8 +111,12 @@ def check_controller(environ: Mapping[str, str] = os.environ, timeout_s: float =
         text = read_small_text(path, META_BYTES)
     except (OSError, ValueError):
         return
-    hosts = [m.group(2) or m.group(1) for m in re.finditer(r"^\s*(?:SlurmctldHost|ControlMachine)\s*=\s*([^\s(#]+)(?:\(([^)]+)\))?",
-                                                            text, re.M | re.I)]
+    hosts = [
+        m.group(2) or m.group(1)
+        for m in re.finditer(
+            r"^\s*(?:SlurmctldHost|ControlMachine)\s*=\s*([^\s(#]+)(?:\(([^)]+)\))?", text, re.M | re.I
+        )
+    ]
     port = re.search(r"^\s*SlurmctldPort\s*=\s*(\d+)", text, re.M | re.I)
     if not hosts:
         return
@@ -120,7 +137,9 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
     except FileNotFoundError:
         raise JobError(f"{argv[0]} is not on PATH: run this on a Slurm login node") from None
     except subprocess.TimeoutExpired:
-        raise JobError(f"{argv[0]} got no answer within {CLIENT_TIMEOUT_S} s: is Slurm (slurmctld, or slurmdbd for sacct) up?") from None
+        raise JobError(
+            f"{argv[0]} got no answer within {CLIENT_TIMEOUT_S} s: is Slurm (slurmctld, or slurmdbd for sacct) up?"
+        ) from None
 
 
 def sacct_command(*args: str) -> list[str]:
@@ -129,7 +148,7 @@ def sacct_command(*args: str) -> list[str]:
 
 def parse_sacct(text: str) -> list[dict[str, str]]:
     """sacct_command's output: one dict of SACCT_FIELDS per run of a job (requeues included)."""
-    return [dict(zip(SACCT_FIELDS, line.split(SEP))) for line in text.splitlines() if line]
+    return [dict(zip(SACCT_FIELDS, line.split(SEP), strict=False)) for line in text.splitlines() if line]
 
 
 def sacct_rows(*args: str) -> list[dict[str, str]]:
@@ -146,7 +165,7 @@ def squeue_command(*args: str) -> list[str]:
 
 def parse_squeue(text: str) -> list[dict[str, str]]:
     """squeue_command's output: one dict of SQUEUE_FIELDS per live job."""
-    return [dict(zip(SQUEUE_FIELDS, line.split(SEP))) for line in text.splitlines() if line]
+    return [dict(zip(SQUEUE_FIELDS, line.split(SEP), strict=False)) for line in text.splitlines() if line]
 
 
 def squeue_rows(*args: str) -> list[dict[str, str]]:
@@ -204,8 +223,12 @@ def array_tasks(job_id: str) -> list[str]:
     """The task ids (``123_0``, ``123_1``, ...) of an array job ``123``; [] when it is no array job."""
     if not re.fullmatch(r"[0-9]+", job_id):
         return []
-    found = {i for rec in scontrol_records(job_id) if rec.get("ArrayJobId") == job_id
-             for i in expand_indices(rec.get("ArrayTaskId", ""))}
+    found = {
+        i
+        for rec in scontrol_records(job_id)
+        if rec.get("ArrayJobId") == job_id
+        for i in expand_indices(rec.get("ArrayTaskId", ""))
+    }
     try:
         rows = sacct_rows("-j", job_id)
     except JobError:
@@ -245,8 +268,13 @@ def script_stdout(submit_line: str, workdir: str, job_id: str, name: str) -> Opt
                 return None
             pattern = shlex.split(m.group(1))[0]
             array, _, task = job_id.partition("_")
-            return Path(workdir) / (pattern.replace("%A", array).replace("%a", task).replace("%j", job_id)
-                                    .replace("%x", name).replace("%%", "%"))
+            return Path(workdir) / (
+                pattern.replace("%A", array)
+                .replace("%a", task)
+                .replace("%j", job_id)
+                .replace("%x", name)
+                .replace("%%", "%")
+            )
     return None
 
 
@@ -257,8 +285,11 @@ def get_job(job_id: str) -> Job:
         raise JobError(problem)
     tasks = array_tasks(job_id)
     if tasks:
-        raise JobError(f"job {job_id} is an array of {len(tasks)} tasks ({', '.join(tasks[:3])}{', ...' if len(tasks) > 3 else ''}): "
-                       "name one task, or see them all with hpc.jobs status / report")
+        raise JobError(
+            f"job {job_id} is an array of {len(tasks)} tasks "
+            f"({', '.join(tasks[:3])}{', ...' if len(tasks) > 3 else ''}): "
+            "name one task, or see them all with hpc.jobs status / report"
+        )
     ctl = scontrol_fields(job_id)
     try:
         rows = sacct_rows("-j", job_id)

@@ -1,4 +1,5 @@
 """Slurm time strings (``--time``, partition ``MaxTime``) to minutes."""
+
 from __future__ import annotations
 
 import re

@@ -1,5 +1,6 @@
 """JobSpec: the one validated description of a job (site, partition, shape, time, launcher, command). Building and
 checking it reads files but asks Slurm nothing and writes nothing: that happens beside submission (hpc/submitter.py)."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,13 +21,14 @@ from hpc.dependency import parse_after
 from hpc.node.cli import HpcError, path_text, shown, whole
 from hpc.node.launcher import SRUN, Launcher, get_launcher
 from hpc.node.ownership import check_owner, run_dir_name
+from hpc.plan import plan_layout
 from hpc.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.slurm_time import format_minutes, parse_minutes
 from hpc.sweep import Sweep, build_sweep, task_args
-from hpc.plan import plan_layout
 from hpc.trainer_job import TrainerJob, runs_trainer, trainer_job
 from train.config import ConfigError, TrainConfig
-from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, MODULE as TRAINER_MODULE
+from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY
+from train.interface import MODULE as TRAINER_MODULE
 from train.layout import WorldEnv
 from train.run_check import check_run
 
@@ -50,7 +52,9 @@ class JobSpec:
     minutes: int
     job_name: str
     launcher: Launcher
-    program: tuple[str, ...]  # after ``python -u``: a script or ``-m MODULE`` with its arguments (the trainer: see trainer)
+    program: tuple[
+        str, ...
+    ]  # after ``python -u``: a script or ``-m MODULE`` with its arguments (the trainer: see trainer)
     job_dir: Path
     checkpoint_dir: Path
     workdir: Path
@@ -60,16 +64,18 @@ class JobSpec:
     max_requeues: int
     container: Optional[Container] = None
     sweep: Optional[Sweep] = None  # an array job: one task per combination of the sweep values
-    after: tuple[str, ...] = ()    # sbatch dependencies, e.g. "afterok:123"
+    after: tuple[str, ...] = ()  # sbatch dependencies, e.g. "afterok:123"
     nodelist: Optional[str] = None  # a Slurm hostlist the job must run on (--nodelist)
-    exclude: Optional[str] = None   # a Slurm hostlist the job must not run on (--exclude)
-    preflight: bool = False        # run hpc.node.health on every node before the ranks start
+    exclude: Optional[str] = None  # a Slurm hostlist the job must not run on (--exclude)
+    preflight: bool = False  # run hpc.node.health on every node before the ranks start
     trainer: Optional[TrainerJob] = None  # the trainer's part, when the ranks run the trainer
-    spare_nodes: int = 0           # nodes allocated beyond ``nodes`` for in-job restarts (hpc/node/restart.py)
+    spare_nodes: int = 0  # nodes allocated beyond ``nodes`` for in-job restarts (hpc/node/restart.py)
 
     @property
     def places(self) -> Places:
-        return Places(workdir=self.workdir, job_dir=self.job_dir, checkpoint_dir=self.checkpoint_dir, project=PROJECT_ROOT)
+        return Places(
+            workdir=self.workdir, job_dir=self.job_dir, checkpoint_dir=self.checkpoint_dir, project=PROJECT_ROOT
+        )
 
     @property
     def tasks_per_node(self) -> int:
@@ -81,7 +87,8 @@ class JobSpec:
 
     @property
     def threads_per_rank(self) -> int:
-        """OMP threads of one rank: a node's CPUs shared by its ranks (under torchrun/accelerate one task runs them all)."""
+        """OMP threads of one rank: a node's CPUs shared by its ranks (under torchrun/accelerate one task runs them
+        all)."""
         return max(1, self.partition.cpus_per_node // self.gpus_per_node)
 
     @property
@@ -114,14 +121,24 @@ class JobSpec:
 
 def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default: Optional[str] = None) -> None:
     """The flags every submitting command shares: --site, --nodes, --partition, --gpus-per-node, --time."""
-    p.add_argument("--site", required=True, type=path_text,
-                   help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) or a YAML path")
+    p.add_argument(
+        "--site",
+        required=True,
+        type=path_text,
+        help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) or a YAML path",
+    )
     p.add_argument("--nodes", type=whole(1, MAX_COUNT), required=True)
     p.add_argument("--partition", help="partition name (default: the profile's default)")
-    p.add_argument("--gpus-per-node", type=whole(1, MAX_COUNT), help="GPUs (ranks) per node (default: all of the partition's)")
+    p.add_argument(
+        "--gpus-per-node", type=whole(1, MAX_COUNT), help="GPUs (ranks) per node (default: all of the partition's)"
+    )
     p.add_argument("--time", default=time_default, help=time_help)
-    p.add_argument("--nodelist", metavar="NODES", help="run on these nodes, Slurm hostlist syntax (e.g. n[1-2] or gpu07,gpu09)")
-    p.add_argument("--exclude", metavar="NODES", help="never run on these nodes, Slurm hostlist syntax (e.g. n3 or gpu[07-08])")
+    p.add_argument(
+        "--nodelist", metavar="NODES", help="run on these nodes, Slurm hostlist syntax (e.g. n[1-2] or gpu07,gpu09)"
+    )
+    p.add_argument(
+        "--exclude", metavar="NODES", help="never run on these nodes, Slurm hostlist syntax (e.g. n3 or gpu[07-08])"
+    )
 
 
 NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -145,7 +162,9 @@ def parse_nodes(flag: str, text: Optional[str]) -> list[str]:
     return names
 
 
-def node_lists(nodes: int, nodelist: Optional[str], exclude: Optional[str], spares: int = 0) -> tuple[Optional[str], Optional[str]]:
+def node_lists(
+    nodes: int, nodelist: Optional[str], exclude: Optional[str], spares: int = 0
+) -> tuple[Optional[str], Optional[str]]:
     """--nodelist and --exclude checked against each other and --nodes (and the spare nodes), as compressed hostlists
     (None when not given)."""
     import hostlist
@@ -153,13 +172,22 @@ def node_lists(nodes: int, nodelist: Optional[str], exclude: Optional[str], spar
     wanted, avoided = parse_nodes("--nodelist", nodelist), parse_nodes("--exclude", exclude)
     if len(set(wanted)) > nodes + spares:
         if spares:
-            raise SpecError(f"--nodelist {nodelist!r} names {len(set(wanted))} nodes; --nodes {nodes} + {spares} spare(s): "
-                            f"list at most {nodes + spares} nodes")
-        raise SpecError(f"--nodelist {nodelist!r} names {len(set(wanted))} nodes; --nodes {nodes}: list at most --nodes nodes")
+            raise SpecError(
+                f"--nodelist {nodelist!r} names {len(set(wanted))} nodes; --nodes {nodes} + {spares} spare(s): "
+                f"list at most {nodes + spares} nodes"
+            )
+        raise SpecError(
+            f"--nodelist {nodelist!r} names {len(set(wanted))} nodes; --nodes {nodes}: list at most --nodes nodes"
+        )
     both = sorted(set(wanted) & set(avoided))
     if both:
-        raise SpecError(f"--nodelist and --exclude both name {hostlist.collect_hostlist(both)}: a node is either wanted or excluded")
-    return (hostlist.collect_hostlist(wanted) if wanted else None, hostlist.collect_hostlist(avoided) if avoided else None)
+        raise SpecError(
+            f"--nodelist and --exclude both name {hostlist.collect_hostlist(both)}: a node is either wanted or excluded"
+        )
+    return (
+        hostlist.collect_hostlist(wanted) if wanted else None,
+        hostlist.collect_hostlist(avoided) if avoided else None,
+    )
 
 
 def site_path(text: str, workdir: Path, key: str) -> Path:
@@ -177,7 +205,9 @@ def site_path(text: str, workdir: Path, key: str) -> Path:
     return path if path.is_absolute() else workdir / path
 
 
-def rank_program(args: Sequence[str], site: SiteProfile, job_dir: Path, checkpoint_dir: Path) -> tuple[Optional[TrainerJob], tuple[str, ...]]:
+def rank_program(
+    args: Sequence[str], site: SiteProfile, job_dir: Path, checkpoint_dir: Path
+) -> tuple[Optional[TrainerJob], tuple[str, ...]]:
     """What every rank runs: the trainer (its part of the job, as data) or, after ``python -u``, a script (`x.py ARGS`)
     or a module (`-m MOD ARGS`)."""
     args = list(args)
@@ -193,7 +223,8 @@ def rank_program(args: Sequence[str], site: SiteProfile, job_dir: Path, checkpoi
 
 
 def config_key_problem(key: str) -> Optional[str]:
-    """Why ``key`` (a.b.c) is not a key of the training config, or None (a key below a mapping is left to validation)."""
+    """Why ``key`` (a.b.c) is not a key of the training config, or None (a key below a mapping is left to
+    validation)."""
     from pydantic import BaseModel
 
     model, parts = TrainConfig, key.split(".")
@@ -205,7 +236,7 @@ def config_key_problem(key: str) -> Optional[str]:
             model = ann
             continue
         plain_value = isinstance(ann, type) and not issubclass(ann, dict)
-        return f"{'.'.join(parts[:i + 1])} is a value, not a section" if plain_value and i < len(parts) - 1 else None
+        return f"{'.'.join(parts[: i + 1])} is a value, not a section" if plain_value and i < len(parts) - 1 else None
     return f"{key} is a section, not a value: sweep one of its keys ({', '.join(model.model_fields)})"
 
 
@@ -235,8 +266,11 @@ def check_rank_command(spec: JobSpec, cfg: Optional[TrainConfig] = None) -> None
             if problem:
                 raise SpecError(f"--sweep {key}: {problem}")
         env = WorldEnv(rank=0, local_rank=0, world_size=spec.world_size, local_world_size=spec.gpus_per_node)
-        tasks = [(spec.job_name, ())] if spec.sweep is None else \
-            [(t.owner(spec.job_name), task_args(t, spec.job_dir, spec.checkpoint_dir)) for t in spec.sweep.tasks]
+        tasks = (
+            [(spec.job_name, ())]
+            if spec.sweep is None
+            else [(t.owner(spec.job_name), task_args(t, spec.job_dir, spec.checkpoint_dir)) for t in spec.sweep.tasks]
+        )
         for owner, overrides in tasks:
             where = "trainer" if spec.sweep is None else f"--sweep task {owner.removeprefix(spec.job_name)}: trainer"
             try:
@@ -249,7 +283,9 @@ def check_rank_command(spec: JobSpec, cfg: Optional[TrainConfig] = None) -> None
     elif cmd[2] == "-m" and Path(cmd[0]).is_file():  # the rank's python (a name inside an image is not checked here)
         probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
         try:
-            missing = subprocess.run([cmd[0], "-c", probe, cmd[3]], cwd=spec.workdir, capture_output=True).returncode != 0
+            missing = (
+                subprocess.run([cmd[0], "-c", probe, cmd[3]], cwd=spec.workdir, capture_output=True).returncode != 0
+            )
         except OSError as e:
             raise SpecError(f"python {cmd[0]}: cannot run it ({e.strerror})") from None
         if missing:
@@ -287,12 +323,18 @@ def build_spec(
     if nodes < 1:
         raise SpecError(f"--nodes {nodes}: must be at least 1")
     if nodes > part.max_nodes:
-        raise SpecError(f"--nodes {nodes}: partition {part.name} of site {site.name} has at most {part.max_nodes} nodes")
+        raise SpecError(
+            f"--nodes {nodes}: partition {part.name} of site {site.name} has at most {part.max_nodes} nodes"
+        )
     spares = site.restart.spare_nodes if spare_nodes is None else spare_nodes
     if spares and nodes + spares > part.max_nodes:
-        given = f"--spare-nodes {spares}" if spare_nodes is not None else f"site {site.name}: restart.spare_nodes {spares}"
-        raise SpecError(f"{given}: --nodes {nodes} + {spares} spare(s) is {nodes + spares} nodes; partition {part.name} of "
-                        f"site {site.name} has at most {part.max_nodes}")
+        given = (
+            f"--spare-nodes {spares}" if spare_nodes is not None else f"site {site.name}: restart.spare_nodes {spares}"
+        )
+        raise SpecError(
+            f"{given}: --nodes {nodes} + {spares} spare(s) is {nodes + spares} nodes; partition {part.name} of "
+            f"site {site.name} has at most {part.max_nodes}"
+        )
     gpus = part.gpus_per_node if gpus_per_node is None else gpus_per_node
     if not 1 <= gpus <= part.gpus_per_node:
         raise SpecError(f"--gpus-per-node {gpus}: partition {part.name} allows 1 to {part.gpus_per_node}")
@@ -307,15 +349,21 @@ def build_spec(
             raise SpecError(f"--time: {e}") from None
         if minutes is None:
             if limit is not None:
-                raise SpecError(f"--time {time}: partition {part.name} allows at most {part.max_time} ({format_minutes(limit)})")
+                raise SpecError(
+                    f"--time {time}: partition {part.name} allows at most {part.max_time} ({format_minutes(limit)})"
+                )
             minutes = 60 * 24 * 365
         if limit is not None and minutes > limit:
-            raise SpecError(f"--time {time}: partition {part.name} allows at most {part.max_time} ({format_minutes(limit)})")
+            raise SpecError(
+                f"--time {time}: partition {part.name} allows at most {part.max_time} ({format_minutes(limit)})"
+            )
     name = job_name if job_name is not None else "train"
     if not name.strip() or any(ord(c) < 32 or c == "\x7f" for c in name):
         raise SpecError("--job-name: must be one non-empty line of printable characters")
     if "\\" in name:
-        raise SpecError("--job-name: a backslash cannot be given to Slurm exactly (#SBATCH lines drop it); leave it out")
+        raise SpecError(
+            "--job-name: a backslash cannot be given to Slurm exactly (#SBATCH lines drop it); leave it out"
+        )
     if len(name) > MAX_JOB_NAME:
         raise SpecError(f"--job-name: {len(name)} characters; at most {MAX_JOB_NAME}")
     try:
@@ -340,11 +388,29 @@ def build_spec(
     container = job_container(site, part, container_image)
     trainer, program = rank_program(args, site, job_dir, checkpoint_dir)
     spec = JobSpec(
-        site=site, partition=part, nodes=nodes, gpus_per_node=gpus, minutes=minutes, job_name=name,
-        launcher=launch, program=program, trainer=trainer,
-        job_dir=job_dir, checkpoint_dir=checkpoint_dir, workdir=workdir, python=python,
-        signal=pre.signal, signal_lead_s=pre.lead_s, max_requeues=pre.max_requeues, container=container,
-        sweep=array, after=dependencies, nodelist=wanted, exclude=avoided, preflight=preflight, spare_nodes=spares,
+        site=site,
+        partition=part,
+        nodes=nodes,
+        gpus_per_node=gpus,
+        minutes=minutes,
+        job_name=name,
+        launcher=launch,
+        program=program,
+        trainer=trainer,
+        job_dir=job_dir,
+        checkpoint_dir=checkpoint_dir,
+        workdir=workdir,
+        python=python,
+        signal=pre.signal,
+        signal_lead_s=pre.lead_s,
+        max_requeues=pre.max_requeues,
+        container=container,
+        sweep=array,
+        after=dependencies,
+        nodelist=wanted,
+        exclude=avoided,
+        preflight=preflight,
+        spare_nodes=spares,
     )
     if array is not None and not spec.runs_trainer:
         raise SpecError(f"--sweep: sweeps trainer overrides; {' '.join(spec.command[2:4])} is not the trainer")
@@ -362,8 +428,10 @@ def job_container(site: SiteProfile, part: Partition, image: Optional[str]) -> O
     if image is None:
         return container
     if container is None:
-        raise SpecError(f"--container {image}: site {site.name} has no container section for partition {part.name} "
-                        "(add container: with a runtime to the profile)")
+        raise SpecError(
+            f"--container {image}: site {site.name} has no container section for partition {part.name} "
+            "(add container: with a runtime to the profile)"
+        )
     try:
         return container.with_image(image)
     except ValueError as e:

@@ -8,6 +8,7 @@ submitit submits the text of `render_sbatch` unchanged (the dry run is the submi
 returns its job object; the job's state is read from slurmctld first (at once) and from
 accounting once slurmctld forgets the job.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,7 +44,9 @@ def use_site_slurm(spec: JobSpec) -> None:
             raise SpecError(f"site {spec.site.name}: submission.slurm_conf {conf} does not exist")
         os.environ["SLURM_CONF"] = conf
     if shutil.which("sbatch") is None:
-        raise SpecError("sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)")
+        raise SpecError(
+            "sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)"
+        )
     check_controller()
     check_known(spec.after)
 
@@ -58,11 +61,17 @@ def prepare_submission(spec: JobSpec) -> None:
     """Before sbatch: Slurm's side (`use_site_slurm`), no job of this name queued or running, and the job and
     checkpoint directories (each array task's for that task) claimed for this job name."""
     use_site_slurm(spec)
-    live = [r for r in squeue_rows("-u", getpass.getuser())
-            if r["JobName"] == spec.job_name and r["State"] not in FINAL_STATES | {"COMPLETING"}]
+    live = [
+        r
+        for r in squeue_rows("-u", getpass.getuser())
+        if r["JobName"] == spec.job_name and r["State"] not in FINAL_STATES | {"COMPLETING"}
+    ]
     if live:
-        raise SpecError(f"--job-name {shown(spec.job_name)}: job {live[0]['JobIDRaw']} of that name is {live[0]['State']}; two jobs of one "
-                        "name would share one run: wait for it, cancel it, or pick another name")
+        raise SpecError(
+            f"--job-name {shown(spec.job_name)}: job {live[0]['JobIDRaw']} of that name is {live[0]['State']}; two "
+            "jobs of one "
+            "name would share one run: wait for it, cancel it, or pick another name"
+        )
     claim(spec.job_dir, spec.job_name, "job directory")
     if spec.runs_trainer:
         claim(spec.checkpoint_dir, spec.job_name, "checkpoint directory")
@@ -102,7 +111,11 @@ def submit(spec: JobSpec) -> submitit.SlurmJob:
     except submitit.core.utils.FailedJobError as e:
         message = " ".join(str(e).split()) or captured.getvalue().strip() or "no message"
         extra = spec.site.submission.extra_sbatch
-        hint = f" (the profile's submission.extra_sbatch adds {', '.join(f'--{k}={v}' for k, v in extra.items())})" if extra else ""
+        hint = (
+            f" (the profile's submission.extra_sbatch adds {', '.join(f'--{k}={v}' for k, v in extra.items())})"
+            if extra
+            else ""
+        )
         raise SpecError(f"sbatch refused the job: {message}{hint}") from None
     except submitit.core.utils.FailedSubmissionError as e:  # sbatch exited 0 but printed no "job <id>"
         raise SpecError(f"sbatch printed no job id: {' '.join(str(e).splitlines()[0].split())}") from None
@@ -122,8 +135,13 @@ def test_only(spec: JobSpec) -> str:
     return message
 
 
-def follow(job_id: str, log: Path, poll_s: float = 1.0, prefix: str = "[wait]",
-           deadline: Optional[Callable[[str, float], bool]] = None) -> str:
+def follow(
+    job_id: str,
+    log: Path,
+    poll_s: float = 1.0,
+    prefix: str = "[wait]",
+    deadline: Optional[Callable[[str, float], bool]] = None,
+) -> str:
     """Print state changes and ``log``'s new text until the job ends; returns the final state.
 
     ``deadline(state, started_at)`` may end the following early (returns the state then)."""

@@ -1,5 +1,6 @@
 """Sweeps as Slurm job arrays: ``--sweep KEY=V1,V2`` axes, their cartesian product as tasks, and
 each task's overrides, directory name and owner; the task table (``sweep.json``) in the job directory."""
+
 from __future__ import annotations
 
 import itertools
@@ -27,7 +28,7 @@ class SweepError(HpcError):
 class SweepTask:
     index: int
     overrides: tuple[str, ...]  # key=value, one per axis
-    dir_name: str               # under the job's log and checkpoint directories
+    dir_name: str  # under the job's log and checkpoint directories
 
     def owner(self, job_name: str) -> str:
         """The name that owns this task's directories: the job name, the index and the exact overrides."""
@@ -108,22 +109,37 @@ def build_sweep(items: Sequence[str], max_parallel: Optional[int]) -> Optional[S
 
 def task_args(task: SweepTask, log_dir: Path, checkpoint_dir: Path) -> list[str]:
     """The trainer overrides of one task: its sweep values and its own log and checkpoint directories."""
-    return [*task.overrides, f"{LOG_DIR_KEY}={log_dir / task.dir_name}", f"{CHECKPOINT_DIR_KEY}={checkpoint_dir / task.dir_name}"]
+    return [
+        *task.overrides,
+        f"{LOG_DIR_KEY}={log_dir / task.dir_name}",
+        f"{CHECKPOINT_DIR_KEY}={checkpoint_dir / task.dir_name}",
+    ]
 
 
 def table_json(sweep: Sweep, job_name: str) -> str:
-    return json.dumps({"job_name": job_name, "tasks": [{"index": t.index, "overrides": list(t.overrides), "dir": t.dir_name}
-                                                       for t in sweep.tasks]}, indent=1) + "\n"
+    return (
+        json.dumps(
+            {
+                "job_name": job_name,
+                "tasks": [{"index": t.index, "overrides": list(t.overrides), "dir": t.dir_name} for t in sweep.tasks],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 def write_table(sweep: Sweep, job_name: str, job_dir: Path) -> None:
-    """Record the task table in the job directory; a different sweep already recorded there under this name is refused."""
+    """Record the task table in the job directory; a different sweep already recorded there under this name is
+    refused."""
     path = job_dir / SWEEP_FILE
     text = table_json(sweep, job_name)
     try:
         if path.exists() and read_small_text(path, META_BYTES) != text:
-            raise SweepError(f"--sweep: job {shown(job_name)} already ran another sweep in {job_dir} ({SWEEP_FILE}); "
-                             "its tasks resume only with the same --sweep values: pick another job name")
+            raise SweepError(
+                f"--sweep: job {shown(job_name)} already ran another sweep in {job_dir} ({SWEEP_FILE}); "
+                "its tasks resume only with the same --sweep values: pick another job name"
+            )
         job_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     except (OSError, ValueError) as e:

@@ -1,4 +1,6 @@
-"""All tasks of a sweep (an array job) side by side: one table sorted by final (eval) loss, one plot of every task's loss."""
+"""All tasks of a sweep (an array job) side by side: one table sorted by final (eval) loss, one plot of every task's
+loss."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,7 +45,9 @@ def task_runs(jobs: list[Job]) -> list[TaskRun]:
         overrides, _ = table.get(job.array_task, ((), ""))
         run_dir = task_run_dir(job)
         runs.append(TaskRun(job, overrides, run_dir, read_metrics(run_dir / METRICS_FILE) if run_dir else []))
-    return sorted(runs, key=lambda r: (r.final_loss is None, r.final_loss if r.final_loss is not None else 0, r.job.array_task))
+    return sorted(
+        runs, key=lambda r: (r.final_loss is None, r.final_loss if r.final_loss is not None else 0, r.job.array_task)
+    )
 
 
 def sweep_table(runs: list[TaskRun]) -> str:
@@ -52,11 +56,20 @@ def sweep_table(runs: list[TaskRun]) -> str:
     for r in runs:
         last = r.records[-1] if r.records else {}
         evals = [x["eval_loss"] for x in r.records if x.get("eval_loss") is not None]
-        rows.append((r.job.job_id, r.job.state.split()[0], str(r.job.restarts), " ".join(r.overrides) or "?",
-                     str(last.get("step", "-")), fmt(last.get("loss")) if last else "-", fmt(evals[-1]) if evals else "-",
-                     fmt(last.get("tokens_per_s")) if last else "-"))
+        rows.append(
+            (
+                r.job.job_id,
+                r.job.state.split()[0],
+                str(r.job.restarts),
+                " ".join(r.overrides) or "?",
+                str(last.get("step", "-")),
+                fmt(last.get("loss")) if last else "-",
+                fmt(evals[-1]) if evals else "-",
+                fmt(last.get("tokens_per_s")) if last else "-",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows)
 
 
 def plot_sweep(runs: list[TaskRun], out: Path, title: str) -> None:
@@ -72,10 +85,17 @@ def plot_sweep(runs: list[TaskRun], out: Path, title: str) -> None:
         if not points:
             continue
         label = f"{r.job.job_id}: {' '.join(r.overrides)}"
-        line, = ax.plot(*zip(*points), linewidth=1, label=label)
+        (line,) = ax.plot(*zip(*points, strict=False), linewidth=1, label=label)
         evals = [(x["step"], x["eval_loss"]) for x in r.records if x.get("eval_loss") is not None]
         if evals:
-            ax.plot(*zip(*evals), linestyle="--", marker="o", color=line.get_color(), linewidth=1, label=f"{label} (eval)")
+            ax.plot(
+                *zip(*evals, strict=False),
+                linestyle="--",
+                marker="o",
+                color=line.get_color(),
+                linewidth=1,
+                label=f"{label} (eval)",
+            )
     ax.set_title(title)
     ax.set_xlabel("step")
     ax.set_ylabel("loss")

@@ -1,6 +1,7 @@
 """The trainer's part of a job, as data: its config file, the user's overrides, the planner's layout and the run's
 directories. ``trainer_job`` builds it from the words after ``--``; ``args`` is what every rank gives
 ``python -m train`` (an array task adds its own overrides), and ``load`` reads the config from exactly those."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,17 +17,27 @@ from train.layout import Layout
 
 @dataclass(frozen=True)
 class TrainerJob:
-    config: str                                    # the YAML file
-    overrides: tuple[str, ...] = ()                # the user's key.sub=value overrides, in their order
-    run_dirs: tuple[tuple[str, Path], ...] = ()    # (log.dir or checkpoint.dir, the job's directory) unless the user set it
-    layout: Optional[Layout] = None                # the planner's choice, where it made one
+    config: str  # the YAML file
+    overrides: tuple[str, ...] = ()  # the user's key.sub=value overrides, in their order
+    run_dirs: tuple[
+        tuple[str, Path], ...
+    ] = ()  # (log.dir or checkpoint.dir, the job's directory) unless the user set it
+    layout: Optional[Layout] = None  # the planner's choice, where it made one
     site_settings: tuple[tuple[str, str], ...] = ()  # (key, value) the profile sets unless the user did
 
     def args(self, task_overrides: Sequence[str] = ()) -> list[str]:
-        """The trainer's command line: the config, the user's overrides, the planner's, the run's directories, the task's."""
+        """The trainer's command line: the config, the user's overrides, the planner's, the run's directories, the
+        task's."""
         layout = self.layout.overrides() if self.layout else []
-        return ["--config", self.config, *self.overrides, *layout, *(f"{key}={path}" for key, path in self.run_dirs),
-                *(f"{key}={value}" for key, value in self.site_settings), *task_overrides]
+        return [
+            "--config",
+            self.config,
+            *self.overrides,
+            *layout,
+            *(f"{key}={path}" for key, path in self.run_dirs),
+            *(f"{key}={value}" for key, value in self.site_settings),
+            *task_overrides,
+        ]
 
     def load(self, task_overrides: Sequence[str] = ()) -> TrainConfig:
         """The config as the ranks will load it; raises ConfigError (one line)."""
@@ -34,7 +45,8 @@ class TrainerJob:
 
 
 def runs_trainer(args: Sequence[str]) -> bool:
-    """Whether the words after ``--`` run the trainer: anything but a script (``x.py ARGS``) or another ``-m MODULE``."""
+    """Whether the words after ``--`` run the trainer: anything but a script (``x.py ARGS``) or another ``-m
+    MODULE``."""
     if args and args[0] == "-m":
         return list(args[1:2]) == [MODULE]
     return not (args and args[0].endswith(".py"))
@@ -46,23 +58,32 @@ def default_train_config(site: SiteProfile) -> str:
     path = Path(name) if name.endswith((".yaml", ".yml")) or "/" in name else CONFIG_DIR / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
-        raise HpcError(f"site {site.name}: training.config {shown(name)}: {path} does not exist (names in train/configs: {known})")
+        raise HpcError(
+            f"site {site.name}: training.config {shown(name)}: {path} does not exist (names in train/configs: {known})"
+        )
     return str(path)
 
 
 def trainer_job(args: Sequence[str], site: SiteProfile, job_dir: Path, checkpoint_dir: Path) -> TrainerJob:
     """The trainer's part from the words after ``--`` (``-m train`` may lead them): ``--config FILE`` (default: the
     profile's training.config) and overrides. The trainer logs into the job directory and checkpoints under the site's
-    checkpoint root, both named after the job (unless an override sets them): a job of the same name resumes the same run.
+    checkpoint root, both named after the job (unless an override sets them): a job of the same name resumes the same
+    run.
     With the profile's preemption.exclude_stragglers_after it stops for a persistent straggler (straggler.stop_after)."""
     args = list(args[2:] if args[:1] == ["-m"] else args)
     try:
         config, overrides = split_cli(args)
     except ConfigError as e:
         raise HpcError(f"trainer: {e}") from None
-    run_dirs = tuple((key, path) for key, path in ((LOG_DIR_KEY, job_dir), (CHECKPOINT_DIR_KEY, checkpoint_dir))
-                     if not any(o.startswith(f"{key}=") for o in overrides))
+    run_dirs = tuple(
+        (key, path)
+        for key, path in ((LOG_DIR_KEY, job_dir), (CHECKPOINT_DIR_KEY, checkpoint_dir))
+        if not any(o.startswith(f"{key}=") for o in overrides)
+    )
     after = site.preemption.exclude_stragglers_after  # stop for a persistent straggler, to requeue without its node
-    site_settings = tuple((key, str(value)) for key, value in ((STRAGGLER_STOP_KEY, after),)
-                          if value and not any(o.startswith(f"{key}=") for o in overrides))
+    site_settings = tuple(
+        (key, str(value))
+        for key, value in ((STRAGGLER_STOP_KEY, after),)
+        if value and not any(o.startswith(f"{key}=") for o in overrides)
+    )
     return TrainerJob(config or default_train_config(site), tuple(overrides), run_dirs, site_settings=site_settings)

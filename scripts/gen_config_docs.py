@@ -6,6 +6,7 @@
 Keys, types, defaults and bounds come from the fields, the help from each section's docstring and the
 fields' descriptions, so they have one home; tests/unit/test_config_docs.py fails when the file is stale.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -54,9 +55,15 @@ def type_name(ann) -> str:
 
 
 def bounds(field) -> str:
-    ops = {annotated_types.Ge: ("ge", ">="), annotated_types.Gt: ("gt", ">"), annotated_types.Le: ("le", "<="),
-           annotated_types.Lt: ("lt", "<")}
-    return ", ".join(f"{op} {getattr(m, attr)}" for m in field.metadata for cls, (attr, op) in ops.items() if isinstance(m, cls))
+    ops = {
+        annotated_types.Ge: ("ge", ">="),
+        annotated_types.Gt: ("gt", ">"),
+        annotated_types.Le: ("le", "<="),
+        annotated_types.Lt: ("lt", "<"),
+    }
+    return ", ".join(
+        f"{op} {getattr(m, attr)}" for m in field.metadata for cls, (attr, op) in ops.items() if isinstance(m, cls)
+    )
 
 
 def default(field) -> str:
@@ -91,7 +98,9 @@ def section(model: type[BaseModel], prefix: str) -> list[str]:
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             nested.append((ann, key))
             continue
-        lines.append(f"| `{key}` | {type_name(ann)} | {default(field)} | {bounds(field)} | {cell(field.description or '')} |")
+        lines.append(
+            f"| `{key}` | {type_name(ann)} | {default(field)} | {bounds(field)} | {cell(field.description or '')} |"
+        )
     lines.append("")
     for ann, key in nested:
         lines += section(ann, key)

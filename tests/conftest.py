@@ -1,5 +1,6 @@
 """Shared by the tiers: the project's paths, a command line run as a user would, a Slurm task's environment, waiting
 for a Slurm job, and the fixtures several tiers ask for (the chat tokenizer and source, torchao's float8)."""
+
 from __future__ import annotations
 
 import os
@@ -17,10 +18,18 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run `python ARGS` as a user would, capturing text output."""
-    return subprocess.run([PYTHON, *args], cwd=cwd or ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [PYTHON, *args],
+        cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def wait_job(job_id: str, timeout: float = 300) -> str:
@@ -46,8 +55,11 @@ def assert_golden(name: str, script: str, workdir: Path) -> None:
     written as a fixed workdir, python and {PROJECT}; UPDATE_GOLDEN=1 writes the file instead."""
     from hpc.node.runtime import runtime
 
-    text = (script.replace(str(workdir.resolve()), GOLDEN_WORKDIR).replace(PYTHON, GOLDEN_PYTHON)
-            .replace(str(ROOT), "{PROJECT}"))
+    text = (
+        script.replace(str(workdir.resolve()), GOLDEN_WORKDIR)
+        .replace(PYTHON, GOLDEN_PYTHON)
+        .replace(str(ROOT), "{PROJECT}")
+    )
     for var, version in runtime().items():  # this machine's python, project and torch versions
         text = text.replace(f"export {var}={shlex.quote(version or '')}\n", f"export {var}={{{var}}}\n")
     path = GOLDEN / f"{name}.sbatch"
@@ -68,15 +80,26 @@ def job_nodes(job_id: str) -> list[str]:
 
 def queued(workdir: Path) -> list[str]:
     """The jobs slurmctld knows (running, pending or ended within MinJobAge) that were submitted from ``workdir``."""
-    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i %Z"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-o", "%i %Z"], capture_output=True, text=True, check=True
+    ).stdout
     return sorted(job for job, _, where in (line.partition(" ") for line in out.splitlines()) if where == str(workdir))
 
 
 def slurm_task_env(**extra: str) -> dict:
     """The variables Slurm gives the single task of a one-node step."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NCCL_", "GLOO_", "HPC_"))}
-    env.update(SLURM_JOB_ID="7", SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_LOCALID="0", SLURM_NODEID="0",
-               SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="here", SLURM_TASKS_PER_NODE="1", SLURMD_NODENAME="here")
+    env.update(
+        SLURM_JOB_ID="7",
+        SLURM_PROCID="0",
+        SLURM_NTASKS="1",
+        SLURM_LOCALID="0",
+        SLURM_NODEID="0",
+        SLURM_JOB_NUM_NODES="1",
+        SLURM_JOB_NODELIST="here",
+        SLURM_TASKS_PER_NODE="1",
+        SLURMD_NODENAME="here",
+    )
     env.update(extra)
     return env
 
@@ -93,6 +116,7 @@ def tok():
 def source(tmp_path_factory) -> Path:
     """The first data_helpers.LINES chats of the demo chat data, as a file."""
     from data_helpers import LINES
+
     from train.data.sources import DEMO_CHAT
 
     path = tmp_path_factory.mktemp("src") / "chat.jsonl"

@@ -1,5 +1,6 @@
 """Data preparation's shared pieces: the chat source's size, its config, a prepared directory's bytes, long chats.
 (The `tok` and `source` fixtures are in conftest.py.)"""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,19 @@ def tree(out: Path) -> dict[str, bytes]:
 def long_prompt_chats(path: Path, n: int) -> Path:
     """A system line, a user turn far longer than seq_len, a short answer; ``n`` such chats."""
     long_user = " ".join(f"Line {i} of a long speech, spoken slowly." for i in range(20))
-    path.write_text("".join(json.dumps({"messages": [
-        {"role": "system", "content": "You answer questions about Shakespeare."},
-        {"role": "user", "content": f"{long_user} Question {i}: who speaks?"},
-        {"role": "assistant", "content": f"Hamlet {i}."}]}) + "\n" for i in range(n)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "system", "content": "You answer questions about Shakespeare."},
+                        {"role": "user", "content": f"{long_user} Question {i}: who speaks?"},
+                        {"role": "assistant", "content": f"Hamlet {i}."},
+                    ]
+                }
+            )
+            + "\n"
+            for i in range(n)
+        )
+    )
     return path

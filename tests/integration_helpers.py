@@ -3,6 +3,7 @@ a user's script makes (``requeue``: ``Requeue(accelerator, **args)``; ``callback
 ``newest``: ``newest_complete_checkpoint(**args)``; ``batches``: ``Requeue(accelerator, dir).batches(**args)``) and
 reports its IntegrationError as a script would print it: one line, exit 2. In ARGS_JSON ``{"path": P}`` stands for
 ``pathlib.Path(P)`` and ``{"generator": []}`` for an iterator without a length."""
+
 from __future__ import annotations
 
 import json

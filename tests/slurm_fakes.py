@@ -2,6 +2,7 @@
 looks for) as small scripts first on PATH. Each records its argv (and sbatch the script it was handed) and answers
 with the next of the outputs queued for it: real outputs recorded from the local cluster (tests/unit/data/slurm,
 scripts/record_slurm_outputs.py) or sbatch's own lines."""
+
 from __future__ import annotations
 
 import os
@@ -62,4 +63,7 @@ class FakeSlurm:
 
     def environ(self) -> dict[str, str]:
         """PATH with the fakes first; SLURM_CONF at a file that does not exist (no controller to check)."""
-        return {"PATH": f"{self.folder}{os.pathsep}{os.environ['PATH']}", "SLURM_CONF": str(self.folder / "no-slurm.conf")}
+        return {
+            "PATH": f"{self.folder}{os.pathsep}{os.environ['PATH']}",
+            "SLURM_CONF": str(self.folder / "no-slurm.conf"),
+        }

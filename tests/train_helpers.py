@@ -14,11 +14,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "train" / "configs" / "tiny.yaml"
 # torchao lives apart from the venv (scripts/install.sh puts it in .extras/fp8): installed there, it would print
-# warnings in every process of the suite that imports transformers. HPC_TEST_TORCHAO names another folder (scripts/test.sh
+# warnings in every process of the suite that imports transformers. HPC_TEST_TORCHAO names another folder
+# (scripts/test.sh
 # latest: the newest torchao the fp8 extra allows).
 FP8_SITE = Path(os.environ.get("HPC_TEST_TORCHAO") or ROOT / ".extras" / "fp8")
 REPEATABLE = ("loss", "grad_norm", "lr", "epoch", "samples_consumed")  # metrics equal bit for bit after a resume (CPU)
-_DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "ROLE_RANK")
+_DIST_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "GROUP_RANK",
+    "ROLE_RANK",
+)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -30,7 +40,11 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def train_cmd(nproc: int, *overrides: str, config: Path = TINY) -> list[str]:
     """`python -m train` for one process, `torchrun --standalone` for several."""
-    launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    launcher = (
+        [sys.executable]
+        if nproc == 1
+        else [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    )
     return [*launcher, "-m", "train", "--config", str(config), *overrides]
 
 
@@ -38,8 +52,14 @@ def launch(nproc: int, run_dir: Path, *overrides: str) -> subprocess.Popen:
     """Start a training run writing to ``run_dir`` (output in run_dir/launch.log); pair with ``finish``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log = (run_dir / "launch.log").open("w")
-    return subprocess.Popen(train_cmd(nproc, f"log.dir={run_dir}", *overrides), cwd=ROOT, env=clean_env(),
-                            stdout=log, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        train_cmd(nproc, f"log.dir={run_dir}", *overrides),
+        cwd=ROOT,
+        env=clean_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen, run_dir: Path, timeout: float = 300) -> str:
@@ -73,9 +93,18 @@ def tiny_hf_chat(out: Path, rows: int = 64) -> tuple[Path, Path]:
 
     model, data = out / "qwen3-tiny", out / "chat.jsonl"
     tok = load_tokenizer(str(DEMO_CHAT_TOKENIZER_DIR))
-    config = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=8, max_position_embeddings=128, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id)
+    config = Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(0)
     Qwen3ForCausalLM(config).save_pretrained(model)
     tok.save_pretrained(model)
@@ -91,8 +120,17 @@ def save_tiny_hf(out: Path, seed: int = 0) -> Path:
 
     from train.tokenizer import DEMO_TOKENIZER_DIR, load_tokenizer
 
-    config = Qwen3Config(vocab_size=2048, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=False)
+    config = Qwen3Config(
+        vocab_size=2048,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(seed)
     Qwen3ForCausalLM(config).save_pretrained(out)
     load_tokenizer(str(DEMO_TOKENIZER_DIR)).save_pretrained(out)
@@ -101,8 +139,14 @@ def save_tiny_hf(out: Path, seed: int = 0) -> Path:
 
 def start_endless(run_dir: Path, out, **env: str) -> subprocess.Popen:
     """A one-process run that would train for ever and logs rarely (stop it with the pre-stop signal)."""
-    return subprocess.Popen(train_cmd(1, f"log.dir={run_dir}", "steps=100000", "log.log_every=100000"), cwd=ROOT,
-                            env=clean_env(**env), stdout=out, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        train_cmd(1, f"log.dir={run_dir}", "steps=100000", "log.log_every=100000"),
+        cwd=ROOT,
+        env=clean_env(**env),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def free_port() -> int:

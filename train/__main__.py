@@ -16,7 +16,8 @@ from pathlib import Path
 from hpc.node.cli import error_line
 from hpc.node.contract import EXIT_FAILED
 from hpc.node.stop_flag import StopBeforeStart, StopFlag
-from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, MODULE as PROG
+from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY
+from train.interface import MODULE as PROG
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +43,9 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
 
     parser = Parser(prog=f"python -m {PROG}", description="Train Qwen3 with dp x tp (FSDP2 + tensor parallel).")
     parser.add_argument("--config", required=True, type=path_text, help="YAML config, e.g. train/configs/tiny.yaml")
-    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, e.g. parallel.tp=2 optim.lr=1e-3")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key.sub=value", help="config overrides, e.g. parallel.tp=2 optim.lr=1e-3"
+    )
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
@@ -50,7 +53,9 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
         dims = check_run(cfg, env)  # the login side's check too
         for line in ignored_settings(cfg) if env.rank == 0 else ():
             print(f"[train] warning: {line}", flush=True)
-        load_tokenizer(tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat"))  # what needs transformers
+        load_tokenizer(
+            tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat")
+        )  # what needs transformers
         job_name = os.environ.get(JOB_NAME_VAR) or unnamed_owner()
         owned = ((Path(cfg.log.dir), LOG_DIR_KEY), (cfg.checkpoint_dir, CHECKPOINT_DIR_KEY))
         for directory, key in owned:  # both checked before either is made: a refusal leaves nothing behind
@@ -64,11 +69,10 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
 
     import torch.distributed as dist
 
-    from train.loop import Trainer
-    from train.parallel import init_distributed
-
     from hpc.node.hang import flight_recorder_env
     from hpc.node.launcher import cuda_available
+    from train.loop import Trainer
+    from train.parallel import init_distributed
 
     if cuda_available():
         flight_recorder_env(os.environ, Path(cfg.log.dir))  # NCCL's watchdog dumps here when a collective times out
@@ -101,8 +105,11 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
     if step >= cfg.steps:
         return EXIT_DONE
     if env.rank == 0:
-        print(f"[preempt] stopped at step {step} of {cfg.steps} after {stop.received or trainer.stopped_for}, checkpoint saved",
-              flush=True)
+        print(
+            f"[preempt] stopped at step {step} of {cfg.steps} after {stop.received or trainer.stopped_for}, checkpoint "
+            "saved",
+            flush=True,
+        )
     return EXIT_STOPPED
 
 

@@ -77,7 +77,11 @@ def apply_lora(model: nn.Module, cfg: LoraConfig, adapter_dtype: torch.dtype) ->
                 raise ConfigError(missing_target(target, i, linears))
             parent_name, _, leaf = linears[target].rpartition(".")
             parent = layer.get_submodule(parent_name)
-            setattr(parent, leaf, LoraLinear(getattr(parent, leaf), cfg.r, cfg.alpha, cfg.dropout, cfg.use_rslora, adapter_dtype))
+            setattr(
+                parent,
+                leaf,
+                LoraLinear(getattr(parent, leaf), cfg.r, cfg.alpha, cfg.dropout, cfg.use_rslora, adapter_dtype),
+            )
             wrapped.append(f"model.layers.{i}.{linears[target]}")
     freeze_base(model)
     return wrapped
@@ -95,7 +99,9 @@ class ReplicateParallel(ParallelStyle):
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         def partition(_name: str, mod: nn.Module, mesh: DeviceMesh) -> None:
             for key, param in list(mod.named_parameters(recurse=False)):
-                mod.register_parameter(key, nn.Parameter(distribute_tensor(param, mesh, [Replicate()]), requires_grad=param.requires_grad))
+                mod.register_parameter(
+                    key, nn.Parameter(distribute_tensor(param, mesh, [Replicate()]), requires_grad=param.requires_grad)
+                )
 
         def inputs(_mod, args, mesh):
             return tuple(DTensor.from_local(a, mesh, (Replicate(),), run_check=False) for a in args)
@@ -110,9 +116,17 @@ def tp_plan(layer_plan: dict[str, ParallelStyle], layer: nn.Module) -> dict[str,
         if not isinstance(layer.get_submodule(name), LoraLinear):
             plan[name] = style
         elif isinstance(style, ColwiseParallel):
-            plan |= {f"{name}.base_layer": style, f"{name}.lora_A": ReplicateParallel(), f"{name}.lora_B": ColwiseParallel()}
+            plan |= {
+                f"{name}.base_layer": style,
+                f"{name}.lora_A": ReplicateParallel(),
+                f"{name}.lora_B": ColwiseParallel(),
+            }
         elif isinstance(style, RowwiseParallel):
-            plan |= {f"{name}.base_layer": style, f"{name}.lora_A": RowwiseParallel(), f"{name}.lora_B": ReplicateParallel()}
+            plan |= {
+                f"{name}.base_layer": style,
+                f"{name}.lora_A": RowwiseParallel(),
+                f"{name}.lora_B": ReplicateParallel(),
+            }
         else:
             raise ValueError(f"no LoRA sharding for {name}'s {type(style).__name__}")
     return plan
@@ -146,7 +160,8 @@ NF4_MODULES = ("torchao.quantization.quantize_.workflows.nf4.nf4_tensor", "torch
 
 
 def nf4_api():
-    """torchao's ``(NF4Tensor, to_nf4)`` from whichever home the installed torchao has; a ConfigError naming the cause."""
+    """torchao's ``(NF4Tensor, to_nf4)`` from whichever home the installed torchao has; a ConfigError naming the
+    cause."""
     import importlib
 
     try:
@@ -161,8 +176,10 @@ def nf4_api():
         except ImportError:
             continue
         return module.NF4Tensor, module.to_nf4
-    raise ConfigError(f"lora.quantize_base=nf4: torchao {getattr(torchao, '__version__', '?')} has NF4 in none of "
-                      f"{', '.join(NF4_MODULES)}; install torchao>=0.17")
+    raise ConfigError(
+        f"lora.quantize_base=nf4: torchao {getattr(torchao, '__version__', '?')} has NF4 in none of "
+        f"{', '.join(NF4_MODULES)}; install torchao>=0.17"
+    )
 
 
 def nf4_scaler_block(numel: int) -> int:
@@ -171,7 +188,8 @@ def nf4_scaler_block(numel: int) -> int:
 
 
 def nf4_weight(w: torch.Tensor, name: str):
-    """The frozen base projection ``name``'s weight as an NF4Tensor (blocks of NF4_BLOCK; the block rule's ConfigError)."""
+    """The frozen base projection ``name``'s weight as an NF4Tensor (blocks of NF4_BLOCK; the block rule's
+    ConfigError)."""
     problem = nf4_block_problem(name, tuple(w.shape))  # train.run_check refuses it first, from the config's fields
     if problem:
         raise ConfigError(problem)
@@ -187,22 +205,34 @@ def base_identity(model_path: str | None, shape: str | None, dims: dict, seed: i
 
 
 def lora_meta(cfg: LoraConfig | None, base: dict) -> dict | None:
-    """The checkpoint meta's ``lora`` entry: the settings an adapter checkpoint only fits with (None: full fine-tune)."""
+    """The checkpoint meta's ``lora`` entry: the settings an adapter checkpoint only fits with (None: full
+    fine-tune)."""
     if cfg is None or not cfg.enabled:
         return None
-    return {"r": cfg.r, "alpha": cfg.alpha, "target_modules": sorted(cfg.target_modules), "use_rslora": cfg.use_rslora,
-            "quantize_base": cfg.quantize_base, "base": base}
+    return {
+        "r": cfg.r,
+        "alpha": cfg.alpha,
+        "target_modules": sorted(cfg.target_modules),
+        "use_rslora": cfg.use_rslora,
+        "quantize_base": cfg.quantize_base,
+        "base": base,
+    }
 
 
 def _full_adapters(model: nn.Module) -> dict[str, torch.Tensor]:
     """Every adapter weight in full on rank 0's CPU (empty elsewhere; collective)."""
-    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True))
+    state = get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+    )
     return {k: v for k, v in state.items() if is_adapter_key(k)}
 
 
 def export_adapter(model: nn.Module, cfg: LoraConfig, base_name: str, out_dir: Path) -> None:
-    """Write a PEFT adapter directory: adapter_model.safetensors (PEFT's key names) + adapter_config.json. Collective."""
-    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)  # gathering dp x tp shards warns
+    """Write a PEFT adapter directory: adapter_model.safetensors (PEFT's key names) + adapter_config.json.
+    Collective."""
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(
+        logging.ERROR
+    )  # gathering dp x tp shards warns
     state = _full_adapters(model)
     if dist.get_rank() != 0:
         return
@@ -210,10 +240,21 @@ def export_adapter(model: nn.Module, cfg: LoraConfig, base_name: str, out_dir: P
     out.mkdir(parents=True, exist_ok=True)
     tensors = {PEFT_PREFIX + k: v.contiguous() for k, v in sorted(state.items())}
     save_file(tensors, out / ADAPTER_WEIGHTS, metadata={"format": "pt"})
-    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_name, "r": cfg.r,
-              "lora_alpha": cfg.alpha, "lora_dropout": cfg.dropout, "target_modules": sorted(cfg.target_modules),
-              "use_rslora": cfg.use_rslora, "bias": "none", "fan_in_fan_out": False, "inference_mode": True,
-              "init_lora_weights": True, "modules_to_save": None}
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_name,
+        "r": cfg.r,
+        "lora_alpha": cfg.alpha,
+        "lora_dropout": cfg.dropout,
+        "target_modules": sorted(cfg.target_modules),
+        "use_rslora": cfg.use_rslora,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+        "init_lora_weights": True,
+        "modules_to_save": None,
+    }
     (out / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2))
 
 

@@ -44,7 +44,6 @@ from hpc.node.contract import CHECKPOINT_META as META
 from hpc.node.contract import CHECKPOINT_PREFIX, EXIT_FAILED, SET_ASIDE, checkpoint_name, checkpoint_step
 from hpc.node.files import META_BYTES, read_json_object
 
-
 # Only trainable parameters are saved: all of them in a full fine-tune, the adapters of a LoRA run (whose frozen
 # base comes from model.path or the seed at every start).
 # DCP's load fails on any of them missing from the files; setting them leaves the frozen ones (not strict) alone.
@@ -114,7 +113,11 @@ def committed_checkpoints(root: Path) -> list[tuple[int, Path]]:
 def set_aside_checkpoints(root: Path) -> list[Path]:
     """The checkpoints set aside as damaged under ``root``, by name."""
     root = Path(root)
-    return sorted(d for d in root.iterdir() if d.name.startswith(CHECKPOINT_PREFIX) and SET_ASIDE in d.name) if root.is_dir() else []
+    return (
+        sorted(d for d in root.iterdir() if d.name.startswith(CHECKPOINT_PREFIX) and SET_ASIDE in d.name)
+        if root.is_dir()
+        else []
+    )
 
 
 def set_aside(path: Path, reason: str) -> Path:
@@ -222,7 +225,9 @@ class PendingSave:
     meta: dict
     keep_last: int
     background: bool
-    blocked_s: float  # how long start_save blocked: the copy to host memory, or the whole write when not in the background
+    blocked_s: (
+        float  # how long start_save blocked: the copy to host memory, or the whole write when not in the background
+    )
 
 
 def host_stager(pinned: bool) -> AsyncStager:
@@ -236,8 +241,17 @@ def tmp_dirs(root: Path) -> list[Path]:
     return sorted(Path(root).glob(f"{CHECKPOINT_PREFIX}*.tmp*")) if Path(root).is_dir() else []
 
 
-def start_save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, keep_last: int,
-               run_id: str, stager: AsyncStager | None = None, write_group: dist.ProcessGroup | None = None) -> PendingSave:
+def start_save(
+    root: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    meta: dict,
+    keep_last: int,
+    run_id: str,
+    stager: AsyncStager | None = None,
+    write_group: dist.ProcessGroup | None = None,
+) -> PendingSave:
     """Begin a checkpoint of ``step`` (collective) in ``step-N.tmp-<run_id>``. With ``stager`` the state is copied to
     host memory and written by a background thread that talks over ``write_group`` (a gloo group of its own); without,
     it is written now."""
@@ -272,8 +286,10 @@ def start_save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.O
         else:
             future = dcp.async_save(state, checkpoint_id=tmp, process_group=write_group, async_stager=stager)
     except (Exception, CheckpointException) as e:  # DCP raises the same CheckpointException on every rank
-        raise CheckpointError(f"checkpoint of step {step} in {tmp} failed: {_one_line(e)}{_free_space(root)}; "
-                              "the previous checkpoints are kept") from None
+        raise CheckpointError(
+            f"checkpoint of step {step} in {tmp} failed: {_one_line(e)}{_free_space(root)}; "
+            "the previous checkpoints are kept"
+        ) from None
     return PendingSave(future, step, tmp, final, meta, keep_last, stager is not None, time.perf_counter() - t0)
 
 
@@ -317,8 +333,14 @@ def commit(pending: PendingSave) -> Path:
     if dist.get_rank() == 0:
         try:
             files = {name: (pending.tmp / name).stat().st_size for name in names[0]}
-            meta = {"step": pending.step, "world_size": dist.get_world_size(), "saved_at": time.time(), **pending.meta,
-                    "files": files, "crc32": crc32}
+            meta = {
+                "step": pending.step,
+                "world_size": dist.get_world_size(),
+                "saved_at": time.time(),
+                **pending.meta,
+                "files": files,
+                "crc32": crc32,
+            }
             (pending.tmp / META).write_text(json.dumps(meta, indent=2))
             _fsync(pending.tmp / META)
             _fsync(pending.tmp)
@@ -332,8 +354,9 @@ def commit(pending: PendingSave) -> Path:
     return pending.final
 
 
-def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, keep_last: int,
-         run_id: str) -> Path:
+def save(
+    root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict, keep_last: int, run_id: str
+) -> Path:
     """Save a checkpoint of ``step`` now (collective). ``meta`` (JSON) is written last, as the COMPLETE marker."""
     return commit(start_save(root, step, model, optimizer, meta, keep_last, run_id))
 
@@ -348,10 +371,14 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict
         model_sd, optim_sd = get_state_dict(model, optimizer, options=_TRAINABLE)
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=path)
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_SET_TRAINABLE)
+        set_state_dict(
+            model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_SET_TRAINABLE
+        )
         if meta["world_size"] == dist.get_world_size():
             _set_rng_state(torch.load(path / f"rng-rank{dist.get_rank()}.pt", weights_only=False))
     except (Exception, CheckpointException) as e:  # its files match the manifest: out of memory, I/O, a timeout
         error = f"rank {dist.get_rank()}: {_one_line(e)}"
-    _agree(error, f"loading {path}", path.parent, saving=False, after="; nothing was set aside, a later start tries again")
+    _agree(
+        error, f"loading {path}", path.parent, saving=False, after="; nothing was set aside, a later start tries again"
+    )
     return meta

@@ -51,26 +51,117 @@ class Dims(_Strict):
     router_aux_loss_coef: float | None = Field(None, ge=0)
 
 
-_QWEN3_COMMON = dict(head_dim=128, num_key_value_heads=8, vocab_size=151936, max_position_embeddings=40960, rope_theta=1e6)
+_QWEN3_COMMON = dict(
+    head_dim=128, num_key_value_heads=8, vocab_size=151936, max_position_embeddings=40960, rope_theta=1e6
+)
 
-_QWEN3_MOE = dict(head_dim=128, num_key_value_heads=4, vocab_size=151936, max_position_embeddings=40960, rope_theta=1e6, tie_word_embeddings=False,
-                  num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, router_aux_loss_coef=0.001)
+_QWEN3_MOE = dict(
+    head_dim=128,
+    num_key_value_heads=4,
+    vocab_size=151936,
+    max_position_embeddings=40960,
+    rope_theta=1e6,
+    tie_word_embeddings=False,
+    num_experts=128,
+    num_experts_per_tok=8,
+    norm_topk_prob=True,
+    router_aux_loss_coef=0.001,
+)
 
 # The released Qwen3 models' dimensions (dense, and the mixtures of experts 30B-A3B and 235B-A22B); "tiny" and
 # "tiny-moe" are for tests and demos (vocab from the tokenizer).
 SHAPES: dict[str, Dims] = {
-    "tiny": Dims(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, rope_theta=1e6, tie_word_embeddings=False),
-    "0.6B": Dims(**_QWEN3_COMMON, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16, tie_word_embeddings=True),
-    "1.7B": Dims(**_QWEN3_COMMON, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16, tie_word_embeddings=True),
-    "4B": Dims(**_QWEN3_COMMON, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32, tie_word_embeddings=True),
-    "8B": Dims(**_QWEN3_COMMON, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32, tie_word_embeddings=False),
-    "14B": Dims(**_QWEN3_COMMON, hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40, tie_word_embeddings=False),
-    "32B": Dims(**_QWEN3_COMMON, hidden_size=5120, intermediate_size=25600, num_hidden_layers=64, num_attention_heads=64, tie_word_embeddings=False),
-    "tiny-moe": Dims(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                     max_position_embeddings=4096, rope_theta=1e6, tie_word_embeddings=False, num_experts=8, num_experts_per_tok=2,
-                     moe_intermediate_size=32, norm_topk_prob=True, router_aux_loss_coef=0.001),
-    "30B-A3B": Dims(**_QWEN3_MOE, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=48, num_attention_heads=32),
-    "235B-A22B": Dims(**_QWEN3_MOE, hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536, num_hidden_layers=94, num_attention_heads=64),
+    "tiny": Dims(
+        hidden_size=64,
+        intermediate_size=192,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        rope_theta=1e6,
+        tie_word_embeddings=False,
+    ),
+    "0.6B": Dims(
+        **_QWEN3_COMMON,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        tie_word_embeddings=True,
+    ),
+    "1.7B": Dims(
+        **_QWEN3_COMMON,
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        tie_word_embeddings=True,
+    ),
+    "4B": Dims(
+        **_QWEN3_COMMON,
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        tie_word_embeddings=True,
+    ),
+    "8B": Dims(
+        **_QWEN3_COMMON,
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        tie_word_embeddings=False,
+    ),
+    "14B": Dims(
+        **_QWEN3_COMMON,
+        hidden_size=5120,
+        intermediate_size=17408,
+        num_hidden_layers=40,
+        num_attention_heads=40,
+        tie_word_embeddings=False,
+    ),
+    "32B": Dims(
+        **_QWEN3_COMMON,
+        hidden_size=5120,
+        intermediate_size=25600,
+        num_hidden_layers=64,
+        num_attention_heads=64,
+        tie_word_embeddings=False,
+    ),
+    "tiny-moe": Dims(
+        hidden_size=64,
+        intermediate_size=192,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        rope_theta=1e6,
+        tie_word_embeddings=False,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        norm_topk_prob=True,
+        router_aux_loss_coef=0.001,
+    ),
+    "30B-A3B": Dims(
+        **_QWEN3_MOE,
+        hidden_size=2048,
+        intermediate_size=6144,
+        moe_intermediate_size=768,
+        num_hidden_layers=48,
+        num_attention_heads=32,
+    ),
+    "235B-A22B": Dims(
+        **_QWEN3_MOE,
+        hidden_size=4096,
+        intermediate_size=12288,
+        moe_intermediate_size=1536,
+        num_hidden_layers=94,
+        num_attention_heads=64,
+    ),
 }
 
 
@@ -89,13 +180,16 @@ def experts_problem(dims: dict, where: str) -> str | None:
     """A mixture of experts routes each token to num_experts_per_tok of its num_experts experts."""
     experts, top_k = dims.get("num_experts") or dims.get("num_local_experts"), dims.get("num_experts_per_tok")
     if isinstance(experts, int) and isinstance(top_k, int) and top_k > experts:
-        return (f"{where}num_experts_per_tok={top_k} is more than num_experts={experts}: each token goes to "
-                f"num_experts_per_tok of the experts (allowed: 1 to {experts})")
+        return (
+            f"{where}num_experts_per_tok={top_k} is more than num_experts={experts}: each token goes to "
+            f"num_experts_per_tok of the experts (allowed: 1 to {experts})"
+        )
     return None
 
 
 class ModelConfig(_Strict):
-    """Either ``shape`` (random init with that shape's dims, ``dims`` overriding single ones) or ``path`` (a local HF directory)."""
+    """Either ``shape`` (random init with that shape's dims, ``dims`` overriding single ones) or ``path`` (a local HF
+    directory)."""
 
     shape: Literal["tiny", "0.6B", "1.7B", "4B", "8B", "14B", "32B", "tiny-moe", "30B-A3B", "235B-A22B"] | None = None
     path: str | None = None
@@ -105,20 +199,30 @@ class ModelConfig(_Strict):
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
         if (self.shape is None) == (self.path is None):
-            raise ValueError(f"set exactly one of model.shape ({', '.join(SHAPES)}) or model.path (a local Hugging Face directory)")
+            raise ValueError(
+                f"set exactly one of model.shape ({', '.join(SHAPES)}) or model.path (a local Hugging Face directory)"
+            )
         if self.path is not None and self.dims != Dims():
-            raise ValueError("model.dims applies only with model.shape; a model.path directory brings its own config.json")
+            raise ValueError(
+                "model.dims applies only with model.shape; a model.path directory brings its own config.json"
+            )
         if self.path is not None and not (Path(self.path) / "config.json").exists():
             raise ValueError(f"model.path: {self.path} has no config.json; give a local Hugging Face model directory")
         if self.shape is not None and SHAPES[self.shape].num_experts is None:
             given = [k for k in MOE_DIMS if getattr(self.dims, k) is not None]
             if given:
-                raise ValueError(f"model.dims.{given[0]} applies to a mixture of experts; model.shape {self.shape} is dense "
-                                 "(no experts): use model.shape tiny-moe, 30B-A3B or 235B-A22B, whose dims it overrides")
+                raise ValueError(
+                    f"model.dims.{given[0]} applies to a mixture of experts; model.shape {self.shape} is dense "
+                    "(no experts): use model.shape tiny-moe, 30B-A3B or 235B-A22B, whose dims it overrides"
+                )
         try:
             dims = self.dims_dict()
         except (OSError, ValueError) as e:
-            why = e.strerror if isinstance(e, OSError) and e.strerror else ' '.join(str(e).replace(f"{self.path}/", "").split())[:100]
+            why = (
+                e.strerror
+                if isinstance(e, OSError) and e.strerror
+                else " ".join(str(e).replace(f"{self.path}/", "").split())[:100]
+            )
             raise ValueError(f"model.path: {self.path}/config.json cannot be read as JSON ({why})") from None
         if self.path is not None:
             if not isinstance(dims.get("num_attention_heads"), int):
@@ -126,7 +230,9 @@ class ModelConfig(_Strict):
             problem = model_type_problem(self.path, dims.get("model_type"))
         else:
             problem = None
-        problem = problem or experts_problem(dims, f"model.path: {self.path}/config.json: " if self.path else "model.dims.")
+        problem = problem or experts_problem(
+            dims, f"model.path: {self.path}/config.json: " if self.path else "model.dims."
+        )
         if problem:
             raise ValueError(problem)
         return self
@@ -162,7 +268,9 @@ class OptimConfig(_Strict):
     """AdamW (fused on GPU): the peak learning rate, betas, decoupled weight decay and eps."""
 
     lr: float = Field(3e-4, gt=0)
-    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field((0.9, 0.95), strict=False)
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
+        (0.9, 0.95), strict=False
+    )
     weight_decay: float = Field(0.1, ge=0)
     eps: float = Field(1e-8, gt=0)
 
@@ -287,9 +395,11 @@ class StragglerConfig(_Strict):
     @model_validator(mode="after")
     def _stop_after_windows(self) -> StragglerConfig:
         if self.stop_after and self.stop_after < self.windows:
-            raise ValueError(f"straggler.stop_after={self.stop_after} (a site profile's preemption.exclude_stragglers_after "
-                             f"sets it) is below straggler.windows={self.windows}: a rank is named after that many "
-                             "windows; 0 or at least windows")
+            raise ValueError(
+                f"straggler.stop_after={self.stop_after} (a site profile's preemption.exclude_stragglers_after "
+                f"sets it) is below straggler.windows={self.windows}: a rank is named after that many "
+                "windows; 0 or at least windows"
+            )
         return self
 
 
@@ -340,16 +450,22 @@ class TrainConfig(_Strict):
         if self.schedule.min_lr > self.optim.lr:
             raise ValueError(f"schedule.min_lr={self.schedule.min_lr} must be <= optim.lr={self.optim.lr}")
         if self.eval.path is not None and self.eval.fraction:
-            raise ValueError("set one of eval.path (another source) or eval.fraction (held out of the training data), not both")
+            raise ValueError(
+                "set one of eval.path (another source) or eval.fraction (held out of the training data), not both"
+            )
         if self.eval.every and not (self.eval.path or self.eval.fraction):
             raise ValueError(f"eval.every={self.eval.every} needs eval.path or eval.fraction")
         if self.lora.quantize_base != "none" and not self.lora.enabled:
             raise ValueError(f"lora.quantize_base={self.lora.quantize_base} needs lora.enabled=true")
         if self.lora.quantize_base == "nf4" and self.fp8.enabled:
-            raise ValueError("lora.quantize_base=nf4 and fp8.enabled=true exclude each other: the base is either NF4 or float8")
+            raise ValueError(
+                "lora.quantize_base=nf4 and fp8.enabled=true exclude each other: the base is either NF4 or float8"
+            )
         if self.activation_offload and not float(self.activation_checkpointing):
-            raise ValueError("activation_offload=true offloads the inputs that checkpointed layers keep: "
-                             "set activation_checkpointing=true (or a fraction of the layers)")
+            raise ValueError(
+                "activation_offload=true offloads the inputs that checkpointed layers keep: "
+                "set activation_checkpointing=true (or a fraction of the layers)"
+            )
         if (self.eval.every or self.eval.fraction) and not self.data.packed:
             raise ValueError("eval needs data packed by document: data.format=chat or data.pack=documents")
         problem = self._no_effect()
@@ -363,17 +479,25 @@ class TrainConfig(_Strict):
         for section, name in ((self.lora, "lora"), (self.fp8, "fp8")):
             unused = sorted(section.model_fields_set - {"enabled"})
             if unused and not section.enabled and "enabled" not in section.model_fields_set:
-                return (f"{name}.{unused[0]} is set but {name}.enabled is not: without it the key has no effect"
-                        + (" (the run would be a full fine-tune)" if name == "lora" else "")
-                        + f"; set {name}.enabled=true, or leave the {name} keys out")
+                return (
+                    f"{name}.{unused[0]} is set but {name}.enabled is not: without it the key has no effect"
+                    + (" (the run would be a full fine-tune)" if name == "lora" else "")
+                    + f"; set {name}.enabled=true, or leave the {name} keys out"
+                )
         if self.lora.merge and not self.export:
             return "lora.merge=true writes the merged model into <export>/merged; set export (a directory) or leave lora.merge out"
         s = self.straggler
-        for key, given, needs in (("test_slow_s", s.test_slow_s > 0, s.test_slow_rank is not None),
-                                  ("test_slow_rank", s.test_slow_rank is not None, s.test_slow_s > 0),
-                                  ("test_stop_step", "test_stop_step" in s.model_fields_set, s.test_stop_rank is not None)):
+        for key, given, needs in (
+            ("test_slow_s", s.test_slow_s > 0, s.test_slow_rank is not None),
+            ("test_slow_rank", s.test_slow_rank is not None, s.test_slow_s > 0),
+            ("test_stop_step", "test_stop_step" in s.model_fields_set, s.test_stop_rank is not None),
+        ):
             if given and not needs:
-                other = {"test_slow_s": "test_slow_rank", "test_slow_rank": "test_slow_s > 0", "test_stop_step": "test_stop_rank"}[key]
+                other = {
+                    "test_slow_s": "test_slow_rank",
+                    "test_slow_rank": "test_slow_s > 0",
+                    "test_stop_step": "test_stop_rank",
+                }[key]
                 return f"straggler.{key} has no effect without straggler.{other}; set both or neither"
         for key, tracker in (("mlflow_uri", "mlflow"), ("wandb_project", "wandb")):
             if key in self.log.model_fields_set and tracker not in self.log.tracker:
@@ -383,8 +507,14 @@ class TrainConfig(_Strict):
     @model_validator(mode="after")
     def _home(self) -> TrainConfig:
         """~ at the start of every path of the config is the home directory, as in data.path and data.tokenizer."""
-        for section, key in ((self.log, "dir"), (self.checkpoint, "dir"), (self.model, "path"), (self.data, "prepared"),
-                             (self.eval, "path"), (self, "export")):
+        for section, key in (
+            (self.log, "dir"),
+            (self.checkpoint, "dir"),
+            (self.model, "path"),
+            (self.data, "prepared"),
+            (self.eval, "path"),
+            (self, "export"),
+        ):
             value = getattr(section, key)
             if isinstance(value, str) and value.startswith("~"):
                 setattr(section, key, os.path.expanduser(value))
@@ -412,7 +542,9 @@ class TrainConfig(_Strict):
             target = Path(self.log.dir) / self.export  # a relative export lives in log.dir
             above = next((p for p in target.parents if p.exists()), None)
             if target.exists() and not target.is_dir() or above is not None and not above.is_dir():
-                raise ConfigError(f"export: {target} cannot be created: {target if target.exists() else above} is a file")
+                raise ConfigError(
+                    f"export: {target} cannot be created: {target if target.exists() else above} is a file"
+                )
         return tokens
 
 
@@ -497,13 +629,18 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> TrainConfig:
         raise ConfigError(str(e)) from None
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path}: top level must be a mapping of keys, e.g. 'steps: 100'")
-    return _validated(apply_overrides(raw, list(overrides)), f"{path}" + (f" (with overrides {' '.join(overrides)})" if overrides else ""))
+    return _validated(
+        apply_overrides(raw, list(overrides)),
+        f"{path}" + (f" (with overrides {' '.join(overrides)})" if overrides else ""),
+    )
 
 
 def with_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
     """``cfg`` with more overrides, as ``load_config`` gives its file with them added: applied to the keys the config
     set and validated again."""
-    return _validated(apply_overrides(cfg.model_dump(exclude_unset=True), list(overrides)), f"overrides {' '.join(overrides)}")
+    return _validated(
+        apply_overrides(cfg.model_dump(exclude_unset=True), list(overrides)), f"overrides {' '.join(overrides)}"
+    )
 
 
 def _validated(raw: dict, source: str) -> TrainConfig:

@@ -11,6 +11,7 @@ attempt ATTEMPT (``HPC_ATTEMPT``, default 0), so a restarted run passing that st
 * ``segfault``: a read of address 0 (SIGSEGV);
 * ``gil``: a C call that sleeps an hour holding the GIL (the process answers nothing, signals included, but SIGKILL).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -41,8 +42,10 @@ def parse(text: str) -> list[Fault]:
     for item in filter(None, (t.strip() for t in text.split(","))):
         m = re.fullmatch(r"([a-z-]+)@([0-9]{1,6}):([0-9]{1,9})(?::([0-9]{1,6}))?", item)
         if not m or m.group(1) not in KINDS:
-            raise HpcError(f"{TEST_FAULTS_VAR}={shown(text)}: {shown(item)} is not KIND@RANK:STEP[:ATTEMPT] with KIND one of "
-                           f"{', '.join(KINDS)}")
+            raise HpcError(
+                f"{TEST_FAULTS_VAR}={shown(text)}: {shown(item)} is not KIND@RANK:STEP[:ATTEMPT] with KIND one of "
+                f"{', '.join(KINDS)}"
+            )
         faults.append(Fault(m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4) or 0)))
     return faults
 
@@ -57,8 +60,11 @@ def planned(rank: int, environ: Mapping[str, str] = os.environ) -> dict[int, Fau
 
 def fire(fault: Fault, where: str) -> None:
     """Inject ``fault`` now (``where``: this rank and node, for the log line before it)."""
-    print(f"[fault] {where} (pid {os.getpid()}) at {time.time():.3f}: {TEST_FAULTS_VAR}: {fault.kind} after step {fault.step}",
-          flush=True)
+    print(
+        f"[fault] {where} (pid {os.getpid()}) at {time.time():.3f}: {TEST_FAULTS_VAR}: {fault.kind} after step "
+        f"{fault.step}",
+        flush=True,
+    )
     if fault.kind == "exception":
         raise RuntimeError(f"injected fault after step {fault.step}")
     if fault.kind in ("exit", "no-restart"):

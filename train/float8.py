@@ -32,25 +32,35 @@ _ALIGN = 16
 def require_fp8(device_type: str) -> None:
     """Raise a one-line ConfigError unless this rank can train in float8 (a CUDA GPU of capability >= 8.9, torchao)."""
     if device_type != "cuda":
-        raise ConfigError(f"fp8.enabled=true needs a CUDA GPU of compute capability 8.9 or newer (H100, H200, L40S, ...); this run is on {device_type}")
+        raise ConfigError(
+            f"fp8.enabled=true needs a CUDA GPU of compute capability 8.9 or newer (H100, H200, L40S, ...); this run "
+            f"is on {device_type}"
+        )
     capability = torch.cuda.get_device_capability()
     if capability < (8, 9):
-        raise ConfigError(f"fp8.enabled=true needs a GPU of compute capability 8.9 or newer; {torch.cuda.get_device_name()} has {capability[0]}.{capability[1]}")
+        raise ConfigError(
+            f"fp8.enabled=true needs a GPU of compute capability 8.9 or newer; {torch.cuda.get_device_name()} has "
+            f"{capability[0]}.{capability[1]}"
+        )
     try:
         import torchao.float8  # noqa: F401
     except ImportError:
         raise ConfigError("fp8.enabled=true needs torchao: pip install 'hpc-train[fp8]'") from None
 
 
-def convert_decoder_linears(layers: nn.Module, recipe: str, *, float8_all_gather: bool, emulate: bool = False,
-                            only_frozen: bool = False) -> list[str]:
-    """Swap the nn.Linear modules inside ``layers`` (the decoder layers) whose dimensions are multiples of 16 for torchao
+def convert_decoder_linears(
+    layers: nn.Module, recipe: str, *, float8_all_gather: bool, emulate: bool = False, only_frozen: bool = False
+) -> list[str]:
+    """Swap the nn.Linear modules inside ``layers`` (the decoder layers) whose dimensions are multiples of 16 for
+    torchao
     Float8Linear in place; returns their names relative to ``layers``. ``float8_all_gather`` (tensorwise only): FSDP
     all-gathers these weights in float8. ``emulate``: float8 rounding with high-precision matrix products (runs on CPU).
     ``only_frozen``: only linears whose weight is frozen (LoRA's bases; their adapters stay in high precision)."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-    config = dataclasses.replace(Float8LinearConfig.from_recipe_name(recipe), enable_fsdp_float8_all_gather=float8_all_gather, emulate=emulate)
+    config = dataclasses.replace(
+        Float8LinearConfig.from_recipe_name(recipe), enable_fsdp_float8_all_gather=float8_all_gather, emulate=emulate
+    )
     converted: list[str] = []
 
     def eligible(module: nn.Module, name: str) -> bool:
@@ -65,7 +75,8 @@ def convert_decoder_linears(layers: nn.Module, recipe: str, *, float8_all_gather
 
 
 def precompute_weight_scales(model: nn.Module) -> None:
-    """After an optimizer step under FSDP with float8 all-gather: every float8 weight's scale from one all-reduce, instead
+    """After an optimizer step under FSDP with float8 all-gather: every float8 weight's scale from one all-reduce,
+    instead
     of one all-reduce per weight at its all-gather. A no-op for a model without such weights."""
     from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 

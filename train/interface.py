@@ -1,10 +1,13 @@
 """The trainer as the login side sees it, without importing torch: the module every rank runs, its shipped configs, the
 config keys a job sets (its run's directories, the straggler exclusion), and the fused loss's chunk (the planner's
 memory model counts one chunk of logits)."""
+
 from pathlib import Path
 
 MODULE = "train"  # python -m train
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # the shipped training configs, by name (a profile's training.config)
+CONFIG_DIR = (
+    Path(__file__).resolve().parent / "configs"
+)  # the shipped training configs, by name (a profile's training.config)
 LOG_DIR_KEY = "log.dir"
 CHECKPOINT_DIR_KEY = "checkpoint.dir"
 RUN_DIR_KEYS = (LOG_DIR_KEY, CHECKPOINT_DIR_KEY)  # a job (each array task) sets both to directories of its own

@@ -4,6 +4,7 @@ validated degrees, the rules shared by the trainer and the planner, and the plan
 tp divides the model's KV heads (each TP rank holds whole KV heads) and the ranks per node (a TP group stays on one
 node's fast links); ep (a mixture of experts only) divides dp and the experts (each group of ep data-parallel ranks
 splits the experts)."""
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,9 @@ from train.config import ConfigError, ParallelConfig, TrainConfig, with_override
 def tp_problem(tp: int, kv_heads: int, ranks_per_node: int) -> str | None:
     """What is wrong with ``parallel.tp=tp`` for this model and node, or None when it is allowed."""
     if kv_heads % tp:
-        return f"parallel.tp={tp} must divide the model's num_key_value_heads={kv_heads} (allowed: {_divisors(kv_heads)})"
+        return (
+            f"parallel.tp={tp} must divide the model's num_key_value_heads={kv_heads} (allowed: {_divisors(kv_heads)})"
+        )
     if ranks_per_node % tp:
         return f"parallel.tp={tp} must divide the ranks per node LOCAL_WORLD_SIZE={ranks_per_node}, so a TP group stays on one node"
     return None
@@ -30,13 +33,19 @@ def tp_degrees(kv_heads: int, ranks_per_node: int) -> list[int]:
 
 
 def ep_problem(ep: int, dp: int, num_experts: int) -> str | None:
-    """What is wrong with ``parallel.ep=ep`` for this dp and model (num_experts 0: dense), or None when it is allowed."""
+    """What is wrong with ``parallel.ep=ep`` for this dp and model (num_experts 0: dense), or None when it is
+    allowed."""
     if ep > 1 and not num_experts:
-        return (f"parallel.ep={ep} needs a mixture-of-experts model (model.shape tiny-moe, 30B-A3B, 235B-A22B or a qwen3_moe model.path); "
-                "this one is dense: use parallel.ep=1")
+        return (
+            f"parallel.ep={ep} needs a mixture-of-experts model (model.shape tiny-moe, 30B-A3B, 235B-A22B or a "
+            "qwen3_moe model.path); "
+            "this one is dense: use parallel.ep=1"
+        )
     if dp % ep or num_experts % ep:
-        return (f"parallel.ep={ep} must divide parallel.dp={dp} and the model's num_experts={num_experts} "
-                f"(allowed: {ep_degrees(dp, num_experts)})")
+        return (
+            f"parallel.ep={ep} must divide parallel.dp={dp} and the model's num_experts={num_experts} "
+            f"(allowed: {ep_degrees(dp, num_experts)})"
+        )
     return None
 
 
@@ -64,22 +73,31 @@ class WorldEnv:
             value = os.environ.get(name)
             if value is None:
                 return default
-            if not re.fullmatch(r"[0-9]{1,10}", value):  # int() would read "1_0" as 10, " 1" as 1, and other scripts' digits
+            if not re.fullmatch(
+                r"[0-9]{1,10}", value
+            ):  # int() would read "1_0" as 10, " 1" as 1, and other scripts' digits
                 raise ConfigError(f"environment {name}={shown(value)}: must be a whole number (ASCII digits)")
             return int(value)
 
         world = get(WORLD_SIZE_VAR, 1)
         env = cls(get(RANK_VAR, 0), get(LOCAL_RANK_VAR, 0), world, get(LOCAL_WORLD_SIZE_VAR, world))
-        for name, value, bound, bound_name in ((WORLD_SIZE_VAR, env.world_size, None, ""),
-                                               (LOCAL_WORLD_SIZE_VAR, env.local_world_size, env.world_size, WORLD_SIZE_VAR),
-                                               (RANK_VAR, env.rank + 1, env.world_size, WORLD_SIZE_VAR),
-                                               (LOCAL_RANK_VAR, env.local_rank + 1, env.local_world_size, LOCAL_WORLD_SIZE_VAR)):
+        for name, value, bound, bound_name in (
+            (WORLD_SIZE_VAR, env.world_size, None, ""),
+            (LOCAL_WORLD_SIZE_VAR, env.local_world_size, env.world_size, WORLD_SIZE_VAR),
+            (RANK_VAR, env.rank + 1, env.world_size, WORLD_SIZE_VAR),
+            (LOCAL_RANK_VAR, env.local_rank + 1, env.local_world_size, LOCAL_WORLD_SIZE_VAR),
+        ):
             if value < 1 or (bound is not None and value > bound):
                 given = value - 1 if name.endswith("RANK") else value
                 allowed = f"0 to {bound - 1}" if name.endswith("RANK") else (f"1 to {bound}" if bound else "at least 1")
-                raise ConfigError(f"environment {name}={given}: allowed {allowed}" + (f" ({bound_name}={bound})" if bound else ""))
+                raise ConfigError(
+                    f"environment {name}={given}: allowed {allowed}" + (f" ({bound_name}={bound})" if bound else "")
+                )
         if env.world_size > 1 and not os.environ.get(MASTER_ADDR_VAR):
-            raise ConfigError(f"environment {WORLD_SIZE_VAR}={env.world_size} but {MASTER_ADDR_VAR} is not set: start the ranks with torchrun or hpc.node.launch")
+            raise ConfigError(
+                f"environment {WORLD_SIZE_VAR}={env.world_size} but {MASTER_ADDR_VAR} is not set: start the ranks with "
+                "torchrun or hpc.node.launch"
+            )
         return env
 
 
@@ -99,7 +117,10 @@ class ParallelDims:
             raise ConfigError(problem)
         dp = cfg.dp if cfg.dp is not None else env.world_size // tp
         if dp * tp != env.world_size:
-            raise ConfigError(f"parallel.dp={dp} x parallel.tp={tp} = {dp * tp} must equal WORLD_SIZE={env.world_size} (omit parallel.dp to use WORLD_SIZE // tp)")
+            raise ConfigError(
+                f"parallel.dp={dp} x parallel.tp={tp} = {dp * tp} must equal WORLD_SIZE={env.world_size} (omit "
+                "parallel.dp to use WORLD_SIZE // tp)"
+            )
         problem = ep_problem(cfg.ep, dp, num_experts)
         if problem:
             raise ConfigError(problem)
@@ -108,13 +129,16 @@ class ParallelDims:
     def grad_accum(self, global_batch: int, micro_batch: int) -> int:
         """Micro-batches per rank per step; global_batch must split evenly over micro_batch x dp."""
         if global_batch % (micro_batch * self.dp):
-            raise ConfigError(f"global_batch={global_batch} must be a multiple of micro_batch x dp = {micro_batch} x {self.dp}")
+            raise ConfigError(
+                f"global_batch={global_batch} must be a multiple of micro_batch x dp = {micro_batch} x {self.dp}"
+            )
         return global_batch // (micro_batch * self.dp)
 
 
 @dataclass(frozen=True)
 class Layout:
-    """The planner's choice for the trainer: parallel.tp, parallel.ep, activation checkpointing turned on, and activation
+    """The planner's choice for the trainer: parallel.tp, parallel.ep, activation checkpointing turned on, and
+    activation
     offload (one GPU) turned on. The trainer gets it as ``overrides()``; ``apply`` is those overrides applied to a
     loaded config."""
 
@@ -125,9 +149,12 @@ class Layout:
 
     def overrides(self) -> list[str]:
         """As trainer overrides (key.sub=value)."""
-        return [f"parallel.tp={self.tp}"] + ([f"parallel.ep={self.ep}"] if self.ep > 1 else []) + \
-            (["activation_checkpointing=true"] if self.activation_checkpointing else []) + \
-            (["activation_offload=true"] if self.activation_offload else [])
+        return (
+            [f"parallel.tp={self.tp}"]
+            + ([f"parallel.ep={self.ep}"] if self.ep > 1 else [])
+            + (["activation_checkpointing=true"] if self.activation_checkpointing else [])
+            + (["activation_offload=true"] if self.activation_offload else [])
+        )
 
     def apply(self, cfg: TrainConfig) -> TrainConfig:
         """``cfg`` with ``overrides()`` added, as the trainer loads it with them."""

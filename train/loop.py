@@ -48,7 +48,8 @@ from train.tracking import Tracking
 
 
 def lr_at(step: int, lr: float, warmup_steps: int, min_lr: float, total_steps: int) -> float:
-    """Learning rate for optimizer step ``step`` (1-based): linear warmup to ``lr``, then cosine to ``min_lr`` at ``total_steps``."""
+    """Learning rate for optimizer step ``step`` (1-based): linear warmup to ``lr``, then cosine to ``min_lr`` at
+    ``total_steps``."""
     if step <= warmup_steps:
         return lr * step / warmup_steps
     progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
@@ -87,22 +88,34 @@ class Trainer:
     CPU every step is read. The stop check after every step waits for no device.
     """
 
-    def __init__(self, cfg: TrainConfig, dims: ParallelDims, env: WorldEnv, device: torch.device, run_id: str,
-                 job_id: str | None = None):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        dims: ParallelDims,
+        env: WorldEnv,
+        device: torch.device,
+        run_id: str,
+        job_id: str | None = None,
+    ):
         self.cfg, self.dims, self.device, self.run_id = cfg, dims, device, run_id
         self.rank = env.rank
         self.run_dir = Path(cfg.log.dir)
         self.mesh = build_mesh(dims, device)
         self.grad_accum = dims.grad_accum(cfg.global_batch, cfg.micro_batch)
         experts = f" (experts split over ep={dims.ep} of the dp ranks)" if dims.ep > 1 else ""
-        _log0(f"[train] layout dp={dims.dp} x tp={dims.tp}{experts} on {env.world_size} ranks, mesh ({', '.join(self.mesh.mesh_dim_names)}) {self.mesh.mesh.tolist()}; "
-              f"grad accumulation {self.grad_accum} x micro_batch {cfg.micro_batch}; device {device.type}")
+        _log0(
+            f"[train] layout dp={dims.dp} x tp={dims.tp}{experts} on {env.world_size} ranks, mesh "
+            f"({', '.join(self.mesh.mesh_dim_names)}) {self.mesh.mesh.tolist()}; "
+            f"grad accumulation {self.grad_accum} x micro_batch {cfg.micro_batch}; device {device.type}"
+        )
         self.eval_batches: list[tuple[torch.Tensor, ...]] = []
         self.on_gpu = device.type == "cuda"
         self.tokenizer_name = tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat")
         self.tokenizer = load_tokenizer(self.tokenizer_name)
         self.hf_config = hf_config(cfg.model, self.tokenizer)
-        self.lora_meta = adapters.lora_meta(cfg.lora, adapters.base_identity(cfg.model.path, cfg.model.shape, cfg.model.dims_dict(), cfg.seed))
+        self.lora_meta = adapters.lora_meta(
+            cfg.lora, adapters.base_identity(cfg.model.path, cfg.model.shape, cfg.model.dims_dict(), cfg.seed)
+        )
         self.written_with = resume.written_with(cfg, self.hf_config, self.lora_meta)
         self._check_checkpoints()
         self._setup_data()
@@ -110,14 +123,18 @@ class Trainer:
         o = cfg.optim
         impl = {"fused": True} if self.on_gpu else {"foreach": False}
         self.trainable = [p for p in self.master.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.trainable, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, **impl)
+        self.optimizer = torch.optim.AdamW(
+            self.trainable, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay, **impl
+        )
         self.sync_every = cfg.log.log_every if self.on_gpu else 1
         self.step = 0
         self.guard = StepGuard(device)
         self.pending: checkpoint.PendingSave | None = None
         background = cfg.checkpoint.async_save
         self._stager = checkpoint.host_stager(pinned=self.on_gpu) if background else None
-        self._write_group = dist.new_group(backend="gloo") if background else None  # the writer thread's own collectives
+        self._write_group = (
+            dist.new_group(backend="gloo") if background else None
+        )  # the writer thread's own collectives
         self._prepare_checkpoints(job_id)
         self.progress = Progress(self.rank)  # a job with spare nodes: the load and the steps, for hpc.node.restart
         self.faults = faults.planned(self.rank)  # tests only (HPC_TEST_FAULTS)
@@ -132,9 +149,18 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / RUN_CONFIG).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
         self.tracking = Tracking(cfg, self._tracker_ids, self.step) if self.rank == 0 and cfg.log.tracker else None
-        self.metrics = MetricsLog(self.run_dir, self.rank == 0, cfg.log.log_every, cfg.steps, tokens_per_step=cfg.global_batch * cfg.seq_len,
-                                  flops_per_token=self.flops_per_token, peak_flops_total=self.peak_flops_total,
-                                  resume_step=self.step, sync_every=self.sync_every, tracking=self.tracking)
+        self.metrics = MetricsLog(
+            self.run_dir,
+            self.rank == 0,
+            cfg.log.log_every,
+            cfg.steps,
+            tokens_per_step=cfg.global_batch * cfg.seq_len,
+            flops_per_token=self.flops_per_token,
+            peak_flops_total=self.peak_flops_total,
+            resume_step=self.step,
+            sync_every=self.sync_every,
+            tracking=self.tracking,
+        )
 
     def _setup_data(self) -> None:
         """The stream, tokenized with ``self.tokenizer``: rows of the prepared data (packed by document; prepared here
@@ -146,22 +172,40 @@ class Trainer:
             check_packed_attention(cfg.model.attn_implementation)
             how = "python -m train.prepare --config FILE with the training run's overrides"
             world = dist.get_world_size()
-            data = open_prepared(cfg.data, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir, self.rank, world, how, _log0)
+            data = open_prepared(
+                cfg.data, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir, self.rank, world, how, _log0
+            )
             train_ids, held = split_rows(data.num_rows, cfg.eval.fraction)
-            self.stream = PackedStream(data, train_ids, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed)
-            _log0(f"[train] data: {self.stream.num_blocks:,} packed rows of {cfg.seq_len}, {self.stream.steps_per_epoch} steps per epoch")
+            self.stream = PackedStream(
+                data, train_ids, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed
+            )
+            _log0(
+                f"[train] data: {self.stream.num_blocks:,} packed rows of {cfg.seq_len}, {self.stream.steps_per_epoch} "
+                "steps per epoch"
+            )
             if cfg.eval.path is not None:
                 eval_cfg = cfg.data.model_copy(update={"path": cfg.eval.path})
-                data = open_prepared(eval_cfg, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir / "eval", self.rank, world, how, _log0)
+                data = open_prepared(
+                    eval_cfg, cfg.seq_len, self.tokenizer, name, cfg.prepared_dir / "eval", self.rank, world, how, _log0
+                )
                 held = np.arange(data.num_rows)
             if cfg.eval.every:
-                self.eval_batches = eval_batches(data, held, cfg.eval.batches * cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp)
-                _log0(f"[train] eval: {sum(len(b[0]) for b in self.eval_batches) * self.dims.dp:,} held-out rows every {cfg.eval.every} steps")
+                self.eval_batches = eval_batches(
+                    data, held, cfg.eval.batches * cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp
+                )
+                _log0(
+                    f"[train] eval: {sum(len(b[0]) for b in self.eval_batches) * self.dims.dp:,} held-out rows every "
+                    f"{cfg.eval.every} steps"
+                )
             return
         tokens = load_tokens_on_rank0(cfg.data, self.tokenizer, str(self.run_dir / "cache"), self.rank)
-        self.stream = TokenStream(tokens, cfg.seq_len, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed)
-        _log0(f"[train] data: {tokens.numel():,} tokens, {self.stream.num_blocks:,} blocks of {cfg.seq_len + 1}, "
-              f"{self.stream.steps_per_epoch} steps per epoch")
+        self.stream = TokenStream(
+            tokens, cfg.seq_len, cfg.global_batch, cfg.micro_batch, dp_rank, self.dims.dp, cfg.seed
+        )
+        _log0(
+            f"[train] data: {tokens.numel():,} tokens, {self.stream.num_blocks:,} blocks of {cfg.seq_len + 1}, "
+            f"{self.stream.steps_per_epoch} steps per epoch"
+        )
 
     def _setup_model(self, world_size: int) -> None:
         """Meta-device Qwen3 -> parallelize (TP, AC, compile, FSDP2) -> materialize with the initial weights.
@@ -173,31 +217,54 @@ class Trainer:
         c = self.hf_config
         self.moe = is_moe(c)
         params = count_params(c)
-        self.flops_per_token = flops_per_token(params, c.num_hidden_layers, c.num_attention_heads, c.head_dim, cfg.seq_len)
+        self.flops_per_token = flops_per_token(
+            params, c.num_hidden_layers, c.num_attention_heads, c.head_dim, cfg.seq_len
+        )
         peak = peak_flops(device)
         self.peak_flops_total = None if peak is None else peak * world_size
         source = f"shape {cfg.model.shape}" if cfg.model.shape else f"from {cfg.model.path}"
-        experts = (f", {c.num_experts} experts top-{c.num_experts_per_tok} ({params['active_non_embedding']:,} non-embedding active per token)"
-                   if self.moe else "")
-        _log0(f"[train] model Qwen3 {source}: {params['total']:,} params ({params['non_embedding']:,} non-embedding), "
-              f"hidden {c.hidden_size}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads / {c.num_key_value_heads} kv, vocab {c.vocab_size}{experts}")
-        compute_dtype = torch.bfloat16 if cfg.dtype == "bf16" or (cfg.dtype == "auto" and self.on_gpu) else torch.float32
+        experts = (
+            f", {c.num_experts} experts top-{c.num_experts_per_tok} ({params['active_non_embedding']:,} non-embedding "
+            "active per token)"
+            if self.moe
+            else ""
+        )
+        _log0(
+            f"[train] model Qwen3 {source}: {params['total']:,} params ({params['non_embedding']:,} non-embedding), "
+            f"hidden {c.hidden_size}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads / "
+            f"{c.num_key_value_heads} kv, vocab {c.vocab_size}{experts}"
+        )
+        compute_dtype = (
+            torch.bfloat16 if cfg.dtype == "bf16" or (cfg.dtype == "auto" and self.on_gpu) else torch.float32
+        )
         master_dtype = torch.bfloat16 if cfg.master_dtype == "bf16" else torch.float32
-        one_rank = self.mesh.size() == 1  # no FSDP: the model computes in compute_dtype, ``self.master`` holds the weights
+        one_rank = (
+            self.mesh.size() == 1
+        )  # no FSDP: the model computes in compute_dtype, ``self.master`` holds the weights
         lora = cfg.lora.enabled  # a frozen base in compute_dtype, adapters in master_dtype: no twin
         twin = one_rank and master_dtype != compute_dtype and not lora
-        self.model = parallelize(build_meta_model(c).to(compute_dtype if one_rank or lora else master_dtype), self.mesh,
-                                 activation_checkpointing=cfg.activation_checkpointing, compile=cfg.compile, param_dtype=compute_dtype,
-                                 fp8_recipe=cfg.fp8.recipe if cfg.fp8.enabled else None, lora=cfg.lora, adapter_dtype=master_dtype,
-                                 offload_to=device if cfg.activation_offload else None)
+        self.model = parallelize(
+            build_meta_model(c).to(compute_dtype if one_rank or lora else master_dtype),
+            self.mesh,
+            activation_checkpointing=cfg.activation_checkpointing,
+            compile=cfg.compile,
+            param_dtype=compute_dtype,
+            fp8_recipe=cfg.fp8.recipe if cfg.fp8.enabled else None,
+            lora=cfg.lora,
+            adapter_dtype=master_dtype,
+            offload_to=device if cfg.activation_offload else None,
+        )
         self.master = build_meta_model(c).to(master_dtype) if twin else self.model
         load_initial_weights(self.master, cfg.model, c, cfg.seed, device, nf4=lora and cfg.lora.quantize_base == "nf4")
         if lora:
             trained = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
             # the frozen base gets no weight gradients: 4 FLOPs per weight and token instead of 6; the adapters 6
             self.flops_per_token += 6 * trained - 2 * (params["non_embedding"] + params["lm_head"])
-            _log0(f"[train] LoRA r={cfg.lora.r} alpha={cfg.lora.alpha} on {', '.join(cfg.lora.target_modules)}: {trained:,} trainable "
-                  f"parameters (all ranks), base frozen" + (" in NF4" if cfg.lora.quantize_base == "nf4" else ""))
+            _log0(
+                f"[train] LoRA r={cfg.lora.r} alpha={cfg.lora.alpha} on {', '.join(cfg.lora.target_modules)}: "
+                f"{trained:,} trainable "
+                f"parameters (all ranks), base frozen" + (" in NF4" if cfg.lora.quantize_base == "nf4" else "")
+            )
         self.master_weights = None
         if twin:
             materialize(self.model, c, device)
@@ -212,7 +279,9 @@ class Trainer:
         outcome: list = [None]
         if self.rank == 0 and cfg.checkpoint.restart != "fresh":
             try:
-                outcome[0] = resume.mismatch([p for _, p in checkpoint.committed_checkpoints(root)][::-1], self.written_with)
+                outcome[0] = resume.mismatch(
+                    [p for _, p in checkpoint.committed_checkpoints(root)][::-1], self.written_with
+                )
             except OSError as e:
                 outcome[0] = f"checkpoint.dir {root}: cannot read it ({e.strerror}: {e.filename})"
         dist.broadcast_object_list(outcome, src=0)
@@ -229,8 +298,11 @@ class Trainer:
             try:
                 if cfg.checkpoint.restart == "fresh":
                     moved = resume.start_fresh(root, Path(cfg.log.dir), job_id)
-                    outcome[1].append(f"checkpoint.restart=fresh: moved {moved}" if moved else
-                                      "checkpoint.restart=fresh: nothing to move aside")
+                    outcome[1].append(
+                        f"checkpoint.restart=fresh: moved {moved}"
+                        if moved
+                        else "checkpoint.restart=fresh: nothing to move aside"
+                    )
                 for tmp in checkpoint.tmp_dirs(root):
                     shutil.rmtree(tmp)
                     outcome[1].append(f"removed {tmp.name}, left half-written by a run that ended")
@@ -243,14 +315,21 @@ class Trainer:
             raise ConfigError(outcome[0])
 
     def _export_lora(self, target: Path) -> None:
-        """The PEFT adapter directory (and the tokenizer) in ``target``; with lora.merge the merged model in target/merged."""
+        """The PEFT adapter directory (and the tokenizer) in ``target``; with lora.merge the merged model in
+        target/merged."""
         base = self.cfg.model.path or "Qwen3 shape " + str(self.cfg.model.shape)
         adapters.export_adapter(self.model, self.cfg.lora, base, target)
         if self.rank == 0:
             self.tokenizer.save_pretrained(target)
         _log0(f"[train] exported the PEFT adapter to {target}")
         if self.cfg.lora.merge:
-            export_hf(self.model, self.hf_config, self.tokenizer, str(target / "merged"), to_hf=lambda s: adapters.merged_state(s, self.cfg.lora))
+            export_hf(
+                self.model,
+                self.hf_config,
+                self.tokenizer,
+                str(target / "merged"),
+                to_hf=lambda s: adapters.merged_state(s, self.cfg.lora),
+            )
             _log0(f"[train] exported the merged Hugging Face model to {target / 'merged'}")
 
     def _resume(self) -> None:
@@ -276,14 +355,18 @@ class Trainer:
             self.step = meta["step"]
             self._tracker_ids = meta.get("tracker", {})
             self.progress.loaded(self.step)
-            _log0(f"[train] resumed from {path} (step {self.step}, saved under dp={meta['dp']} x tp={meta['tp']}), "
-                  f"loaded in {time.perf_counter() - t0:.2f} s")
+            _log0(
+                f"[train] resumed from {path} (step {self.step}, saved under dp={meta['dp']} x tp={meta['tp']}), "
+                f"loaded in {time.perf_counter() - t0:.2f} s"
+            )
             return
         aside = [[p.name for p in checkpoint.set_aside_checkpoints(root)]]
         dist.broadcast_object_list(aside, src=0)
         if aside[0]:
-            raise ConfigError(f"checkpoint.dir {root}: no checkpoint loads and {', '.join(aside[0])} were set aside as "
-                              "damaged (WHY.txt in each); set checkpoint.restart=fresh to train from step 0 (they are kept)")
+            raise ConfigError(
+                f"checkpoint.dir {root}: no checkpoint loads and {', '.join(aside[0])} were set aside as "
+                "damaged (WHY.txt in each); set checkpoint.restart=fresh to train from step 0 (they are kept)"
+            )
         self.progress.loaded(0)
         _log0(f"[train] no checkpoint in {root}: starting at step 0")
 
@@ -298,16 +381,32 @@ class Trainer:
         """Checkpoint the current step; ``background`` (with checkpoint.async_save) returns once the state is in host
         memory and the write is committed at a later step boundary. A save still being written is committed first."""
         self.finish_save()
-        meta = {"dp": self.dims.dp, "tp": self.dims.tp, "ep": self.dims.ep, "data": self.stream.state_dict(),
-                "written_with": self.written_with,
-                "tracker": self.tracking.run_ids() if self.tracking is not None else self._tracker_ids}
+        meta = {
+            "dp": self.dims.dp,
+            "tp": self.dims.tp,
+            "ep": self.dims.ep,
+            "data": self.stream.state_dict(),
+            "written_with": self.written_with,
+            "tracker": self.tracking.run_ids() if self.tracking is not None else self._tracker_ids,
+        }
         stager = self._stager if background else None
-        self.pending = checkpoint.start_save(self.cfg.checkpoint_dir, self.step, self.master, self.optimizer, meta,
-                                             self.cfg.checkpoint.keep_last, self.run_id, stager=stager,
-                                             write_group=self._write_group)
+        self.pending = checkpoint.start_save(
+            self.cfg.checkpoint_dir,
+            self.step,
+            self.master,
+            self.optimizer,
+            meta,
+            self.cfg.checkpoint.keep_last,
+            self.run_id,
+            stager=stager,
+            write_group=self._write_group,
+        )
         if stager is None:
             return self.finish_save()
-        _log0(f"[train] checkpoint of step {self.step} copied to host memory in {self.pending.blocked_s:.2f}s, writing in the background")
+        _log0(
+            f"[train] checkpoint of step {self.step} copied to host memory in {self.pending.blocked_s:.2f}s, writing "
+            "in the background"
+        )
         return self.pending.final
 
     def finish_save(self) -> Path | None:
@@ -317,8 +416,11 @@ class Trainer:
         pending, self.pending = self.pending, None
         t0 = time.perf_counter()
         path = checkpoint.commit(pending)
-        how = (f"the step loop was blocked {pending.blocked_s:.2f}s, and {time.perf_counter() - t0:.2f}s at this commit"
-               if pending.background else f"written in {pending.blocked_s:.2f}s")
+        how = (
+            f"the step loop was blocked {pending.blocked_s:.2f}s, and {time.perf_counter() - t0:.2f}s at this commit"
+            if pending.background
+            else f"written in {pending.blocked_s:.2f}s"
+        )
         _log0(f"[train] saved checkpoint {path} ({how})")
         return path
 
@@ -403,8 +505,16 @@ class Trainer:
         self.step += 1
         if self.step % GC_EVERY_STEPS == 0:
             gc.collect(1)
-        record = {"step": self.step, "loss": loss_sum.double() / loss_tokens.clamp(min=1), "loss_tokens": loss_tokens, "grad_norm": grad_norm, "lr": lr,
-                  "epoch": self.stream.epoch, "samples_consumed": self.stream.consumed, "peak_mem_gib": peak_memory_gib(self.device)}
+        record = {
+            "step": self.step,
+            "loss": loss_sum.double() / loss_tokens.clamp(min=1),
+            "loss_tokens": loss_tokens,
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "epoch": self.stream.epoch,
+            "samples_consumed": self.stream.consumed,
+            "peak_mem_gib": peak_memory_gib(self.device),
+        }
         return record | (self._moe_metrics(moe) if self.moe else {})
 
     def _moe_metrics(self, moe: dict) -> dict:
@@ -412,10 +522,14 @@ class Trainer:
         over the global batch (collective over dp)."""
         stats = torch.cat([moe["aux"].reshape(1), moe["counts"].flatten()])
         dist.all_reduce(stats, group=self.mesh["dp"].get_group())
-        return {"moe_aux_loss": stats[0] / (self.grad_accum * self.dims.dp), "moe_load_imbalance": load_imbalance(stats[1:].view_as(moe["counts"]))}
+        return {
+            "moe_aux_loss": stats[0] / (self.grad_accum * self.dims.dp),
+            "moe_load_imbalance": load_imbalance(stats[1:].view_as(moe["counts"])),
+        }
 
     def run(self, stop_requested: Callable[[], bool] = lambda: False) -> int:
-        """Train to ``cfg.steps``, checkpointing every ``checkpoint.interval`` steps and at the end; returns the last step."""
+        """Train to ``cfg.steps``, checkpointing every ``checkpoint.interval`` steps and at the end; returns the last
+        step."""
         cfg = self.cfg
         self._saved_at = self.step
         if self.step >= cfg.steps:
@@ -489,8 +603,12 @@ class Trainer:
         that did not resume, so that the others time out in the next collective."""
         s = self.cfg.straggler
         if s.test_stop_rank == self.rank and self.step == s.test_stop_step and self.resumed_at == 0:
-            print(f"[hang] rank {self.rank} on {self.nodes[self.rank]} (pid {os.getpid()}): straggler.test_stop_rank: stopping myself "
-                  f"(SIGSTOP) after step {self.step}", flush=True)
+            print(
+                f"[hang] rank {self.rank} on {self.nodes[self.rank]} (pid {os.getpid()}): straggler.test_stop_rank: "
+                "stopping myself "
+                f"(SIGSTOP) after step {self.step}",
+                flush=True,
+            )
             os.kill(os.getpid(), signal.SIGSTOP)
 
     def _exclude_stragglers(self, found: list[dict]) -> None:
@@ -500,19 +618,33 @@ class Trainer:
         if self.rank == 0:
             marked = mark_bad_nodes(nodes)
             where = f"marked bad in {marked}" if marked else "not marked (no HPC_BAD_NODE_MARKS: outside a batch job)"
-            print(f"[straggler] step {self.step}: stopping with a checkpoint for {self.stopped_for}; "
-                  f"{', '.join(nodes)} {where}", flush=True)
+            print(
+                f"[straggler] step {self.step}: stopping with a checkpoint for {self.stopped_for}; "
+                f"{', '.join(nodes)} {where}",
+                flush=True,
+            )
 
     def _report_hang(self, failure: str) -> CollectiveTimedOut:
-        """A collective failed (``failure``: `collective_failure`'s "timeout" or "peer ended"): post this rank's arrival,
+        """A collective failed (``failure``: `collective_failure`'s "timeout" or "peer ended"): post this rank's
+        arrival,
         let the lowest rank that arrived name those that did not and, after a timeout, mark their nodes bad; returns
         the error that fails the run."""
         elapsed = time.monotonic() - self._step_started
-        arrived, missing, peer_ended = name_the_missing(f"after step {self.step}", elapsed, self.rank, self.nodes, failure,
-                                                        step=self.step)
+        arrived, missing, peer_ended = name_the_missing(
+            f"after step {self.step}", elapsed, self.rank, self.nodes, failure, step=self.step
+        )
         if self.rank == 0:
-            self.metrics.event({"step": self.step, "event": "hang", "elapsed_s": round(elapsed, 1),
-                                "missing": [{"rank": r, "node": self.nodes[r]} for r in missing],
-                                "arrived": arrived, "peer_ended": peer_ended})
+            self.metrics.event(
+                {
+                    "step": self.step,
+                    "event": "hang",
+                    "elapsed_s": round(elapsed, 1),
+                    "missing": [{"rank": r, "node": self.nodes[r]} for r in missing],
+                    "arrived": arrived,
+                    "peer_ended": peer_ended,
+                }
+            )
         what = "failed as a peer's process ended" if peer_ended else "timed out"
-        return CollectiveTimedOut(f"stopped: a collective {what} after step {self.step} (the [hang] line says who was missing)")
+        return CollectiveTimedOut(
+            f"stopped: a collective {what} after step {self.step} (the [hang] line says who was missing)"
+        )

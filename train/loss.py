@@ -21,7 +21,8 @@ IGNORE = -100
 
 
 def chunk_loss_grad(logits: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
-    """Summed cross-entropy of a chunk's counted tokens (computed in fp32) and its gradient w.r.t. the logits, in the logits' dtype."""
+    """Summed cross-entropy of a chunk's counted tokens (computed in fp32) and its gradient w.r.t. the logits, in the
+    logits' dtype."""
     x = logits.float()
     counted = labels != IGNORE
     safe = torch.where(counted, labels, 0)
@@ -84,8 +85,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_hidden * grad_out.to(grad_hidden.dtype), grad_weight, None, None, None
 
 
-def linear_cross_entropy(hidden: Tensor, weight: Tensor, labels: Tensor, chunk: int = CHUNK_TOKENS, reduction: str = "mean") -> Tensor:
-    """Cross-entropy of ``hidden @ weight.T`` ([N, H] x [V, H]) against ``labels`` [N] (``IGNORE`` = not counted), computed in
+def linear_cross_entropy(
+    hidden: Tensor, weight: Tensor, labels: Tensor, chunk: int = CHUNK_TOKENS, reduction: str = "mean"
+) -> Tensor:
+    """Cross-entropy of ``hidden @ weight.T`` ([N, H] x [V, H]) against ``labels`` [N] (``IGNORE`` = not counted),
+    computed in
     chunks of tokens: the mean over the counted tokens (``reduction="mean"``) or their sum (``"sum"``)."""
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction={reduction!r}: allowed: mean, sum")

@@ -26,7 +26,8 @@ PEAK_FLOPS_BF16 = {
 
 
 def flops_per_token(params: dict[str, int], num_layers: int, num_heads: int, head_dim: int, seq_len: int) -> float:
-    """Training FLOPs per token: 6 x (active non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq_len.
+    """Training FLOPs per token: 6 x (active non-embedding params + lm_head params) + 12 x layers x heads x head_dim x
+    seq_len.
 
     Active parameters are those one token passes through: all of a dense model's; of a mixture of experts, the
     attention, norms, routers and top-k of the E experts per MoE layer (k/E of the expert weights)."""
@@ -49,7 +50,8 @@ def peak_memory_gib(device: torch.device) -> float:
 
 
 class MetricsLog:
-    """Appends one JSON record per step to ``<run_dir>/metrics.jsonl``, hands it to the experiment trackers (if any), and
+    """Appends one JSON record per step to ``<run_dir>/metrics.jsonl``, hands it to the experiment trackers (if any),
+    and
     prints a progress line every ``log_every`` steps (rank 0 only).
 
     Records may hold device tensors (loss, grad norm). They are read, which waits for the
@@ -57,10 +59,26 @@ class MetricsLog:
     since the previous read is split evenly over those steps for step time, tokens/s and MFU.
     """
 
-    def __init__(self, run_dir: Path, enabled: bool, log_every: int, total_steps: int, *, tokens_per_step: int,
-                 flops_per_token: float, peak_flops_total: float | None, resume_step: int = 0, sync_every: int = 1, tracking: Tracking | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        enabled: bool,
+        log_every: int,
+        total_steps: int,
+        *,
+        tokens_per_step: int,
+        flops_per_token: float,
+        peak_flops_total: float | None,
+        resume_step: int = 0,
+        sync_every: int = 1,
+        tracking: Tracking | None = None,
+    ):
         self.enabled, self.log_every, self.total_steps = enabled, log_every, total_steps
-        self.tokens_per_step, self.flops_per_token, self.peak_flops_total = tokens_per_step, flops_per_token, peak_flops_total
+        self.tokens_per_step, self.flops_per_token, self.peak_flops_total = (
+            tokens_per_step,
+            flops_per_token,
+            peak_flops_total,
+        )
         self.sync_every, self.tracking = sync_every, tracking
         self._pending: list[dict] = []
         self.restart_clock()
@@ -89,7 +107,10 @@ class MetricsLog:
                 record_step = record.get("step", 0)
             except (json.JSONDecodeError, AttributeError):
                 unreadable.append(line + "\n")
-                print(f"[train] {self.path}: line {number} is not a metrics record; kept in {self.path.name}.unreadable", flush=True)
+                print(
+                    f"[train] {self.path}: line {number} is not a metrics record; kept in {self.path.name}.unreadable",
+                    flush=True,
+                )
                 continue
             if isinstance(record_step, int) and record_step <= step:
                 kept.append(line + "\n")
@@ -107,7 +128,8 @@ class MetricsLog:
         self._t0 = time.perf_counter()
 
     def untimed(self, fn):
-        """Run ``fn`` (e.g. an evaluation) without counting its time in the step time, tokens/s and MFU; returns its result."""
+        """Run ``fn`` (e.g. an evaluation) without counting its time in the step time, tokens/s and MFU; returns its
+        result."""
         t0 = time.perf_counter()
         try:
             return fn()
@@ -146,10 +168,13 @@ class MetricsLog:
             split = ""
             if "wait_s" in record:
                 share = record["wait_s"] / max(record["compute_s"] + record["wait_s"], 1e-9)
-                split = f" | compute {record['compute_s']:.3f}s wait {record['wait_s']:.3f}s ({100 * share:.0f}% waiting)"
+                split = (
+                    f" | compute {record['compute_s']:.3f}s wait {record['wait_s']:.3f}s ({100 * share:.0f}% waiting)"
+                )
             evaluated = f" | eval {record['eval_loss']:.4f}" if record.get("eval_loss") is not None else ""
             print(
-                f"step {step}/{self.total_steps} | loss {record['loss']:.4f}{evaluated} | lr {record['lr']:.2e} | gnorm {record['grad_norm']:.3f} "
+                f"step {step}/{self.total_steps} | loss {record['loss']:.4f}{evaluated} | lr {record['lr']:.2e} | "
+                f"gnorm {record['grad_norm']:.3f} "
                 f"| {record['tokens_per_s']:,.0f} tok/s | mfu {mfu} | mem {record['peak_mem_gib']:.2f} GiB{split}",
                 flush=True,
             )

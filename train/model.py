@@ -22,13 +22,20 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from safetensors import safe_open
 from safetensors.torch import save_file
+from torch import nn
 from torch.distributed.checkpoint import HuggingFaceStorageReader
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
-from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-from transformers import AutoConfig, GenerationConfig, PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig
+from transformers import (
+    AutoConfig,
+    GenerationConfig,
+    PreTrainedTokenizerBase,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+)
 
 from train.adapters import LoraLinear, hf_key, init_adapters, is_adapter_key, nf4_weight
 from train.config import ConfigError, ModelConfig, model_type_problem
@@ -57,13 +64,19 @@ def hf_config(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3Conf
         dims.setdefault("vocab_size", -(-len(tokenizer) // 64) * 64)
         rope = {"rope_type": "default", "rope_theta": rope_theta}
         # A MoE shape has num_experts; no sliding window (Qwen3MoeConfig's class default is 4096, the models' null).
-        config = Qwen3MoeConfig(**dims, rope_parameters=rope, sliding_window=None) if "num_experts" in dims else Qwen3Config(**dims, rope_parameters=rope)
+        config = (
+            Qwen3MoeConfig(**dims, rope_parameters=rope, sliding_window=None)
+            if "num_experts" in dims
+            else Qwen3Config(**dims, rope_parameters=rope)
+        )
         config.eos_token_id = tokenizer.eos_token_id
         config.bos_token_id = tokenizer.bos_token_id
     # No padding_idx: nn.Embedding would freeze that row, while packed blocks hold no padding
     # and a tokenizer's pad is often its EOS, the document separator.
     config.pad_token_id = None
-    problem = vocab_problem(config.vocab_size, len(tokenizer))  # train.run_check refuses it first, from the tokenizer's files
+    problem = vocab_problem(
+        config.vocab_size, len(tokenizer)
+    )  # train.run_check refuses it first, from the tokenizer's files
     if problem:
         raise ConfigError(problem)
     config.use_cache = False
@@ -76,7 +89,13 @@ class Qwen3ForTraining(Qwen3ForCausalLM):
     next-token cross-entropy over the counted labels (not -100; ``reduction`` mean or sum), through
     ``linear_cross_entropy``: the logits are never materialized."""
 
-    def forward(self, input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, reduction: str = "mean", **kwargs):
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        reduction: str = "mean",
+        **kwargs,
+    ):
         if labels is None:
             return super().forward(input_ids=input_ids, **kwargs)
         hidden = self.model(input_ids=input_ids, **kwargs).last_hidden_state
@@ -93,7 +112,9 @@ def count_params(config: Qwen3Config | Qwen3MoeConfig) -> dict[str, int]:
     """Parameter counts: total (tied weights once), embedding, lm_head (its matmul, tied or not), non_embedding (decoder
     layers + final norm), and active_non_embedding: those a token passes through (a MoE counts top-k of its experts)."""
     model = build_meta_model(config)
-    non_embedding = sum(p.numel() for p in model.model.layers.parameters()) + sum(p.numel() for p in model.model.norm.parameters())
+    non_embedding = sum(p.numel() for p in model.model.layers.parameters()) + sum(
+        p.numel() for p in model.model.norm.parameters()
+    )
     experts = sum(p.numel() for name, p in model.model.layers.named_parameters() if ".mlp.experts." in name)
     idle = experts - experts * config.num_experts_per_tok // config.num_experts if is_moe(config) else 0
     return {
@@ -141,11 +162,19 @@ def _check_hf_tensors(path: str, want: dict[str, tuple[int, ...]]) -> None:
             with safe_open(file, framework="pt") as f:
                 have |= {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
         except Exception as e:  # safetensors' own error types
-            raise ConfigError(f"model.path: {file} is not a readable safetensors file ({' '.join(str(e).split())[:200]})") from None
+            raise ConfigError(
+                f"model.path: {file} is not a readable safetensors file ({' '.join(str(e).split())[:200]})"
+            ) from None
     missing = [k for k in want if k not in have]
-    shapes = [f"{k} is {list(have[k])}, config.json needs {list(s)}" for k, s in want.items() if k in have and have[k] != s]
+    shapes = [
+        f"{k} is {list(have[k])}, config.json needs {list(s)}" for k, s in want.items() if k in have and have[k] != s
+    ]
     if missing or shapes:
-        parts = ([f"{len(missing)} tensor(s) missing ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})"] if missing else [])
+        parts = (
+            [f"{len(missing)} tensor(s) missing ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})"]
+            if missing
+            else []
+        )
         parts += shapes[:3] + ([f"{len(shapes) - 3} more of another shape"] if len(shapes) > 3 else [])
         raise ConfigError(f"model.path: {path}: its safetensors do not fit its config.json: {'; '.join(parts)}")
 
@@ -161,24 +190,31 @@ def _load_hf_shards(model: nn.Module, path: str, config: Qwen3Config | Qwen3MoeC
     state = {hf: full[key] for hf, key in names.items()}
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # not in the files: the head is the embedding
-    fused = {k: state.pop(k) for k in list(state) if k.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"))}
+    fused = {
+        k: state.pop(k) for k in list(state) if k.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"))
+    }
     pieces = {k: _expert_pieces(k, v) for k, v in fused.items()}
     wanted = state | {name: t for p in pieces.values() for name, t in p.items()}
     _check_hf_tensors(path, {k: tuple(v.shape) for k, v in wanted.items()})
     try:
         dcp.load(wanted, storage_reader=HuggingFaceStorageReader(path))
     except (Exception, CheckpointException) as e:  # DCP gathers every rank's read errors into one CheckpointException
-        raise ConfigError(f"model.path: {path}: its safetensors do not load ({' '.join(str(e).split())[:200]})") from None
+        raise ConfigError(
+            f"model.path: {path}: its safetensors do not load ({' '.join(str(e).split())[:200]})"
+        ) from None
     for key, value in fused.items():
         _fill_experts(key, value, pieces[key])
     state |= fused
     if config.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    set_model_state_dict(model, {names[hf]: v for hf, v in state.items()}, options=StateDictOptions(strict=len(names) == len(full)))
+    set_model_state_dict(
+        model, {names[hf]: v for hf, v in state.items()}, options=StateDictOptions(strict=len(names) == len(full))
+    )
 
 
 def _hf_names(model: nn.Module) -> dict[str, str]:
-    """Hugging Face name -> model key of every weight but LoRA adapters (a wrapped projection's base_layer is the projection)."""
+    """Hugging Face name -> model key of every weight but LoRA adapters (a wrapped projection's base_layer is the
+    projection)."""
     return {hf_key(k): k for k in get_model_state_dict(model) if not is_adapter_key(k)}
 
 
@@ -199,7 +235,11 @@ def _expert_pieces(key: str, value: torch.Tensor) -> dict[str, torch.Tensor]:
     """The files' per-expert tensors (empty, to be read) for the experts this rank's shard of ``key`` holds."""
     prefix, (first, count), names = key.rsplit(".", 1)[0], _expert_range(value), _expert_file_names(key)
     shape = (value.shape[1] // len(names), value.shape[2])
-    return {f"{prefix}.{e}.{n}.weight": torch.empty(shape, dtype=value.dtype) for e in range(first, first + count) for n in names}
+    return {
+        f"{prefix}.{e}.{n}.weight": torch.empty(shape, dtype=value.dtype)
+        for e in range(first, first + count)
+        for n in names
+    }
 
 
 def _fill_experts(key: str, value: torch.Tensor, pieces: dict[str, torch.Tensor]) -> None:
@@ -217,8 +257,14 @@ def materialize(model: nn.Module, config: Qwen3Config | Qwen3MoeConfig, device: 
     model.model.rotary_emb = type(model.model.rotary_emb)(config).to(device)  # non-persistent buffers: recompute
 
 
-def load_initial_weights(model: nn.Module, cfg: ModelConfig, config: Qwen3Config | Qwen3MoeConfig, seed: int, device: torch.device,
-                         nf4: bool = False) -> None:
+def load_initial_weights(
+    model: nn.Module,
+    cfg: ModelConfig,
+    config: Qwen3Config | Qwen3MoeConfig,
+    seed: int,
+    device: torch.device,
+    nf4: bool = False,
+) -> None:
     """Allocate the (parallelized, meta) model on ``device`` and fill it, tensor by tensor: from model.path's
     safetensors, each rank its slices, or from the seeded random init; LoRA adapters (if any) from
     ``train.adapters.init_adapters``. ``nf4`` (QLoRA, one rank): each LoRA base projection is quantized as it arrives."""
@@ -273,7 +319,9 @@ def _one_rank_params(model: nn.Module) -> Iterator[tuple[nn.Module, str, str]]:
 
 
 @torch.no_grad()
-def _stream_one_rank(model: nn.Module, cfg: ModelConfig, config: Qwen3Config | Qwen3MoeConfig, seed: int, device: torch.device) -> None:
+def _stream_one_rank(
+    model: nn.Module, cfg: ModelConfig, config: Qwen3Config | Qwen3MoeConfig, seed: int, device: torch.device
+) -> None:
     """Materialize a one-rank meta model parameter by parameter from the seeded init or model.path, each LoRA base
     projection quantized to NF4 as it arrives (``train.adapters.nf4_weight``): no more than one tensor in full at a time."""
     where = None
@@ -281,14 +329,20 @@ def _stream_one_rank(model: nn.Module, cfg: ModelConfig, config: Qwen3Config | Q
         problem = weights_problem(cfg.path)  # train.run_check refuses it first
         if problem:
             raise ConfigError(problem)
-        want = {hf_key(k): tuple(getattr(m, attr).shape) for m, attr, k in _one_rank_params(model) if not is_adapter_key(k)}
+        want = {
+            hf_key(k): tuple(getattr(m, attr).shape) for m, attr, k in _one_rank_params(model) if not is_adapter_key(k)
+        }
         if config.tie_word_embeddings:
             want.pop("lm_head.weight", None)
         fused = [k for k in want if k.endswith((".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"))]
         for k in fused:
             shape = want.pop(k)
             names = _expert_file_names(k)
-            want |= {f"{k.rsplit('.', 1)[0]}.{e}.{n}.weight": (shape[1] // len(names), shape[2]) for e in range(shape[0]) for n in names}
+            want |= {
+                f"{k.rsplit('.', 1)[0]}.{e}.{n}.weight": (shape[1] // len(names), shape[2])
+                for e in range(shape[0])
+                for n in names
+            }
         _check_hf_tensors(cfg.path, want)
         where = _hf_file_tensors(cfg.path)
     tied = config.tie_word_embeddings
@@ -314,8 +368,13 @@ def _stream_one_rank(model: nn.Module, cfg: ModelConfig, config: Qwen3Config | Q
     model.model.rotary_emb = type(model.model.rotary_emb)(config).to(device)
 
 
-def export_hf(model: nn.Module, config: Qwen3Config | Qwen3MoeConfig, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path,
-              to_hf: Callable[[dict], dict] | None = None) -> None:
+def export_hf(
+    model: nn.Module,
+    config: Qwen3Config | Qwen3MoeConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    out_dir: str | Path,
+    to_hf: Callable[[dict], dict] | None = None,
+) -> None:
     """Gather the full weights to rank 0 and write a directory AutoModelForCausalLM.from_pretrained loads. Collective.
     ``to_hf`` turns the gathered state into Hugging Face weights (LoRA: ``train.adapters.merged_state``)."""
     from huggingface_hub import split_torch_state_dict_into_shards
@@ -332,15 +391,22 @@ def export_hf(model: nn.Module, config: Qwen3Config | Qwen3MoeConfig, tokenizer:
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     state = {k: v.contiguous() for k, v in to_hf_experts(state).items()}
-    split = split_torch_state_dict_into_shards(state, filename_pattern="model{suffix}.safetensors", max_shard_size=_EXPORT_SHARD_SIZE)
+    split = split_torch_state_dict_into_shards(
+        state, filename_pattern="model{suffix}.safetensors", max_shard_size=_EXPORT_SHARD_SIZE
+    )
     for filename, keys in split.filename_to_tensors.items():
         save_file({k: state[k] for k in keys}, out / filename, metadata={"format": "pt"})
     if split.is_sharded:
-        index = {"metadata": {"total_size": sum(v.numel() * v.element_size() for v in state.values())}, "weight_map": split.tensor_to_filename}
+        index = {
+            "metadata": {"total_size": sum(v.numel() * v.element_size() for v in state.values())},
+            "weight_map": split.tensor_to_filename,
+        }
         (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
     export_config = type(config).from_dict(config.to_dict())
     export_config.use_cache = True
     export_config.dtype = str(next(iter(state.values())).dtype).removeprefix("torch.")
     export_config.save_pretrained(out)
-    GenerationConfig(eos_token_id=config.eos_token_id, bos_token_id=config.bos_token_id, pad_token_id=tokenizer.pad_token_id).save_pretrained(out)
+    GenerationConfig(
+        eos_token_id=config.eos_token_id, bos_token_id=config.bos_token_id, pad_token_id=tokenizer.pad_token_id
+    ).save_pretrained(out)
     tokenizer.save_pretrained(out)

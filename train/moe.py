@@ -75,14 +75,18 @@ class GroupedExperts(nn.Module):
         return run(x, _local(self.gate_up_proj), _local(self.down_proj), counts, self.act_fn)
 
 
-def grouped_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, counts: torch.Tensor, act_fn) -> torch.Tensor:
+def grouped_mlp(
+    x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, counts: torch.Tensor, act_fn
+) -> torch.Tensor:
     """Every expert's SwiGLU over its group of rows in two ``torch._grouped_mm`` calls (no host sync)."""
     offsets = torch.cumsum(counts, 0, dtype=torch.int32)
     gate, up = torch._grouped_mm(x, gate_up.to(x.dtype).transpose(-2, -1), offs=offsets).chunk(2, dim=-1)
     return torch._grouped_mm(act_fn(gate) * up, down.to(x.dtype).transpose(-2, -1), offs=offsets)
 
 
-def looped_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, counts: torch.Tensor, act_fn) -> torch.Tensor:
+def looped_mlp(
+    x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, counts: torch.Tensor, act_fn
+) -> torch.Tensor:
     """The same, one expert at a time: the products transformers' eager experts compute, row for row."""
     out = []
     for e, rows in enumerate(torch.split(x, counts.tolist())):
@@ -111,7 +115,9 @@ class MoEBlock(nn.Module):
         x = hidden.reshape(-1, shape[-1])
         probs, weights, experts = self.gate(x)
         flat = experts.flatten()  # (T k,), token-major
-        counts = flat.new_zeros(self.num_experts).scatter_add_(0, flat, torch.ones_like(flat))  # bincount would wait for the device
+        counts = flat.new_zeros(self.num_experts).scatter_add_(
+            0, flat, torch.ones_like(flat)
+        )  # bincount would wait for the device
         self.routing = (counts.detach().float(), probs.sum(0), x.shape[0])
         order = torch.argsort(flat, stable=True)  # assignment slots grouped by expert, token order within each
         routed = x[order // self.top_k]
@@ -132,7 +138,9 @@ class MoEBlock(nn.Module):
         dist.all_to_all_single(recv_counts, counts, group=group)
         send_splits = counts.view(ep, local_experts).sum(1).tolist()
         recv_splits = recv_counts.view(ep, local_experts).sum(1).tolist()
-        received = all_to_all_single(routed.new_empty(sum(recv_splits), routed.shape[-1]), routed, recv_splits, send_splits, group=group)
+        received = all_to_all_single(
+            routed.new_empty(sum(recv_splits), routed.shape[-1]), routed, recv_splits, send_splits, group=group
+        )
         # The rows arrive by source rank, each source's by expert: regroup by expert (stably, so by source within one).
         expert_of_row = torch.arange(local_experts, device=routed.device).repeat(ep).repeat_interleave(recv_counts)
         by_expert = torch.argsort(expert_of_row, stable=True)
@@ -178,7 +186,13 @@ class Qwen3MoeForTraining(Qwen3MoeForCausalLM):
         # nothing here: MoEBlock runs its own grouped products. Accept it rather than refuse the config.
         return True
 
-    def forward(self, input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, reduction: str = "mean", **kwargs):
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        reduction: str = "mean",
+        **kwargs,
+    ):
         if labels is None:  # transformers' router-logit capture sees no Router of its own: off
             return super().forward(input_ids=input_ids, output_router_logits=False, **kwargs)
         hidden = self.model(input_ids=input_ids, **kwargs).last_hidden_state
@@ -192,7 +206,7 @@ def to_hf_experts(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     for key, value in state.items():
         if key.endswith("mlp.experts.gate_up_proj"):
             prefix = key.removesuffix("gate_up_proj")
-            for e, (gate, up) in enumerate(zip(*value.chunk(2, dim=1))):
+            for e, (gate, up) in enumerate(zip(*value.chunk(2, dim=1), strict=False)):
                 out[f"{prefix}{e}.gate_proj.weight"], out[f"{prefix}{e}.up_proj.weight"] = gate, up
         elif key.endswith("mlp.experts.down_proj"):
             prefix = key.removesuffix("down_proj")

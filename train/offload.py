@@ -58,7 +58,8 @@ class HostStore:
         self.back[index] = (x, done)
 
     def take(self, index: int) -> torch.Tensor:
-        """Layer ``index``'s input on the device, ready for the compute stream; starts bringing back layer index - 1's."""
+        """Layer ``index``'s input on the device, ready for the compute stream; starts bringing back layer index -
+        1's."""
         self._fetch(index)
         x, done = self.back.pop(index)
         if done is not None:
@@ -83,7 +84,9 @@ def _replayed_rng(state: tuple, device: torch.device):
 
 class _OffloadedLayer(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden: torch.Tensor, _anchor: torch.Tensor, store: HostStore, index: int, run: Callable) -> torch.Tensor:
+    def forward(
+        ctx, hidden: torch.Tensor, _anchor: torch.Tensor, store: HostStore, index: int, run: Callable
+    ) -> torch.Tensor:
         ctx.store, ctx.index, ctx.run = store, index, run
         ctx.rng = _rng_state(hidden.device)
         store.put(index, hidden)

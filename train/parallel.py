@@ -9,7 +9,8 @@
    is per layer but overlaps compute and tolerates the slower inter-node network.
 3. ``parallelize``: LoRA adapters (optional, ``train.adapters``), then float8 decoder linears (optional,
    ``train.float8``; with LoRA only the frozen bases), then tensor parallel per decoder layer, then expert
-   parallel (``apply_ep``: a MoE model with ep > 1), then activation checkpointing, then torch.compile (optional), then FSDP2
+   parallel (``apply_ep``: a MoE model with ep > 1), then activation checkpointing, then torch.compile (optional), then
+   FSDP2
    over the "dp" mesh dimension. A job of one rank gets
    no FSDP: with nothing to shard, its per-layer parameter and gradient copies only cost time
    (most of the 0.05 s of copy kernels in a 0.74 s Qwen3-1.7B step on one H200);
@@ -51,8 +52,13 @@ def init_distributed(env: WorldEnv) -> torch.device:
     # bounded, every group: a dead, stopped or missing rank ends the job with an error instead of a hang
     timeout = bound_every_group(dist_timeout_s(os.environ))
     if MASTER_ADDR_VAR in os.environ:
-        dist.init_process_group(backend, rank=env.rank, world_size=env.world_size, timeout=timeout,
-                                device_id=device if backend == "nccl" else None)
+        dist.init_process_group(
+            backend,
+            rank=env.rank,
+            world_size=env.world_size,
+            timeout=timeout,
+            device_id=device if backend == "nccl" else None,
+        )
     else:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     return device
@@ -102,10 +108,20 @@ def apply_ep(layers: nn.ModuleList, mesh: DeviceMesh) -> list[MoEBlock]:
     return blocks
 
 
-def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing: bool | float, compile: bool, param_dtype: torch.dtype,
-                fp8_recipe: str | None = None, lora: LoraConfig | None = None, adapter_dtype: torch.dtype = torch.float32,
-                offload_to: torch.device | None = None) -> nn.Module:
-    """LoRA -> float8 -> TP -> activation checkpointing -> compile -> FSDP2, on a Qwen3ForCausalLM (typically on the meta device).
+def parallelize(
+    model: nn.Module,
+    mesh: DeviceMesh,
+    *,
+    activation_checkpointing: bool | float,
+    compile: bool,
+    param_dtype: torch.dtype,
+    fp8_recipe: str | None = None,
+    lora: LoraConfig | None = None,
+    adapter_dtype: torch.dtype = torch.float32,
+    offload_to: torch.device | None = None,
+) -> nn.Module:
+    """LoRA -> float8 -> TP -> activation checkpointing -> compile -> FSDP2, on a Qwen3ForCausalLM (typically on the
+    meta device).
 
     ``lora`` (enabled): the model is frozen and the target projections get adapters in ``adapter_dtype``
     (``train.adapters.apply_lora``), which TP shards with their base layers.
@@ -126,8 +142,12 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing:
         adapters.apply_lora(model, lora, adapter_dtype)
     if fp8_recipe is not None:
         require_fp8(mesh.device_type)
-        convert_decoder_linears(layers, fp8_recipe, float8_all_gather=fp8_recipe == "tensorwise" and mesh["dp"].size() > 1,
-                                only_frozen=lora is not None and lora.enabled)
+        convert_decoder_linears(
+            layers,
+            fp8_recipe,
+            float8_all_gather=fp8_recipe == "tensorwise" and mesh["dp"].size() > 1,
+            only_frozen=lora is not None and lora.enabled,
+        )
     if mesh["tp"].size() > 1:
         for layer in layers:
             plan = MOE_LAYER_TP_PLAN if isinstance(layer.mlp, MoEBlock) else LAYER_TP_PLAN
@@ -158,7 +178,8 @@ def parallelize(model: nn.Module, mesh: DeviceMesh, *, activation_checkpointing:
         # tokens (the all-to-all's backward brings them home), so they are averaged over all of dp, not efsdp.
         fully_shard(block.experts, mesh=mesh["efsdp"], mp_policy=mp, reshard_after_forward=reshard)
         block.experts.set_gradient_divide_factor(mesh["dp"].size())
-        # gloo has no pre-multiplied sum: sum, then divide (not on one efsdp rank, where FSDP divides in its copy already)
+        # gloo has no pre-multiplied sum: sum, then divide (not on one efsdp rank, where FSDP divides in its copy
+        # already)
         block.experts.set_force_sum_reduction_for_comms(mesh.device_type == "cpu" and mesh["efsdp"].size() > 1)
     for layer in layers:
         fully_shard(layer, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=reshard)

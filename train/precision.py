@@ -23,7 +23,7 @@ class MasterWeights:
         self.masters = list(master.parameters())
         if [p.shape for p in self.params] != [m.shape for m in self.masters]:
             raise ValueError("model and master must have the same parameters")
-        for p, m in zip(self.params, self.masters):
+        for p, m in zip(self.params, self.masters, strict=False):
             p.register_post_accumulate_grad_hook(self._folder(m))
 
     @staticmethod

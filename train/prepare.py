@@ -27,7 +27,10 @@ def task_of(environ: dict) -> tuple[int, int]:
     for rank_var, world_var in ((RANK_VAR, WORLD_SIZE_VAR), ("SLURM_PROCID", "SLURM_NTASKS")):
         if rank_var in environ and world_var in environ:
             if not all(re.fullmatch(r"[0-9]{1,10}", environ[v]) for v in (rank_var, world_var)):  # not "1_0", " 1"
-                raise HpcError(f"environment {rank_var}={shown(environ[rank_var])} / {world_var}={shown(environ[world_var])}: must be whole numbers")
+                raise HpcError(
+                    f"environment {rank_var}={shown(environ[rank_var])} / {world_var}={shown(environ[world_var])}: "
+                    "must be whole numbers"
+                )
             rank, world = int(environ[rank_var]), int(environ[world_var])
             if not 0 <= rank < world:
                 raise HpcError(f"environment {rank_var}={rank} must be in [0, {world_var}={world})")
@@ -37,8 +40,12 @@ def task_of(environ: dict) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog=f"python -m {PROG}", description="Tokenize, render and pack training data once.")
-    parser.add_argument("--config", required=True, type=path_text, help="the training YAML config, e.g. train/configs/chat.yaml")
-    parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides, as for python -m train")
+    parser.add_argument(
+        "--config", required=True, type=path_text, help="the training YAML config, e.g. train/configs/chat.yaml"
+    )
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key.sub=value", help="config overrides, as for python -m train"
+    )
     args = parser.parse_args(argv)
 
     from train.config import ConfigError, load_config
@@ -49,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.overrides)
         rank, world = task_of(os.environ)
         if not cfg.data.packed:
-            raise ConfigError(f"{args.config}: data.pack=stream reads the token cache; train.prepare prepares packed data "
-                              "(data.format=chat, or data.pack=documents)")
+            raise ConfigError(
+                f"{args.config}: data.pack=stream reads the token cache; train.prepare prepares packed data "
+                "(data.format=chat, or data.pack=documents)"
+            )
         name = tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat")
         tokenizer = load_tokenizer(name)
         out = cfg.prepared_dir
@@ -62,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         made = [d for d in (out, *out.parents) if not d.exists()]
         try:
-            manifest = prepare(cfg.data, cfg.seq_len, tokenizer, name, out, rank, world, log=lambda m: print(m, flush=True))
+            manifest = prepare(
+                cfg.data, cfg.seq_len, tokenizer, name, out, rank, world, log=lambda m: print(m, flush=True)
+            )
         except HpcError:
             if world == 1 and made:  # alone: nobody waits for the error file; leave nothing this run made behind
                 shutil.rmtree(made[-1], ignore_errors=True)

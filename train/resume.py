@@ -14,10 +14,21 @@ from train.config import TrainConfig
 
 # The model config fields that decide the shapes of the saved state, and a mixture of experts' routing (which experts
 # a token reaches and how their outputs are weighted: the trained state means something else under another).
-STATE_DIMS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-              "num_key_value_heads", "head_dim", "tie_word_embeddings", "num_experts", "moe_intermediate_size")
+STATE_DIMS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "tie_word_embeddings",
+    "num_experts",
+    "moe_intermediate_size",
+)
 ROUTING_DIMS = ("num_experts_per_tok", "norm_topk_prob")
-# Settings recorded since a later version: a checkpoint written before holds no value for them, and is not refused for it.
+# Settings recorded since a later version: a checkpoint written before holds no value for them, and is not refused for
+# it.
 RECORDED_LATER = tuple(f"model.dims.{k}" for k in ROUTING_DIMS)
 _SHOWN = 60  # characters of a value in a message
 
@@ -39,8 +50,11 @@ def _short(value) -> str:
 
 def differences(saved: dict, now: dict) -> list[str]:
     """``key saved (saved) vs now (now)`` for each setting that differs."""
-    return [f"{k} {_short(saved.get(k))} (saved) vs {_short(now.get(k))} (now)"
-            for k in sorted(saved.keys() | now.keys()) if saved.get(k) != now.get(k) and (k in saved or k not in RECORDED_LATER)]
+    return [
+        f"{k} {_short(saved.get(k))} (saved) vs {_short(now.get(k))} (now)"
+        for k in sorted(saved.keys() | now.keys())
+        if saved.get(k) != now.get(k) and (k in saved or k not in RECORDED_LATER)
+    ]
 
 
 def mismatch(checkpoints: list[Path], now: dict) -> str | None:
@@ -52,9 +66,11 @@ def mismatch(checkpoints: list[Path], now: dict) -> str | None:
         except (OSError, ValueError):
             continue
         if isinstance(saved, dict) and (diffs := differences(saved, now)):
-            return (f"checkpoint.dir {path.parent}: {path.name} was written with other settings: {'; '.join(diffs)}; "
-                    "set them back to resume it, or set checkpoint.restart=fresh to train from step 0 "
-                    "(the checkpoints are moved aside, not deleted)")
+            return (
+                f"checkpoint.dir {path.parent}: {path.name} was written with other settings: {'; '.join(diffs)}; "
+                "set them back to resume it, or set checkpoint.restart=fresh to train from step 0 "
+                "(the checkpoints are moved aside, not deleted)"
+            )
     return None
 
 

@@ -2,9 +2,12 @@
 runs it for every job (each array task) before anything is submitted, so both refuse the same input with the same line.
 
 Besides the config's own validation it holds every rule that needs the job's ranks or the model's structure: the
-parallel layout, the features' layouts (QLoRA's and activation offload's single rank, the straggler test ranks), the model's type, vocabulary and
-experts, the LoRA targets each decoder layer has (``decoder_linears``: transformers' Qwen3 and Qwen3-MoE layers, from the
+parallel layout, the features' layouts (QLoRA's and activation offload's single rank, the straggler test ranks), the
+model's type, vocabulary and
+experts, the LoRA targets each decoder layer has (``decoder_linears``: transformers' Qwen3 and Qwen3-MoE layers, from
+the
 config's fields) and the NF4 block rule. ``train.adapters`` and ``train.model`` refuse with the same functions' lines."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,14 +22,42 @@ ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 NF4_BLOCK = 64  # NF4 quantizes blocks of this many weights
 # transformers' defaults for the fields a config.json may leave out (Qwen3Config, Qwen3MoeConfig; a unit test compares)
 LIBRARY_DEFAULTS = {
-    "qwen3": {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32,
-              "num_key_value_heads": 32, "head_dim": 128, "vocab_size": 151936},
-    "qwen3_moe": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24, "num_attention_heads": 32,
-                  "num_key_value_heads": 4, "vocab_size": 151936, "num_experts": 128, "num_experts_per_tok": 8,
-                  "moe_intermediate_size": 768, "decoder_sparse_step": 1, "mlp_only_layers": []},
+    "qwen3": {
+        "hidden_size": 4096,
+        "intermediate_size": 22016,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "head_dim": 128,
+        "vocab_size": 151936,
+    },
+    "qwen3_moe": {
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "vocab_size": 151936,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 768,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+    },
 }
-_WHOLE = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "num_experts",
-          "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step", "num_key_value_heads", "head_dim")
+_WHOLE = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "decoder_sparse_step",
+    "num_key_value_heads",
+    "head_dim",
+)
 _DERIVED = ("num_key_value_heads", "head_dim")  # null: derived from the others, as transformers does
 
 
@@ -37,8 +68,13 @@ def check_run(cfg: TrainConfig, env: WorldEnv) -> ParallelDims:
     model = model_dims(cfg)
     dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads(), num_experts=cfg.model.num_experts())
     dims.grad_accum(cfg.global_batch, cfg.micro_batch)
-    problem = weights_problem(cfg.model.path) or vocab_problem(model["vocab_size"], tokens) or \
-        lora_problem(cfg, model, env.world_size) or offload_problem(cfg, env.world_size) or straggler_problem(cfg, env.world_size)
+    problem = (
+        weights_problem(cfg.model.path)
+        or vocab_problem(model["vocab_size"], tokens)
+        or lora_problem(cfg, model, env.world_size)
+        or offload_problem(cfg, env.world_size)
+        or straggler_problem(cfg, env.world_size)
+    )
     if problem:
         raise ConfigError(problem)
     return dims
@@ -52,8 +88,10 @@ def ignored_settings(cfg: TrainConfig) -> list[str]:
     for section, name in ((cfg.lora, "lora"), (cfg.fp8, "fp8")):
         unused = sorted(section.model_fields_set - {"enabled"})
         if unused and not section.enabled:
-            lines.append(f"{', '.join(f'{name}.{k}' for k in unused)} ha{'ve' if len(unused) > 1 else 's'} no effect: "
-                         f"{name}.enabled=false")
+            lines.append(
+                f"{', '.join(f'{name}.{k}' for k in unused)} ha{'ve' if len(unused) > 1 else 's'} no effect: "
+                f"{name}.enabled=false"
+            )
     return lines
 
 
@@ -70,10 +108,14 @@ def model_dims(cfg: TrainConfig) -> dict:
     full = {**LIBRARY_DEFAULTS.get(model_type, LIBRARY_DEFAULTS["qwen3"]), **dims}
     for key, value in ((k, full[k]) for k in _WHOLE if k in full and not (full[k] is None and k in _DERIVED)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"model.path: {cfg.model.path}/config.json: {key}={shown(value)} is not a whole number of at least 1")
+            raise ConfigError(
+                f"model.path: {cfg.model.path}/config.json: {key}={shown(value)} is not a whole number of at least 1"
+            )
     layers = full["mlp_only_layers"] = full.get("mlp_only_layers") or []  # null: none, as transformers reads it
     if not isinstance(layers, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in layers):
-        raise ConfigError(f"model.path: {cfg.model.path}/config.json: mlp_only_layers={shown(layers)} is not a list of layer numbers")
+        raise ConfigError(
+            f"model.path: {cfg.model.path}/config.json: mlp_only_layers={shown(layers)} is not a list of layer numbers"
+        )
     return full
 
 
@@ -90,8 +132,12 @@ def decoder_linears(dims: dict, layer: int) -> dict[str, tuple[int, int]]:
     hidden, heads = dims["hidden_size"], dims["num_attention_heads"]
     kv = dims.get("num_key_value_heads") or heads
     head_dim = dims.get("head_dim") or hidden // heads
-    shapes = {"q_proj": (heads * head_dim, hidden), "k_proj": (kv * head_dim, hidden), "v_proj": (kv * head_dim, hidden),
-              "o_proj": (hidden, heads * head_dim)}
+    shapes = {
+        "q_proj": (heads * head_dim, hidden),
+        "k_proj": (kv * head_dim, hidden),
+        "v_proj": (kv * head_dim, hidden),
+        "o_proj": (hidden, heads * head_dim),
+    }
     if not is_sparse_layer(dims, layer):
         inter = dims["intermediate_size"]
         shapes |= {"gate_proj": (inter, hidden), "up_proj": (inter, hidden), "down_proj": (hidden, inter)}
@@ -110,8 +156,10 @@ def missing_target(target: str, layer: int, linears) -> str:
 def nf4_block_problem(name: str, shape: tuple[int, int]) -> str | None:
     """Why a projection of this (out, in) shape cannot be stored in NF4, or None."""
     if math.prod(shape) % NF4_BLOCK:
-        return (f"lora.quantize_base=nf4: {name} holds {shape[0]} x {shape[1]} weights, not a multiple of {NF4_BLOCK} "
-                "(NF4 quantizes blocks of 64): use lora.quantize_base=none or other model dims")
+        return (
+            f"lora.quantize_base=nf4: {name} holds {shape[0]} x {shape[1]} weights, not a multiple of {NF4_BLOCK} "
+            "(NF4 quantizes blocks of 64): use lora.quantize_base=none or other model dims"
+        )
     return None
 
 
@@ -122,8 +170,10 @@ def lora_problem(cfg: TrainConfig, dims: dict, world_size: int) -> str | None:
         return None
     nf4 = lora.quantize_base == "nf4"
     if nf4 and world_size > 1:  # the NF4 base is not sharded
-        return (f"lora.quantize_base=nf4 trains on one rank (one GPU); this job has WORLD_SIZE={world_size}: "
-                "use lora.quantize_base=none (a bf16 base sharded by FSDP x TP) or one rank")
+        return (
+            f"lora.quantize_base=nf4 trains on one rank (one GPU); this job has WORLD_SIZE={world_size}: "
+            "use lora.quantize_base=none (a bf16 base sharded by FSDP x TP) or one rank"
+        )
     for layer in range(dims["num_hidden_layers"]):
         linears = decoder_linears(dims, layer)
         missing = [t for t in lora.target_modules if t not in linears]
@@ -155,8 +205,10 @@ def vocab_problem(vocab_size: int | None, tokens: int | None) -> str | None:
 def offload_problem(cfg: TrainConfig, world_size: int) -> str | None:
     """Activation offload (train/offload.py) trains on one rank: its layers' inner backward runs without FSDP."""
     if cfg.activation_offload and world_size > 1:
-        return (f"activation_offload=true trains on one rank (one GPU); this job has WORLD_SIZE={world_size}: "
-                "use activation_checkpointing alone")
+        return (
+            f"activation_offload=true trains on one rank (one GPU); this job has WORLD_SIZE={world_size}: "
+            "use activation_checkpointing alone"
+        )
     return None
 
 

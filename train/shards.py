@@ -1,4 +1,5 @@
 """A rank's part of a full tensor: what a shard (a DTensor parameter under FSDP2 x TP x EP) holds of it."""
+
 from __future__ import annotations
 
 import torch
@@ -7,11 +8,12 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 
 
 def local_part(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """The part of ``full`` that ``like`` (a DTensor shard of a tensor of full's shape, or a plain tensor: all of it) holds."""
+    """The part of ``full`` that ``like`` (a DTensor shard of a tensor of full's shape, or a plain tensor: all of it)
+    holds."""
     if not isinstance(like, DTensor):
         return full
     shape, offset = compute_local_shape_and_global_offset(full.shape, like.device_mesh, like.placements)
-    return full[tuple(slice(o, o + n) for n, o in zip(shape, offset))]
+    return full[tuple(slice(o, o + n) for n, o in zip(shape, offset, strict=False))]
 
 
 @torch.no_grad()

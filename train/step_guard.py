@@ -17,8 +17,12 @@ from torch.distributed.tensor import DTensor
 from hpc.node.cli import HpcError
 from hpc.node.contract import EXIT_FAILED
 
-_KINDS = ("the loss turned non-finite (nan or inf)", "the gradient norm turned non-finite (nan or inf)",
-          "its global batch holds no loss token", "the weights hold non-finite values")
+_KINDS = (
+    "the loss turned non-finite (nan or inf)",
+    "the gradient norm turned non-finite (nan or inf)",
+    "its global batch holds no loss token",
+    "the weights hold non-finite values",
+)
 
 
 class StepFailed(HpcError):
@@ -44,9 +48,11 @@ class StepGuard:
         if local and not torch.stack([torch.isfinite(w).all() for w in local]).all():
             first[3] = step
         dist.all_reduce(first, op=dist.ReduceOp.MAX)
-        found = [(s, kind) for s, kind in zip(first.tolist(), _KINDS) if s]
+        found = [(s, kind) for s, kind in zip(first.tolist(), _KINDS, strict=False) if s]
         if not found:
             return None
         s, kind = min(found)
-        return (f"step {s}: {kind}; the run stops without saving any step from {s} on (lower optim.lr, set grad_clip, "
-                "or check the data: seq_len, data.overlong)")
+        return (
+            f"step {s}: {kind}; the run stops without saving any step from {s} on (lower optim.lr, set grad_clip, "
+            "or check the data: seq_len, data.overlong)"
+        )

@@ -15,6 +15,7 @@ Which rank the others wait for is a separate question: ``CollectiveWait`` measur
 time its training thread spends inside torch.distributed's collectives (blocked until the last rank arrives), so
 the rank that arrives last, whatever delayed it, waits least (train/straggler.py).
 """
+
 from __future__ import annotations
 
 import re
@@ -56,8 +57,11 @@ def timed_step(step: Callable[[], T], device: torch.device) -> tuple[T, dict]:
         out = step()
         torch.cuda.synchronize(device)
         wall = time.perf_counter() - wall0
-    kernels = [(e.time_range.start, e.time_range.end) for e in prof.events()
-               if e.device_type == torch.autograd.DeviceType.CUDA and not COMM_KERNEL.search(e.name)]
+    kernels = [
+        (e.time_range.start, e.time_range.end)
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA and not COMM_KERNEL.search(e.name)
+    ]
     compute = min(wall, busy_seconds(kernels) / 1e6)
     return out, {"compute_s": compute, "wait_s": wall - compute}
 

@@ -19,6 +19,7 @@ by more than ``straggler.threshold`` in ``straggler.windows`` windows in a row i
 the cause, on rank 0's output and in that step's metrics record (``stragglers``), for as long as it stays
 slow.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -44,7 +45,7 @@ def burn_cpu(seconds: float) -> None:
 
 def slower_than_peers(times: list[float]) -> list[float]:
     """Each rank's compute time over the median of the other ranks', minus 1 (0.14: 14% slower)."""
-    return [m / max(statistics.median(times[:r] + times[r + 1:]), 1e-12) - 1 for r, m in enumerate(times)]
+    return [m / max(statistics.median(times[:r] + times[r + 1 :]), 1e-12) - 1 for r, m in enumerate(times)]
 
 
 class Streaks:
@@ -55,7 +56,8 @@ class Streaks:
         self.slow: list[list[float]] = [[] for _ in range(world)]
 
     def add(self, slower: list[float]) -> list[tuple[int, float, int]]:
-        """One window's ``slower_than_peers``; returns (rank, mean excess over its streak, streak length) of the named."""
+        """One window's ``slower_than_peers``; returns (rank, mean excess over its streak, streak length) of the
+        named."""
         for r, s in enumerate(slower):
             self.slow[r] = self.slow[r] + [s] if s > self.threshold else []
         return [(r, statistics.fmean(s), len(s)) for r, s in enumerate(self.slow) if len(s) >= self.windows]
@@ -115,7 +117,8 @@ class StragglerMonitor:
         return run
 
     def after_step(self, step: int, record: dict) -> None:
-        """Keep a profiled GPU step's compute time; at the end of a window exchange, judge and name (into ``record``)."""
+        """Keep a profiled GPU step's compute time; at the end of a window exchange, judge and name (into
+        ``record``)."""
         if not self.enabled:
             return
         if self.device.type == "cuda" and "compute_s" in record:
@@ -135,8 +138,15 @@ class StragglerMonitor:
 
         # compute: the median step (a step's own hiccup is no slower processor); busy: the mean, so that stalls that
         # hit a few steps of the window count in full
-        mine = torch.tensor([median(self._times), float(len(self._times)),
-                             statistics.fmean(self._busy) if self._busy else 0.0, float(len(self._busy))], dtype=torch.float64)
+        mine = torch.tensor(
+            [
+                median(self._times),
+                float(len(self._times)),
+                statistics.fmean(self._busy) if self._busy else 0.0,
+                float(len(self._busy)),
+            ],
+            dtype=torch.float64,
+        )
         every = [torch.empty_like(mine) for _ in self.nodes]
         dist.all_gather(every, mine, group=self.group)
         self._times, self._busy = [], []
@@ -144,23 +154,35 @@ class StragglerMonitor:
             return
         times, busy = [t[0].item() for t in every], [t[2].item() for t in every]
         by_compute, by_busy = slower_than_peers(times), slower_than_peers(busy)
-        named = self.streaks.add([max(c, b) for c, b in zip(by_compute, by_busy)])
+        named = self.streaks.add([max(c, b) for c, b in zip(by_compute, by_busy, strict=False)])
         if not named:
             return
-        others = lambda values, r: statistics.median(values[:r] + values[r + 1:])  # noqa: E731
-        found = [{"rank": r, "node": self.nodes[r], "slower": round(excess, 4), "windows": n,
-                  "cause": "compute" if by_compute[r] > self.cfg.threshold else "host",
-                  "busy_s": busy[r], "others_busy_s": others(busy, r),
-                  "compute_s": times[r], "others_compute_s": others(times, r)}
-                 for r, excess, n in named]
+        others = lambda values, r: statistics.median(values[:r] + values[r + 1 :])  # noqa: E731
+        found = [
+            {
+                "rank": r,
+                "node": self.nodes[r],
+                "slower": round(excess, 4),
+                "windows": n,
+                "cause": "compute" if by_compute[r] > self.cfg.threshold else "host",
+                "busy_s": busy[r],
+                "others_busy_s": others(busy, r),
+                "compute_s": times[r],
+                "others_compute_s": others(times, r),
+            }
+            for r, excess, n in named
+        ]
         record["stragglers"] = found
         if self.cfg.stop_after:
             self.persistent = [f for f in found if f["windows"] >= self.cfg.stop_after]
         if self.rank == 0:
             for f in found:
-                print(f"[straggler] step {step}: {describe(f)} (busy {f['busy_s']:.4f} s per step, others' median "
-                      f"{f['others_busy_s']:.4f} s; compute {f['compute_s']:.4f} s, others' median {f['others_compute_s']:.4f} s)",
-                      flush=True)
+                print(
+                    f"[straggler] step {step}: {describe(f)} (busy {f['busy_s']:.4f} s per step, others' median "
+                    f"{f['others_busy_s']:.4f} s; compute {f['compute_s']:.4f} s, others' median "
+                    f"{f['others_compute_s']:.4f} s)",
+                    flush=True,
+                )
 
     def close(self) -> None:
         """Stop the wait sampler."""
@@ -168,11 +190,16 @@ class StragglerMonitor:
             self.waits.close()
 
 
-CAUSES = {"compute": "its computation is slower",
-          "host": "the others wait for it, its computation is not slower (stopped, descheduled, waiting on data or storage)"}
+CAUSES = {
+    "compute": "its computation is slower",
+    "host": "the others wait for it, its computation is not slower (stopped, descheduled, waiting on data or storage)",
+}
 
 
 def describe(f: dict) -> str:
     """'rank 3 on n2, 14% slower than the median over 3 windows: its computation is slower'."""
-    return (f"rank {f['rank']} on {f['node']}, {100 * f['slower']:.0f}% slower than the median over {f['windows']} windows: "
-            f"{CAUSES[f['cause']]}")
+    return (
+        f"rank {f['rank']} on {f['node']}, {100 * f['slower']:.0f}% slower than the median over {f['windows']} "
+        "windows: "
+        f"{CAUSES[f['cause']]}"
+    )

@@ -24,10 +24,18 @@ from hpc.node.files import META_BYTES, read_small_text, regular_file_problem
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
-                   "added_tokens.json", "chat_template.jinja")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
+)
 DEMO_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "tokenizer"
-# The demo tokenizer plus Qwen3's chat tokens (<|im_start|>, <|im_end|> = EOS, <think>, </think>) and a Qwen3-style chat template.
+# The demo tokenizer plus Qwen3's chat tokens (<|im_start|>, <|im_end|> = EOS, <think>, </think>) and a Qwen3-style chat
+# template.
 DEMO_CHAT_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "chat_tokenizer"
 
 
@@ -39,7 +47,8 @@ def tokenizer_source(data_tokenizer: str | None, model_path: str | None, chat: b
 
 
 def _directory(path: str | None) -> Path:
-    """The tokenizer directory of ``path`` (None = the demo tokenizer), checked to hold a Hugging Face tokenizer's files."""
+    """The tokenizer directory of ``path`` (None = the demo tokenizer), checked to hold a Hugging Face tokenizer's
+    files."""
     directory = DEMO_TOKENIZER_DIR if path is None else Path(path).expanduser()
     if not any((directory / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise HpcError(
@@ -86,7 +95,8 @@ def load_tokenizer(path: str | None) -> PreTrainedTokenizerFast:
         raise _cannot_load(directory, e) from None
     if not isinstance(tok, PreTrainedTokenizerFast):
         raise HpcError(
-            f"tokenizer: {directory} loads as a slow {type(tok).__name__}; a fast tokenizer (tokenizer.json) is required"
+            f"tokenizer: {directory} loads as a slow {type(tok).__name__}; a fast tokenizer (tokenizer.json) is "
+            "required"
         )
     if tok.eos_token_id is None:
         raise HpcError(f"tokenizer: {directory} defines no eos_token; set eos_token in its tokenizer_config.json")

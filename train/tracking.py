@@ -50,7 +50,11 @@ def flat_params(tree: dict, prefix: str = "") -> dict[str, str]:
 
 def numeric(record: dict) -> dict[str, float]:
     """The record's numeric values except the step (None, e.g. mfu on CPU, is left out)."""
-    return {k: float(v) for k, v in record.items() if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        k: float(v)
+        for k, v in record.items()
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 class MLflowTracker:
@@ -74,7 +78,9 @@ class MLflowTracker:
             except MlflowException:
                 print(f"[track] mlflow: run {run_id} of the checkpoint is not in {uri}; starting a new run", flush=True)
         if run is None:
-            run = self.client.create_run(self._experiment(job_name(run_dir), MlflowException), run_name=Path(run_dir).resolve().name)
+            run = self.client.create_run(
+                self._experiment(job_name(run_dir), MlflowException), run_name=Path(run_dir).resolve().name
+            )
         self.run_id = run.info.run_id
         self.client.update_run(self.run_id, status="RUNNING")
         held = run.data.params
@@ -83,9 +89,11 @@ class MLflowTracker:
             print(f"[track] mlflow: params keep their first values, changed since: {', '.join(changed)}", flush=True)
         new = [Param(k, v) for k, v in params.items() if k not in held]
         for i in range(0, len(new), 100):  # MLflow takes at most 100 params per batch
-            self.client.log_batch(self.run_id, params=new[i:i + 100])
+            self.client.log_batch(self.run_id, params=new[i : i + 100])
         keys = ["loss"] if "loss" in run.data.metrics else run.data.metrics  # every trainer record has a loss
-        self.last_step = max((m.step for key in keys for m in self.client.get_metric_history(self.run_id, key)), default=0)
+        self.last_step = max(
+            (m.step for key in keys for m in self.client.get_metric_history(self.run_id, key)), default=0
+        )
 
     def _experiment(self, name: str, error: type[Exception]) -> str:
         found = self.client.get_experiment_by_name(name)
@@ -101,7 +109,9 @@ class MLflowTracker:
         self.client.log_batch(self.run_id, metrics=[self._Metric(k, v, ms, step) for k, v in values.items()])
 
     def close(self, finished: bool) -> None:
-        self.client.set_terminated(self.run_id, self._status.to_string(self._status.FINISHED if finished else self._status.KILLED))
+        self.client.set_terminated(
+            self.run_id, self._status.to_string(self._status.FINISHED if finished else self._status.KILLED)
+        )
 
 
 def wandb_records(path: Path) -> Iterator:
@@ -118,8 +128,8 @@ def wandb_records(path: Path) -> Iterator:
         if block - pos % block < 7:  # a block's tail too short for a header is padding
             pos += block - pos % block
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind == 0 or len(chunk) < length:  # zero padding, or a record cut short by a killed process
             break
         parts = chunk if kind in (1, 2) else parts + chunk
@@ -145,11 +155,26 @@ class WandbTracker:
         self.run_dir = Path(run_dir)
         self.last_step = 0
         if run_id is not None:
-            self.last_step = max((int(r.history.step.num) for f in wandb_run_files(self.run_dir, run_id)
-                                  for r in wandb_records(f) if r.WhichOneof("record_type") == "history"), default=0)
-        self.run = wandb.init(project=project, dir=str(self.run_dir), id=run_id, resume="allow",
-                              name=self.run_dir.resolve().name, group=job_name(run_dir), config=params,
-                              mode=os.environ.get("WANDB_MODE", "offline"), settings=wandb.Settings(console="off", silent=True))
+            self.last_step = max(
+                (
+                    int(r.history.step.num)
+                    for f in wandb_run_files(self.run_dir, run_id)
+                    for r in wandb_records(f)
+                    if r.WhichOneof("record_type") == "history"
+                ),
+                default=0,
+            )
+        self.run = wandb.init(
+            project=project,
+            dir=str(self.run_dir),
+            id=run_id,
+            resume="allow",
+            name=self.run_dir.resolve().name,
+            group=job_name(run_dir),
+            config=params,
+            mode=os.environ.get("WANDB_MODE", "offline"),
+            settings=wandb.Settings(console="off", silent=True),
+        )
         self.run_id = self.run.id
 
     def log(self, step: int, values: dict[str, float]) -> None:
@@ -185,7 +210,8 @@ class TensorBoardTracker:
 
 
 class Tracking:
-    """The configured trackers of rank 0: ``log`` each written record, ``run_ids`` for the checkpoint, ``close`` at the end.
+    """The configured trackers of rank 0: ``log`` each written record, ``run_ids`` for the checkpoint, ``close`` at the
+    end.
 
     A tracker never stops training: one that fails (to start, or later: a server gone, W&B's service process
     killed by the job's signal) is reported in one line and left out for the rest of this process. Its steps
@@ -210,7 +236,11 @@ class Tracking:
             if tracker.run_id is not None:
                 self.ids[name] = tracker.run_id
             if tracker.last_step > resume_step:
-                print(f"[track] {name}: the run holds steps {resume_step + 1}-{tracker.last_step} already; they keep their first values", flush=True)
+                print(
+                    f"[track] {name}: the run holds steps {resume_step + 1}-{tracker.last_step} already; they keep "
+                    "their first values",
+                    flush=True,
+                )
         self.total_steps, self.step = cfg.steps, resume_step
 
     def run_ids(self) -> dict[str, str]:

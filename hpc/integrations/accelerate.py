@@ -17,6 +17,7 @@
 A checkpoint is ``step-NNNNNNNN`` in the directory (``.tmp`` appended while it is written), complete once it holds
 the contract's marker; the requeued job's ``load()`` takes the newest complete one.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,13 @@ from typing import Iterator, Sized
 import torch
 import torch.distributed as dist
 
-from hpc.integrations.checkpoints import IntegrationError, directory_arg, environ_arg, mark_complete, newest_complete_checkpoint
+from hpc.integrations.checkpoints import (
+    IntegrationError,
+    directory_arg,
+    environ_arg,
+    mark_complete,
+    newest_complete_checkpoint,
+)
 from hpc.node.attempt import Progress
 from hpc.node.cli import shown
 from hpc.node.contract import CHECKPOINT_META, EXIT_STOPPED, checkpoint_name, checkpoint_step
@@ -46,7 +53,9 @@ class Requeue:
         # every argument checked here, before the signals are caught: an IntegrationError naming it
         self.directory = directory_arg(directory, "Requeue", "directory", writable=True)
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
-            raise IntegrationError(f"Requeue(keep_last={shown(keep_last)}): a whole number of checkpoints to keep, at least 1")
+            raise IntegrationError(
+                f"Requeue(keep_last={shown(keep_last)}): a whole number of checkpoints to keep, at least 1"
+            )
         environ = environ_arg(environ, "Requeue")
         self.accelerator, self.keep_last = accelerator, keep_last
         self.stop = StopFlag(environ)
@@ -78,11 +87,14 @@ class Requeue:
         try:
             per_epoch = len(loader)
         except TypeError:
-            raise IntegrationError(f"Requeue.batches(loader={shown(loader)}): the loader has no length; give a DataLoader "
-                                   "over a dataset of known size") from None
+            raise IntegrationError(
+                f"Requeue.batches(loader={shown(loader)}): the loader has no length; give a DataLoader "
+                "over a dataset of known size"
+            ) from None
         if per_epoch < 1:
-            raise IntegrationError(f"Requeue.batches(loader={shown(loader)}): the loader has no batches (length 0): "
-                                   "nothing to train on")
+            raise IntegrationError(
+                f"Requeue.batches(loader={shown(loader)}): the loader has no batches (length 0): nothing to train on"
+            )
         return self._batches(loader, per_epoch)
 
     def _batches(self, loader: Sized, per_epoch: int) -> Iterator:
@@ -122,7 +134,7 @@ class Requeue:
 
     def _prune(self) -> None:
         complete = sorted(p for p in self.directory.iterdir() if checkpoint_step(p.name) is not None)
-        for old in complete[:-self.keep_last]:
+        for old in complete[: -self.keep_last]:
             shutil.rmtree(old, ignore_errors=True)
 
     def stop_if_noticed(self, step: int) -> None:
@@ -134,6 +146,8 @@ class Requeue:
         if self._saved != step:
             self.save(step)
         self.stop.ignore_further()
-        self.accelerator.print(f"[requeue] stopped at step {step} after {self.stop.received}, checkpoint saved; "
-                               f"exiting {EXIT_STOPPED} for a requeue")
+        self.accelerator.print(
+            f"[requeue] stopped at step {step} after {self.stop.received}, checkpoint saved; "
+            f"exiting {EXIT_STOPPED} for a requeue"
+        )
         raise SystemExit(EXIT_STOPPED)

@@ -1,6 +1,7 @@
 """Which checkpoints of an output directory are complete: every rank finished writing them, and the
 contract's completeness marker (`hpc.node.contract.CHECKPOINT_META`) was written last. The arguments of every
 `hpc.integrations` call are checked where it is made: `IntegrationError` names the argument, in one line."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,9 @@ from hpc.node.cli import HpcError, shown
 from hpc.node.contract import CHECKPOINT_META, checkpoint_step
 from hpc.node.files import read_json_object
 
-TRAINER_CHECKPOINT = re.compile(r"checkpoint-(\d+)")  # the Trainer's <PREFIX_CHECKPOINT_DIR>-<step> (light: no transformers import)
+TRAINER_CHECKPOINT = re.compile(
+    r"checkpoint-(\d+)"
+)  # the Trainer's <PREFIX_CHECKPOINT_DIR>-<step> (light: no transformers import)
 
 
 def step_of(name: str) -> int | None:
@@ -38,7 +41,9 @@ def directory_arg(value, call: str, name: str, writable: bool = False) -> Path:
     """A directory argument: a non-empty path without NUL that is a directory or does not exist yet (``writable``: the
     nearest existing folder above it can be written, so it can be made); nothing is created."""
     if not isinstance(value, (str, os.PathLike)):
-        raise IntegrationError(f"{call}({name}={shown(value)}): a directory path (str or os.PathLike), not {type(value).__name__}")
+        raise IntegrationError(
+            f"{call}({name}={shown(value)}): a directory path (str or os.PathLike), not {type(value).__name__}"
+        )
     text = os.fspath(value)
     if isinstance(text, bytes) or not text.strip() or "\0" in text:
         raise IntegrationError(f"{call}({name}={shown(text)}): not a directory path (empty, or bytes, or with a NUL)")
@@ -48,21 +53,27 @@ def directory_arg(value, call: str, name: str, writable: bool = False) -> Path:
     if writable:
         above = next(p for p in (path, *path.absolute().parents) if p.exists())
         if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
-            raise IntegrationError(f"{call}({name}={shown(text)}): {above} {'is not a directory' if not above.is_dir() else 'is not writable'}"
-                                   f"{'' if above == path else f', so {path} cannot be made'}")
+            raise IntegrationError(
+                f"{call}({name}={shown(text)}): {above} "
+                f"{'is not a directory' if not above.is_dir() else 'is not writable'}"
+                f"{'' if above == path else f', so {path} cannot be made'}"
+            )
     return path
 
 
 def environ_arg(value, call: str) -> Mapping[str, str]:
     """The ``environ`` argument: a mapping of environment variables (os.environ), not a path or a string."""
     if not isinstance(value, Mapping):
-        raise IntegrationError(f"{call}(environ={shown(value)}): a mapping of environment variables such as os.environ, "
-                               f"not {type(value).__name__} (was a path passed where the environment goes?)")
+        raise IntegrationError(
+            f"{call}(environ={shown(value)}): a mapping of environment variables such as os.environ, "
+            f"not {type(value).__name__} (was a path passed where the environment goes?)"
+        )
     return value
 
 
 def _marked_step(path: Path) -> int | None:
-    """The step a checkpoint's completeness marker records, when it is a marker `mark_complete` wrote for that directory."""
+    """The step a checkpoint's completeness marker records, when it is a marker `mark_complete` wrote for that
+    directory."""
     try:
         marker = read_json_object(path / CHECKPOINT_META)
     except (OSError, ValueError):
@@ -81,11 +92,16 @@ def newest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     root = directory_arg(output_dir, "newest_complete_checkpoint", "output_dir")
     if not root.is_dir():
         return None
-    complete = [(step, p) for p in root.iterdir()
-                if step_of(p.name) is not None and p.is_dir() and (step := _marked_step(p)) is not None]
+    complete = [
+        (step, p)
+        for p in root.iterdir()
+        if step_of(p.name) is not None and p.is_dir() and (step := _marked_step(p)) is not None
+    ]
     kinds = {bool(TRAINER_CHECKPOINT.fullmatch(p.name)) for _, p in complete}
     if len(kinds) > 1:
-        raise IntegrationError(f"newest_complete_checkpoint(output_dir={shown(os.fspath(output_dir))}): it holds complete "
-                               "checkpoints of both the Trainer (checkpoint-N) and accelerate's Requeue (step-NNNNNNNN); "
-                               "give each script its own directory")
+        raise IntegrationError(
+            f"newest_complete_checkpoint(output_dir={shown(os.fspath(output_dir))}): it holds complete "
+            "checkpoints of both the Trainer (checkpoint-N) and accelerate's Requeue (step-NNNNNNNN); "
+            "give each script its own directory"
+        )
     return str(max(complete)[1]) if complete else None

@@ -1,10 +1,12 @@
-"""``trainer.add_callback(RequeueCallback())``: a transformers ``Trainer`` or TRL ``SFTTrainer`` stops at Slurm's notice,
+"""``trainer.add_callback(RequeueCallback())``: a transformers ``Trainer`` or TRL ``SFTTrainer`` stops at Slurm's
+notice,
 saves its normal checkpoint of the stop step on every rank and exits with the contract's stopped code (75), so the
 batch script requeues the job; the next run resumes with ``newest_complete_checkpoint``:
 
     trainer = SFTTrainer(..., callbacks=[RequeueCallback()])
     trainer.train(resume_from_checkpoint=newest_complete_checkpoint(args.output_dir))
 """
+
 from __future__ import annotations
 
 import os
@@ -31,7 +33,9 @@ class RequeueCallback(TrainerCallback):
         environ = environ_arg(environ, "RequeueCallback")
         self.stop, self.environ = StopFlag(environ), environ
         self.stopped_at: int | None = None
-        self.progress: Progress | None = None  # a job with spare nodes: the resumed step and the steps, for hpc.node.restart
+        self.progress: Progress | None = (
+            None  # a job with spare nodes: the resumed step and the steps, for hpc.node.restart
+        )
 
     def _world(self) -> int:
         return dist.get_world_size() if dist.is_initialized() else 1
@@ -52,8 +56,10 @@ class RequeueCallback(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
             if state.is_world_process_zero:
-                print(f"[requeue] stopping after step {state.global_step} of {state.max_steps}: saving its checkpoint",
-                      flush=True)
+                print(
+                    f"[requeue] stopping after step {state.global_step} of {state.max_steps}: saving its checkpoint",
+                    flush=True,
+                )
 
     def on_save(self, args, state, control, **kwargs):
         if self.stop.group is not None:
@@ -69,6 +75,9 @@ class RequeueCallback(TrainerCallback):
             dist.barrier(group=self.stop.group)  # the marker is written before any rank reports the stop
         self.stop.ignore_further()
         if state.is_world_process_zero:
-            print(f"[requeue] stopped at step {self.stopped_at} of {state.max_steps} after {self.stop.received}, "
-                  f"checkpoint saved; exiting {EXIT_STOPPED} for a requeue", flush=True)
+            print(
+                f"[requeue] stopped at step {self.stopped_at} of {state.max_steps} after {self.stop.received}, "
+                f"checkpoint saved; exiting {EXIT_STOPPED} for a requeue",
+                flush=True,
+            )
         raise SystemExit(EXIT_STOPPED)

@@ -13,6 +13,7 @@
 Times are ``time.time()`` seconds. Every file is written whole (a temporary file renamed), so a reader never sees
 half of one.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,6 +49,7 @@ def _name(kind: str, rank: Optional[int], task: Optional[int]) -> str:
 
 def _ident(environ: Mapping[str, str], rank_level: bool) -> tuple[Optional[int], Optional[int]]:
     """(rank, task) of this process: the rank for a rank program's supervisor, else the Slurm task."""
+
     def number(name: str) -> Optional[int]:
         text = environ.get(name, "")
         return int(text) if text.isdigit() else None
@@ -61,9 +63,19 @@ def record_start(environ: Mapping[str, str], who: str, node: str, pid: int, rank
     if directory is None:
         return
     rank, task = _ident(environ, rank_level)
-    write_json(directory / _name("start", rank, task),
-               {"who": who, "rank": rank, "task": task, "node": node, "pid": pid, "supervisor_pid": os.getpid(),
-                "step": environ.get("SLURM_STEP_ID"), "at": time.time()})
+    write_json(
+        directory / _name("start", rank, task),
+        {
+            "who": who,
+            "rank": rank,
+            "task": task,
+            "node": node,
+            "pid": pid,
+            "supervisor_pid": os.getpid(),
+            "step": environ.get("SLURM_STEP_ID"),
+            "at": time.time(),
+        },
+    )
 
 
 def record_exit(environ: Mapping[str, str], who: str, node: str, returncode: int, rank_level: bool) -> None:
@@ -78,24 +90,54 @@ def record_exit(environ: Mapping[str, str], who: str, node: str, returncode: int
             sig = signal.Signals(-returncode).name
         except ValueError:
             sig = f"signal {-returncode}"
-    write_json(directory / _name("exit", rank, task),
-               {"who": who, "rank": rank, "task": task, "node": node,
-                "rc": returncode if returncode >= 0 else 128 - returncode, "signal": sig, "at": time.time()})
+    write_json(
+        directory / _name("exit", rank, task),
+        {
+            "who": who,
+            "rank": rank,
+            "task": task,
+            "node": node,
+            "rc": returncode if returncode >= 0 else 128 - returncode,
+            "signal": sig,
+            "at": time.time(),
+        },
+    )
 
 
-def record_collective(rank: int, node: str, failure: str, step: Optional[int], failed_at: float, elapsed_s: float,
-                      arrived: Optional[list[int]], missing: list[int], nodes: list[str],
-                      environ: Mapping[str, str] = os.environ) -> None:
+def record_collective(
+    rank: int,
+    node: str,
+    failure: str,
+    step: Optional[int],
+    failed_at: float,
+    elapsed_s: float,
+    arrived: Optional[list[int]],
+    missing: list[int],
+    nodes: list[str],
+    environ: Mapping[str, str] = os.environ,
+) -> None:
     """Rank ``rank``'s collective failed with ``failure`` ("timeout" or "peer ended", `hpc.node.hang`) at
     ``failed_at``, ``elapsed_s`` into the step after ``step``; ``arrived`` at the hang report (None: the store did not
     answer), ``missing`` the ranks that did not; ``nodes``: every rank's node."""
     directory = attempt_dir(environ)
     if directory is None:
         return
-    write_json(directory / f"collective-{rank}.json",
-               {"rank": rank, "node": node, "failure": failure, "step": step, "failed_at": failed_at,
-                "step_started_at": failed_at - elapsed_s, "arrived": arrived, "missing": missing,
-                "missing_nodes": sorted({nodes[r] for r in missing}), "nodes": nodes, "at": time.time()})
+    write_json(
+        directory / f"collective-{rank}.json",
+        {
+            "rank": rank,
+            "node": node,
+            "failure": failure,
+            "step": step,
+            "failed_at": failed_at,
+            "step_started_at": failed_at - elapsed_s,
+            "arrived": arrived,
+            "missing": missing,
+            "missing_nodes": sorted({nodes[r] for r in missing}),
+            "nodes": nodes,
+            "at": time.time(),
+        },
+    )
 
 
 class Progress:

@@ -4,6 +4,7 @@ algbw = bytes / time; busbw = algbw x 2(n-1)/n for n ranks, the rate each link m
 comparable across group sizes. A time is the slowest rank's mean over `iters` back-to-back
 all_reduces after `warmup` untimed ones. Only torch is needed (the GPU bench imports this).
 """
+
 from __future__ import annotations
 
 import time
@@ -69,8 +70,14 @@ def time_all_reduce(x: torch.Tensor, group, iters: int, warmup: int) -> float:
     return elapsed.item()
 
 
-def sweep(sizes: list[int], device: torch.device, group=None, iters: int = 5, warmup: int = 2,
-          progress: Optional[Callable[[dict], None]] = None) -> list[dict]:
+def sweep(
+    sizes: list[int],
+    device: torch.device,
+    group=None,
+    iters: int = 5,
+    warmup: int = 2,
+    progress: Optional[Callable[[dict], None]] = None,
+) -> list[dict]:
     """One row per size: bytes, time_us, algbw_gbps, busbw_gbps (float32 elements)."""
     import torch
     import torch.distributed as dist

@@ -1,5 +1,6 @@
 """What every command line of the project shares: one error class and one way to print it (one line, its exit code),
 the argparse types that check numbers and paths where they are read, and the cap on any value an error line echoes."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,8 @@ class HpcError(Exception):
 
 
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:
-    """``repr(value)`` of a user's input cut to about ``limit`` characters (nested values shortened, never built whole)."""
+    """``repr(value)`` of a user's input cut to about ``limit`` characters (nested values shortened, never built
+    whole)."""
     if isinstance(value, str) and len(value) > limit:
         return f"{value[:limit]!r}... ({len(value)} characters)"
     r = _REPR.repr(value)
@@ -50,6 +52,7 @@ def fail(prog: str, error: HpcError | str, code: int | None = None) -> NoReturn:
 
 def whole(lo: int = 1, hi: Optional[int] = None) -> Callable[[str], int]:
     """argparse type: a whole number (ASCII digits, optional sign) in [lo, hi]."""
+
     def parse(text: str) -> int:
         digits = text.removeprefix("-").removeprefix("+")
         if not digits.isdigit() or not digits.isascii() or len(digits) > 30:
@@ -59,12 +62,14 @@ def whole(lo: int = 1, hi: Optional[int] = None) -> Callable[[str], int]:
             allowed = f"{lo}..{hi}" if hi is not None else f"at least {lo}"
             raise argparse.ArgumentTypeError(f"{value} is out of range: allowed {allowed}")
         return value
+
     parse.__name__ = "whole number"
     return parse
 
 
 def number(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
     """argparse type: a finite number in [lo, hi] (lo excluded with ``lo_open``)."""
+
     def parse(text: str) -> float:
         try:
             value = float(text) if len(text) <= 50 and text.isascii() and text == text.strip() else math.nan
@@ -73,8 +78,11 @@ def number(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{shown(text)} is not a finite number")
         if value < lo or value == lo and lo_open or value > hi:
-            raise argparse.ArgumentTypeError(f"{value:g} is out of range: allowed {'(' if lo_open else '['}{lo:g}, {hi:g}]")
+            raise argparse.ArgumentTypeError(
+                f"{value:g} is out of range: allowed {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+            )
         return value
+
     parse.__name__ = "number"
     return parse
 
@@ -93,7 +101,9 @@ def check_utf8(text: str, what: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise HpcError(f"{what} {shown(text)}: not valid UTF-8 (check the terminal's or the script's encoding)") from None
+        raise HpcError(
+            f"{what} {shown(text)}: not valid UTF-8 (check the terminal's or the script's encoding)"
+        ) from None
     return text
 
 

@@ -1,5 +1,6 @@
 """What the login side, the batch script, the nodes and the trainer agree on: one home for each name,
 default, exit code, signal, job state and file name, and the stop-and-requeue contract's node half."""
+
 from __future__ import annotations
 
 import re
@@ -32,7 +33,9 @@ EXPECT_PROJECT_VAR = "HPC_EXPECT_PROJECT"  # this project's installed version
 EXPECT_TORCH_VAR = "HPC_EXPECT_TORCH"  # torch's version with its build, e.g. 2.6.0+cu126
 PROJECT_DIST = "hpc-train"  # the project's distribution name (its version is the installed one's)
 ATTEMPT_VAR = "HPC_ATTEMPT"  # a job with spare nodes: which start of the ranks within this run of the job (0, 1, ...)
-ATTEMPT_DIR_VAR = "HPC_ATTEMPT_DIR"  # ... and the directory where its tasks and ranks leave their records (hpc/node/attempt.py)
+ATTEMPT_DIR_VAR = (
+    "HPC_ATTEMPT_DIR"  # ... and the directory where its tasks and ranks leave their records (hpc/node/attempt.py)
+)
 TEST_FAULTS_VAR = "HPC_TEST_FAULTS"  # tests only: faults the trainer's ranks inject into themselves (train/faults.py)
 
 # torch.distributed's env:// rendezvous: hpc.node.launch sets them from SLURM_* (slurm_env.py), rank programs read them.
@@ -50,7 +53,9 @@ NCCL_IB_DISABLE_VAR = "NCCL_IB_DISABLE"
 NCCL_IB_GID_INDEX_VAR = "NCCL_IB_GID_INDEX"
 NCCL_NET_GDR_LEVEL_VAR = "NCCL_NET_GDR_LEVEL"
 NCCL_NET_VAR = "NCCL_NET"  # a net by name (the libfabric plugin's): NCCL fails instead of falling back to sockets
-NCCL_NET_PLUGIN_VAR = "NCCL_NET_PLUGIN"  # the net plugin library: a suffix (libnccl-net-NAME.so) or a library name or path
+NCCL_NET_PLUGIN_VAR = (
+    "NCCL_NET_PLUGIN"  # the net plugin library: a suffix (libnccl-net-NAME.so) or a library name or path
+)
 FI_PROVIDER_VAR = "FI_PROVIDER"  # libfabric's provider: efa (AWS), cxi (HPE Slingshot)
 OFI_NET_NAME = "AWS Libfabric"  # the aws-ofi-nccl plugin's net, the name every version of it answers to
 NETWORK_VAR_PREFIXES = ("NCCL_", "GLOO_", "FI_")
@@ -67,12 +72,14 @@ DEFAULT_MAX_RESTARTS_PER_NODE = 1  # in-job restarts one node's failures may cau
 
 # Slurm's final job states. A job of ours that is PREEMPTED is requeued and comes back (partition
 # PreemptMode=REQUEUE), so whoever follows a job waits on for one of ENDED.
-FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
-                          "DEADLINE", "PREEMPTED"})
+FINAL_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+)
 ENDED_STATES = FINAL_STATES - {"PREEMPTED"}
 
 # Files and directories of a job and its run.
-TASK_LOG = "%j_%t_log.out"  # task R of job J writes J_R_log.out (as submitit names them); under torchrun/accelerate task R is node R
+# task R of job J writes J_R_log.out (as submitit names them); under torchrun/accelerate task R is node R
+TASK_LOG = "%j_%t_log.out"
 BATCH_LOG = "%j_0_log.out"  # the batch script's own lines go to task 0's log
 ARRAY_TASK_ID = "%A_%a"  # in an array job %j above becomes this: ARRAY_TASK (e.g. 123_4), the id Slurm's clients take
 STOP_RECORD = ".stop-{job_id}-{restart}"  # in the job directory, per job id and restart
@@ -84,9 +91,13 @@ LEASE_FILE = ".lease.json"  # in a checkpoint directory: the one live run that m
 SET_ASIDE = ".bad-"  # step-N.bad-<time>: a damaged checkpoint, never loaded or pruned again
 FRESH_MARKER = ".fresh.json"  # in a checkpoint directory: which job started over with checkpoint.restart=fresh
 PREPARED_MANIFEST = "manifest.json"  # prepared data's manifest, written when every chunk is done
-UNHEALTHY_MARKS = ".unhealthy-{job_id}-{restart}"  # in the job directory: one empty file per bad node (failed hpc.node.health,
+UNHEALTHY_MARKS = (
+    ".unhealthy-{job_id}-{restart}"  # in the job directory: one empty file per bad node (failed hpc.node.health,
+)
 # missing at a collective timeout, a persistent straggler); the batch script requeues the job without them
-RESTART_DIR = ".restarts-{job_id}-{restart}"  # in the job directory: one attempt-<N>/ per start of the ranks (spare nodes)
+RESTART_DIR = (
+    ".restarts-{job_id}-{restart}"  # in the job directory: one attempt-<N>/ per start of the ranks (spare nodes)
+)
 ATTEMPT_DIR = "attempt-{attempt}"  # in RESTART_DIR: the attempt's records (hpc/node/attempt.py) and marks/
 RESTART_LOG = "restarts.jsonl"  # in the job directory: one record per in-job restart decision (hpc/node/restart.py)
 FLIGHT_RECORDER_DIR = "nccl-trace"  # in the trainer's log.dir: NCCL flight recorder dumps, one file per rank

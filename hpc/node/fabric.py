@@ -2,6 +2,7 @@
 starts: libfabric's provider in FI_PROVIDER must be listed by ``fi_info -p PROVIDER`` on this node, and the NCCL net
 plugin that NCCL_NET_PLUGIN names (or NCCL's default, libnccl-net.so, when NCCL_NET names a plugin's net) must load
 as NCCL loads it and export a ``ncclNetPlugin_v*`` table."""
+
 from __future__ import annotations
 
 import ctypes
@@ -39,18 +40,26 @@ def check_provider(value: str, run: Callable = subprocess.run, which: Callable =
     found = []
     for provider in (p.strip() for p in value.split(",")):
         if which("fi_info") is None:
-            raise NodeCheckError(f"{FI_PROVIDER_VAR}={value} but fi_info (libfabric's tool) is not on PATH on this node, "
-                                 "so the provider cannot be seen: put libfabric's bin directory on PATH in the profile's "
-                                 "environment.setup (e.g. /opt/amazon/efa/bin on AWS)")
+            raise NodeCheckError(
+                f"{FI_PROVIDER_VAR}={value} but fi_info (libfabric's tool) is not on PATH on this node, "
+                "so the provider cannot be seen: put libfabric's bin directory on PATH in the profile's "
+                "environment.setup (e.g. /opt/amazon/efa/bin on AWS)"
+            )
         try:
             r = run(["fi_info", "-p", provider], capture_output=True, text=True, timeout=FI_INFO_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise NodeCheckError(f"{FI_PROVIDER_VAR}={value}: fi_info -p {provider} got no answer within {FI_INFO_TIMEOUT_S} s") from None
+            raise NodeCheckError(
+                f"{FI_PROVIDER_VAR}={value}: fi_info -p {provider} got no answer within {FI_INFO_TIMEOUT_S} s"
+            ) from None
         domains = provider_domains(r.stdout, provider) if r.returncode == 0 else []
         if not domains:
-            said = next((l.strip() for l in (r.stderr + r.stdout).splitlines() if l.strip()), f"exit code {r.returncode}")
-            raise NodeCheckError(f"{FI_PROVIDER_VAR}={value} but fi_info -p {provider} lists no {provider} device on this node "
-                                 f"({said}): its driver or libfabric's {provider} provider is missing here")
+            said = next(
+                (l.strip() for l in (r.stderr + r.stdout).splitlines() if l.strip()), f"exit code {r.returncode}"
+            )
+            raise NodeCheckError(
+                f"{FI_PROVIDER_VAR}={value} but fi_info -p {provider} lists no {provider} device on this node "
+                f"({said}): its driver or libfabric's {provider} provider is missing here"
+            )
         found.append(f"libfabric {provider}: {', '.join(domains)}")
     return found
 
@@ -76,16 +85,28 @@ def load_plugin(plugin: Optional[str], load: Callable = ctypes.CDLL) -> str:
             continue
         version = next((v for v in PLUGIN_VERSIONS if hasattr(lib, f"ncclNetPlugin_v{v}")), None)
         if version is None:
-            raise NodeCheckError(f"{NCCL_NET_PLUGIN_VAR}={plugin}: {name} loads but is not an NCCL net plugin "
-                                 "(it exports no ncclNetPlugin_v* table)")
+            raise NodeCheckError(
+                f"{NCCL_NET_PLUGIN_VAR}={plugin}: {name} loads but is not an NCCL net plugin "
+                "(it exports no ncclNetPlugin_v* table)"
+            )
         return f"{name} (ncclNetPlugin_v{version})"
-    what = f"{NCCL_NET_PLUGIN_VAR}={plugin}" if plugin else f"{NCCL_NET_VAR} names a plugin's net and {NCCL_NET_PLUGIN_VAR} is unset"
-    raise NodeCheckError(f"{what}, but the NCCL net plugin does not load on this node ({'; '.join(errors)}): install "
-                         "aws-ofi-nccl there, or give its library's path as network.nccl_net_plugin")
+    what = (
+        f"{NCCL_NET_PLUGIN_VAR}={plugin}"
+        if plugin
+        else f"{NCCL_NET_VAR} names a plugin's net and {NCCL_NET_PLUGIN_VAR} is unset"
+    )
+    raise NodeCheckError(
+        f"{what}, but the NCCL net plugin does not load on this node ({'; '.join(errors)}): install "
+        "aws-ofi-nccl there, or give its library's path as network.nccl_net_plugin"
+    )
 
 
-def check_fabric(environ: Mapping[str, str], run: Callable = subprocess.run, which: Callable = shutil.which,
-                 load: Callable = ctypes.CDLL) -> list[str]:
+def check_fabric(
+    environ: Mapping[str, str],
+    run: Callable = subprocess.run,
+    which: Callable = shutil.which,
+    load: Callable = ctypes.CDLL,
+) -> list[str]:
     """What this node's libfabric fabric offers, one summary per check ([] when FI_PROVIDER, NCCL_NET_PLUGIN and a
     plugin's NCCL_NET are all unset)."""
     found = check_provider(environ[FI_PROVIDER_VAR], run, which) if environ.get(FI_PROVIDER_VAR) else []

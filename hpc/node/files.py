@@ -1,6 +1,7 @@
 """Reading the small files the project keeps beside a run (leases, markers, metadata, recordings, configs): each must be
 a regular file of bounded size, checked before it is read, so a FIFO, a device or a directory in its place is one line
 instead of a hang, and a huge file one line instead of a long read."""
+
 from __future__ import annotations
 
 import errno
@@ -14,8 +15,13 @@ from hpc.node.cli import HpcError
 SMALL_BYTES = 1 << 20  # a lease, a marker, an owner record
 META_BYTES = 64 << 20  # metadata and configs: a checkpoint's meta.json, a config.json, a YAML config, a recording
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 class NotASmallFile(HpcError, ValueError):
@@ -41,7 +47,8 @@ def regular_file_problem(path: str | os.PathLike) -> str | None:
 
 
 def read_small(path: str | os.PathLike, limit: int = SMALL_BYTES) -> bytes:
-    """The bytes of ``path``, a regular file of at most ``limit`` bytes; NotASmallFile (one line naming the path) when it
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes; NotASmallFile (one line naming the path) when
+    it
     is another kind of file or larger. Checked before it is opened, and again on the descriptor (opened without
     blocking, so a FIFO swapped in between is refused too). A missing file is FileNotFoundError, as for open()."""
     problem = regular_file_problem(path)

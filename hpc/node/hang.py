@@ -13,6 +13,7 @@ connections: the node answered, the program failed) names the missing ranks the 
 NCCL's own watchdog ends the process at the timeout; its flight recorder dumps every rank's last collectives into
 the run's log directory instead (`flight_recorder_env`).
 """
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,14 @@ def collective_failure(error: BaseException) -> str | None:
     return None
 
 
-def post_arrival(store, rank: int, world: int, failure: str = "timeout", grace_s: float = GRACE_S,
-                 store_timeout_s: float = STORE_TIMEOUT_S) -> dict[int, str] | None:
+def post_arrival(
+    store,
+    rank: int,
+    world: int,
+    failure: str = "timeout",
+    grace_s: float = GRACE_S,
+    store_timeout_s: float = STORE_TIMEOUT_S,
+) -> dict[int, str] | None:
     """Post this rank's arrival with how its collective failed (`collective_failure`) and return each rank that
     arrived within ``grace_s`` (sooner once all did) with its failure; None when the store does not answer. A
     TCPStore whose host is stopped may block a read for ever, whatever its timeout: the talk runs in a thread of its
@@ -106,24 +113,45 @@ def missing_text(missing: list[int], nodes: list[str]) -> str:
     return ", ".join(f"{ranks_text(rs)} on {node}" for node, rs in by_node.items())
 
 
-def hang_line(where: str, elapsed_s: float, arrived: list[int] | None, nodes: list[str],
-              environ: Mapping[str, str] = os.environ, peer_ended: bool = False) -> str:
+def hang_line(
+    where: str,
+    elapsed_s: float,
+    arrived: list[int] | None,
+    nodes: list[str],
+    environ: Mapping[str, str] = os.environ,
+    peer_ended: bool = False,
+) -> str:
     """The one line that says who did not arrive (``arrived`` None: the store did not answer; ``peer_ended``: the
     collective failed because a peer's process ended, not on a timeout)."""
-    head = (f"[hang] a collective failed {where}, a peer's process having ended" if peer_ended
-            else f"[hang] a collective timed out {where}") + f" (after {elapsed_s:.0f} s)"
+    head = (
+        f"[hang] a collective failed {where}, a peer's process having ended"
+        if peer_ended
+        else f"[hang] a collective timed out {where}"
+    ) + f" (after {elapsed_s:.0f} s)"
     if arrived is None:
         store = f"{environ.get(MASTER_ADDR_VAR, '?')}:{environ.get(MASTER_PORT_VAR, '?')}"
-        return (f"{head}: the rendezvous store at {store} did not answer either; its host (rank 0's process on "
-                f"{nodes[0]}, or torchrun's agent there) may be the one stopped")
+        return (
+            f"{head}: the rendezvous store at {store} did not answer either; its host (rank 0's process on "
+            f"{nodes[0]}, or torchrun's agent there) may be the one stopped"
+        )
     missing = [r for r in range(len(nodes)) if r not in arrived]
     if not missing:
-        return f"{head}: every rank arrived at the timeout (a collective of a subgroup, or ranks in different collectives)"
+        return (
+            f"{head}: every rank arrived at the timeout (a collective of a subgroup, or ranks in different collectives)"
+        )
     return f"{head}: {missing_text(missing, nodes)} did not arrive ({ranks_text(arrived)} did)"
 
 
-def name_the_missing(where: str, elapsed_s: float, rank: int, nodes: list[str], failure: str, store=None,
-                     grace_s: float = GRACE_S, step: int | None = None) -> tuple[list[int] | None, list[int], bool]:
+def name_the_missing(
+    where: str,
+    elapsed_s: float,
+    rank: int,
+    nodes: list[str],
+    failure: str,
+    store=None,
+    grace_s: float = GRACE_S,
+    step: int | None = None,
+) -> tuple[list[int] | None, list[int], bool]:
     """After a collective failed with ``failure`` (`collective_failure`): post this rank's arrival; the lowest rank
     that arrived (each rank, when the store does not answer) prints the hang line and, after a timeout, marks the
     missing ranks' nodes bad. It was a timeout when any rank that arrived timed out: the first rank to give up on a

@@ -1,6 +1,7 @@
 """A node's GPU health, checked before training: one task per node runs
 
-    python -m hpc.node.health --gpus G [--matmul-tflops T] [--copy-gbps B] [--min-fraction F] [--nvidia-smi-q FILE] [--mark DIR]
+    python -m hpc.node.health --gpus G [--matmul-tflops T] [--copy-gbps B] [--min-fraction F] [--nvidia-smi-q FILE]
+    [--mark DIR]
 
 Checks: the GPU count against the partition's; from ``nvidia-smi -q``: uncorrectable ECC
 errors, pages pending retirement, rows pending remapping or a remapping failure, hardware or
@@ -10,6 +11,7 @@ matmul (TFLOP/s) and a device copy (GB/s) on every GPU against the profile's exp
 exists there: the GPUs Slurm granted, and a CPU matmul and memory copy (reported, not judged).
 One line per finding, ``[health] NODE ...``; exit 0: healthy, 1: a check failed (the node is named).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -100,8 +102,10 @@ def check_gpu(gpu: dict) -> list[Finding]:
         counts = {k: v for k, v in counts.items() if k.endswith("Total")}
     uncorrectable = {k: n for k, v in counts.items() if (n := _number(v))}
     if uncorrectable:
-        bad.append(f"{sum(uncorrectable.values()):g} uncorrectable ECC error(s) since the last reset "
-                   f"({', '.join(f'{k} {v:g}' for k, v in uncorrectable.items())})")
+        bad.append(
+            f"{sum(uncorrectable.values()):g} uncorrectable ECC error(s) since the last reset "
+            f"({', '.join(f'{k} {v:g}' for k, v in uncorrectable.items())})"
+        )
     if str(_get(gpu, "Retired Pages", "Pending Page Blacklist|Pending Page Retirement")).lower() == "yes":
         bad.append("a page is pending retirement (needs a GPU reset)")
     remap = _get(gpu, "Remapped Rows") or {}
@@ -125,7 +129,9 @@ def check_gpu(gpu: dict) -> list[Finding]:
         bad.append(f"power capped at {limit:g} W, below the default {default:g} W")
     if bad:
         return [Finding(where, False, p) for p in bad]
-    return [Finding(where, True, f"{gpu.get('Product Name', 'GPU')}: no ECC, retirement, remapping, clock or power problem")]
+    return [
+        Finding(where, True, f"{gpu.get('Product Name', 'GPU')}: no ECC, retirement, remapping, clock or power problem")
+    ]
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
@@ -142,8 +148,9 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, str]:
 def check_smi(text: str, expected_gpus: int) -> list[Finding]:
     """The GPU count against the partition's, then each GPU's findings."""
     gpus = parse_smi_q(text)
-    count = Finding("node", len(gpus) >= expected_gpus,
-                    f"{len(gpus)} GPU(s) seen by nvidia-smi; the partition has {expected_gpus}")
+    count = Finding(
+        "node", len(gpus) >= expected_gpus, f"{len(gpus)} GPU(s) seen by nvidia-smi; the partition has {expected_gpus}"
+    )
     return [count] + [f for g in gpus for f in check_gpu(g)]
 
 
@@ -169,7 +176,7 @@ def bench(device, matmul_n: int, copy_bytes: int, iters: int) -> tuple[float, fl
     for _ in range(iters):
         a @ b
     sync(device)
-    tflops = 2 * matmul_n ** 3 * iters / (time.perf_counter() - start) / 1e12
+    tflops = 2 * matmul_n**3 * iters / (time.perf_counter() - start) / 1e12
     copy = copy_bandwidth([copy_bytes], device, iters=iters)[0]["copy_gbps"]
     return tflops, copy
 
@@ -178,8 +185,12 @@ def judge(where: str, what: str, measured: float, unit: str, expected: Optional[
     if expected is None:
         return Finding(where, True, f"{what} {measured:.3g} {unit} (the profile has no expectation)")
     ok = measured >= fraction * expected
-    return Finding(where, ok, f"{what} {measured:.3g} {unit}, {measured / expected:.0%} of the expected {expected:g}"
-                              + ("" if ok else f" (below {fraction:g} x)"))
+    return Finding(
+        where,
+        ok,
+        f"{what} {measured:.3g} {unit}, {measured / expected:.0%} of the expected {expected:g}"
+        + ("" if ok else f" (below {fraction:g} x)"),
+    )
 
 
 def check_performance(gpus: int, tflops: Optional[float], copy_gbps: Optional[float], fraction: float) -> list[Finding]:
@@ -188,12 +199,18 @@ def check_performance(gpus: int, tflops: Optional[float], copy_gbps: Optional[fl
 
     if not torch.cuda.is_available():
         t, c = bench(torch.device("cpu"), 512, 64 << 20, 3)
-        return [Finding("cpu", True, f"fp32 matmul {t:.3g} TFLOP/s, memory copy {c:.3g} GB/s (no CUDA device: reported only)")]
+        return [
+            Finding(
+                "cpu", True, f"fp32 matmul {t:.3g} TFLOP/s, memory copy {c:.3g} GB/s (no CUDA device: reported only)"
+            )
+        ]
     found = []
     for i in range(torch.cuda.device_count()):
         t, c = bench(torch.device("cuda", i), 8192, 1 << 30, 20)
-        found += [judge(f"gpu {i}", "bf16 matmul", t, "TFLOP/s", tflops, fraction),
-                  judge(f"gpu {i}", "HBM copy", c, "GB/s", copy_gbps, fraction)]
+        found += [
+            judge(f"gpu {i}", "bf16 matmul", t, "TFLOP/s", tflops, fraction),
+            judge(f"gpu {i}", "HBM copy", c, "GB/s", copy_gbps, fraction),
+        ]
     return found
 
 
@@ -211,8 +228,14 @@ def check_dcgm() -> list[Finding]:
     return [Finding("dcgm", True, "dcgmi diag -r 1 passed")]
 
 
-def node_findings(gpus: int, smi_text: Optional[str], tflops: Optional[float], copy_gbps: Optional[float],
-                  fraction: float, environ=os.environ) -> list[Finding]:
+def node_findings(
+    gpus: int,
+    smi_text: Optional[str],
+    tflops: Optional[float],
+    copy_gbps: Optional[float],
+    fraction: float,
+    environ=os.environ,
+) -> list[Finding]:
     """Every check this node supports: nvidia-smi's (``smi_text``; None without the driver), performance, DCGM."""
     if smi_text is not None:
         found = check_smi(smi_text, gpus)
@@ -220,7 +243,11 @@ def node_findings(gpus: int, smi_text: Optional[str], tflops: Optional[float], c
         granted = granted_gpus(environ)
         found = [Finding("node", True, "no NVIDIA driver (nvidia-smi): no ECC, page, clock or power checks here")]
         if granted is not None:
-            found.append(Finding("node", len(granted) >= gpus, f"{len(granted)} GPU(s) granted by Slurm; the partition has {gpus}"))
+            found.append(
+                Finding(
+                    "node", len(granted) >= gpus, f"{len(granted)} GPU(s) granted by Slurm; the partition has {gpus}"
+                )
+            )
     return found + check_performance(gpus, tflops, copy_gbps, fraction) + check_dcgm()
 
 
@@ -251,12 +278,32 @@ def mark_dir(text: str) -> str:
 def main(argv=None) -> int:
     p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
     p.add_argument("--gpus", type=whole(1, MAX_GPUS), required=True, help="GPUs the partition has per node")
-    p.add_argument("--matmul-tflops", type=number(0, MAX_RATE, lo_open=True), help="expected bf16 matmul TFLOP/s per GPU (the profile's)")
-    p.add_argument("--copy-gbps", type=number(0, MAX_RATE, lo_open=True), help="expected device copy GB/s per GPU (the profile's)")
-    p.add_argument("--min-fraction", type=number(0, 1, lo_open=True), default=DEFAULT_MIN_FRACTION,
-                   help="fail below this fraction of an expectation")
-    p.add_argument("--nvidia-smi-q", metavar="FILE", type=path_text, help="a recorded `nvidia-smi -q` output instead of this node's")
-    p.add_argument("--mark", metavar="DIR", type=mark_dir, help="on failure, create DIR/NODE (the batch script requeues without NODE)")
+    p.add_argument(
+        "--matmul-tflops",
+        type=number(0, MAX_RATE, lo_open=True),
+        help="expected bf16 matmul TFLOP/s per GPU (the profile's)",
+    )
+    p.add_argument(
+        "--copy-gbps", type=number(0, MAX_RATE, lo_open=True), help="expected device copy GB/s per GPU (the profile's)"
+    )
+    p.add_argument(
+        "--min-fraction",
+        type=number(0, 1, lo_open=True),
+        default=DEFAULT_MIN_FRACTION,
+        help="fail below this fraction of an expectation",
+    )
+    p.add_argument(
+        "--nvidia-smi-q",
+        metavar="FILE",
+        type=path_text,
+        help="a recorded `nvidia-smi -q` output instead of this node's",
+    )
+    p.add_argument(
+        "--mark",
+        metavar="DIR",
+        type=mark_dir,
+        help="on failure, create DIR/NODE (the batch script requeues without NODE)",
+    )
     a = p.parse_args(argv)
     try:
         smi = read_smi(a.nvidia_smi_q)

@@ -1,6 +1,7 @@
 """First thing on every Slurm task: derive the rank wiring, then run the rank command as a child.
 
-    srun python -m hpc.node.launch [--launcher srun|torchrun|accelerate] [--gpus-per-node G] [--container ARGV] -- CMD ARGS...
+    srun python -m hpc.node.launch [--launcher srun|torchrun|accelerate] [--gpus-per-node G] [--container ARGV] -- CMD
+    ARGS...
     python -m hpc.node.launch --rank -- CMD ARGS...   (one rank under torchrun / accelerate launch)
 
 With ``srun`` (one task per GPU) the task is rank RANK and runs CMD with RANK,
@@ -15,6 +16,7 @@ With ``--container`` (apptainer, singularity or a command prefix; `hpc.container
 runs on the host and starts the container's command with CMD (or torchrun / accelerate)
 behind it, so the stop record and the requeue stay outside the container.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +33,16 @@ from typing import Callable, Mapping, Optional, Sequence
 from hpc.node.attempt import record_exit, record_start
 from hpc.node.cli import HpcError, Parser, error_line, fail, shown, whole
 from hpc.node.contract import (
-    ATTEMPT_VAR, DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, EXIT_BAD_INPUT, EXIT_STOPPED, STOP_CAUGHT_SUFFIX, STOP_NOTICE_VAR,
-    record_stop, shield_from_stop, stop_signals,
+    ATTEMPT_VAR,
+    DEFAULT_DIST_TIMEOUT_S,
+    DIST_TIMEOUT_VAR,
+    EXIT_BAD_INPUT,
+    EXIT_STOPPED,
+    STOP_CAUGHT_SUFFIX,
+    STOP_NOTICE_VAR,
+    record_stop,
+    shield_from_stop,
+    stop_signals,
 )
 from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
 from hpc.node.netcheck import check_node, dist_timeout_s
@@ -42,8 +52,9 @@ from hpc.node.slurm_env import derive, node_name
 PROG = LAUNCH_MODULE
 
 
-def prepare(launcher: Launcher, command: Sequence[str], gpus_per_node: Optional[int],
-            environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+def prepare(
+    launcher: Launcher, command: Sequence[str], gpus_per_node: Optional[int], environ: Mapping[str, str]
+) -> tuple[list[str], dict[str, str]]:
     """argv and environment for this task; raises RankError or NodeCheckError with what to change."""
     info = derive(environ, launcher, gpus_per_node)
     env = {**environ, **launcher.rank_env(info)}
@@ -55,8 +66,11 @@ def prepare(launcher: Launcher, command: Sequence[str], gpus_per_node: Optional[
     attempt = f" attempt {environ[ATTEMPT_VAR]}" if environ.get(ATTEMPT_VAR) else ""
     print(
         f"[launch] {node} job {info.job_id} restart {info.restart_count}{attempt}: "
-        + (f"{launcher.name} x{info.local_world_size} " if launcher.per_node else
-           f"rank {info.rank}/{info.world_size} local {info.local_rank}/{info.local_world_size} ")
+        + (
+            f"{launcher.name} x{info.local_world_size} "
+            if launcher.per_node
+            else f"rank {info.rank}/{info.world_size} local {info.local_rank}/{info.local_world_size} "
+        )
         + f"node {info.node_rank}/{info.num_nodes} master {info.master_addr}:{info.master_port}",
         flush=True,
     )
@@ -116,15 +130,22 @@ def catches(root: int, sig: signal.Signals) -> bool:
 
 def ignored_notice_line(who: str, sig: signal.Signals) -> str:
     """What the log says when the rank program does not catch a stop signal, and the one line that would have helped."""
-    fate = ("it ends now without a save" if sig == signal.SIGTERM else
-            "it runs on until Slurm ends it (at the time limit: TIMEOUT, the steps since its last save lost, no requeue)")
-    return (f"[launch] {who}: got {sig.name}, the notice to save and stop, but the script does not catch it: {fate}. "
-            "One line makes it save, stop and requeue: trainer.add_callback(RequeueCallback()) from "
-            "hpc.integrations.transformers (Trainer, SFTTrainer), or hpc.integrations.accelerate.Requeue in an "
-            "accelerate loop; see docs/integrations.md")
+    fate = (
+        "it ends now without a save"
+        if sig == signal.SIGTERM
+        else "it runs on until Slurm ends it (at the time limit: TIMEOUT, the steps since its last save lost, no requeue)"
+    )
+    return (
+        f"[launch] {who}: got {sig.name}, the notice to save and stop, but the script does not catch it: {fate}. "
+        "One line makes it save, stop and requeue: trainer.add_callback(RequeueCallback()) from "
+        "hpc.integrations.transformers (Trainer, SFTTrainer), or hpc.integrations.accelerate.Requeue in an "
+        "accelerate loop; see docs/integrations.md"
+    )
 
 
-def run_noticed(argv: Sequence[str], env: Mapping[str, str], who: str, started: Callable[[int], None] = lambda pid: None) -> int:
+def run_noticed(
+    argv: Sequence[str], env: Mapping[str, str], who: str, started: Callable[[int], None] = lambda pid: None
+) -> int:
     """Run the rank program itself, which starts with the pre-stop signal ignored (`shield_from_stop`); a stop signal
     that reaches this process is left in the notice file named by HPC_STOP_NOTICE, so the program learns of a notice
     that came before it caught the signals, and the log says so once when the program does not catch it (it neither

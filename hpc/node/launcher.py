@@ -1,5 +1,6 @@
 """How a job's ranks start: srun (a task per GPU), torchrun and accelerate (a task per node that starts
 the node's ranks); each launcher's tasks per node, the Slurm values it needs and its command lines."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,7 +38,9 @@ class Launcher:
     def tasks_per_node(self, gpus_per_node: int) -> int:
         return 1 if self.per_node else gpus_per_node
 
-    def task_argv(self, python: str, gpus_per_node: int, command: Sequence[str], container: Optional[str] = None) -> list[str]:
+    def task_argv(
+        self, python: str, gpus_per_node: int, command: Sequence[str], container: Optional[str] = None
+    ) -> list[str]:
         """What srun starts on every task: the node-side launch (with the container runtime's command, as shell
         words, that it runs the rank command behind), then the rank command."""
         gpus = ["--gpus-per-node", str(gpus_per_node)] if self.per_node else []
@@ -62,10 +65,17 @@ def _as_rank(command: Sequence[str]) -> list[str]:
 class Torchrun(Launcher):
     def node_argv(self, command: Sequence[str], info: RankInfo, cuda: Optional[bool] = None) -> list[str]:
         return [
-            command[0], "-u", "-m", "torch.distributed.run",
-            f"--nnodes={info.num_nodes}", f"--nproc-per-node={info.local_world_size}",
-            f"--node-rank={info.node_rank}", f"--master-addr={info.master_addr}",
-            f"--master-port={info.master_port}", "--no-python", *_as_rank(command),
+            command[0],
+            "-u",
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={info.num_nodes}",
+            f"--nproc-per-node={info.local_world_size}",
+            f"--node-rank={info.node_rank}",
+            f"--master-addr={info.master_addr}",
+            f"--master-port={info.master_port}",
+            "--no-python",
+            *_as_rank(command),
         ]
 
 
@@ -76,18 +86,32 @@ class Accelerate(Launcher):
         multi = ["--multi_gpu"] if info.world_size > 1 else []
         cpu = [] if (cuda_available() if cuda is None else cuda) else ["env", "ACCELERATE_USE_CPU=true"]
         return [
-            *cpu, command[0], "-u", "-m", "accelerate.commands.launch", *multi,
-            f"--num_machines={info.num_nodes}", f"--num_processes={info.world_size}",
-            f"--machine_rank={info.node_rank}", f"--main_process_ip={info.master_addr}",
-            f"--main_process_port={info.master_port}", "--no_python", *_as_rank(command),
+            *cpu,
+            command[0],
+            "-u",
+            "-m",
+            "accelerate.commands.launch",
+            *multi,
+            f"--num_machines={info.num_nodes}",
+            f"--num_processes={info.world_size}",
+            f"--machine_rank={info.node_rank}",
+            f"--main_process_ip={info.master_addr}",
+            f"--main_process_port={info.master_port}",
+            "--no_python",
+            *_as_rank(command),
         ]
 
 
 _PER_NODE_NEEDS = ("job_id", "num_tasks", "node_rank", "num_nodes", "nodelist")
-SRUN = Launcher("srun", False, ("job_id", "global_rank", "num_tasks", "local_rank", "node_rank", "num_nodes", "nodelist",
-                                "tasks_per_node"), "one task per GPU")
+SRUN = Launcher(
+    "srun",
+    False,
+    ("job_id", "global_rank", "num_tasks", "local_rank", "node_rank", "num_nodes", "nodelist", "tasks_per_node"),
+    "one task per GPU",
+)
 LAUNCHERS: dict[str, Launcher] = {
-    launcher.name: launcher for launcher in (
+    launcher.name: launcher
+    for launcher in (
         SRUN,
         Torchrun("torchrun", True, _PER_NODE_NEEDS, "one task per node running torchrun"),
         Accelerate("accelerate", True, _PER_NODE_NEEDS, "one task per node running accelerate launch"),

@@ -8,6 +8,7 @@ is atomic (a hard link that fails while any lease is there); a take-over is done
 ``.lease.lock`` beside it and checks that what it moved aside is the lease it judged ended, so of many runs that
 find the same ended holder exactly one takes its place.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -112,6 +113,7 @@ CLOCK_SKEW_S = 86400.0  # a start this far ahead of this host's clock (another h
 
 def _record_problem(record: dict) -> str | None:
     """What makes a JSON object not a lease record (`take` writes run_id, job_id, job_name, host, pid, started)."""
+
     def text(key: str, optional: bool = False) -> bool:
         value = record.get(key)
         return isinstance(value, str) and (value != "" or key == "job_name") or optional and value is None
@@ -122,8 +124,11 @@ def _record_problem(record: dict) -> str | None:
     pid, started = record.get("pid"), record.get("started")
     if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31:
         return f"pid is {'missing' if 'pid' not in record else shown(pid)}, not a process id"
-    if isinstance(started, bool) or not isinstance(started, (int, float)) or not \
-            EARLIEST_START <= started <= time.time() + CLOCK_SKEW_S:  # nan fails both
+    if (
+        isinstance(started, bool)
+        or not isinstance(started, (int, float))
+        or not EARLIEST_START <= started <= time.time() + CLOCK_SKEW_S
+    ):  # nan fails both
         return f"started is {'missing' if 'started' not in record else shown(started)}, not a time since 2000"
     return None
 
@@ -136,8 +141,10 @@ def _holder(path: Path, directory: Path, what: str) -> tuple[dict, float] | None
         return None
 
     def garbage(reason: str) -> NotALease:
-        return NotALease(f"{what} {directory}: its {LEASE_FILE} is not a lease ({reason}); no live run holds the directory "
-                         f"through it: if no run uses {directory}, remove {path} and start again")
+        return NotALease(
+            f"{what} {directory}: its {LEASE_FILE} is not a lease ({reason}); no live run holds the directory "
+            f"through it: if no run uses {directory}, remove {path} and start again"
+        )
 
     try:
         record = read_json_object(path, LEASE_BYTES)
@@ -146,8 +153,14 @@ def _holder(path: Path, directory: Path, what: str) -> tuple[dict, float] | None
             raise garbage("a symbolic link to a missing file") from None
         return None  # released meanwhile
     except (OSError, ValueError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).replace(f"{path} ", "it ").replace(f"{path}: ", "")
-        raise garbage(reason if not isinstance(e, json.JSONDecodeError) else f"not JSON: {e.msg} at character {e.pos}") from None
+        reason = (
+            e.strerror
+            if isinstance(e, OSError) and e.strerror
+            else str(e).replace(f"{path} ", "it ").replace(f"{path}: ", "")
+        )
+        raise garbage(
+            reason if not isinstance(e, json.JSONDecodeError) else f"not JSON: {e.msg} at character {e.pos}"
+        ) from None
     problem = _record_problem(record)
     if problem:
         raise garbage(problem)
@@ -159,7 +172,12 @@ def _ended(holder: dict, age: float, me: dict) -> str | None:
     job = holder.get("job_id")
     if job and job == me["job_id"]:
         return f"the same Slurm job {job} (requeued)"
-    if holder.get("host") == me["host"] and isinstance(holder.get("pid"), int) and not job and not _pid_alive(holder["pid"]):
+    if (
+        holder.get("host") == me["host"]
+        and isinstance(holder.get("pid"), int)
+        and not job
+        and not _pid_alive(holder["pid"])
+    ):
         return f"process {holder['pid']} on {me['host']} has exited"
     if job:
         state = _slurm_state(str(job))
@@ -172,19 +190,24 @@ def _ended(holder: dict, age: float, me: dict) -> str | None:
 
 def describe(holder: dict) -> str:
     job = f"Slurm job {holder['job_id']}" if holder.get("job_id") else "a run"
-    return (f"{job} {holder.get('job_name') or ''!r} on {holder.get('host', '?')} (pid {holder.get('pid', '?')}, "
-            f"since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(holder.get('started', 0)))})")
+    return (
+        f"{job} {holder.get('job_name') or ''!r} on {holder.get('host', '?')} (pid {holder.get('pid', '?')}, "
+        f"since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(holder.get('started', 0)))})"
+    )
 
 
 def _judge(path: Path, me: dict, directory: Path, what: str) -> tuple[dict | None, str | None]:
-    """The holder's record and why it has surely ended ((None, None) when there is no lease); LeaseHeld while it lives."""
+    """The holder's record and why it has surely ended ((None, None) when there is no lease); LeaseHeld while it
+    lives."""
     holder = _holder(path, directory, what)
     if holder is None:
         return None, None
     why = _ended(*holder, me)
     if why is None:
-        raise LeaseHeld(f"{what} {directory} is in use by {describe(holder[0])} (its {LEASE_FILE}); one live run per "
-                        "checkpoint directory: wait for it to end, cancel it, or use another checkpoint.dir")
+        raise LeaseHeld(
+            f"{what} {directory} is in use by {describe(holder[0])} (its {LEASE_FILE}); one live run per "
+            "checkpoint directory: wait for it to end, cancel it, or use another checkpoint.dir"
+        )
     return holder[0], why
 
 
@@ -232,16 +255,26 @@ def _replace(directory: Path, path: Path, tmp: Path, me: dict, judged: dict, wha
     return True
 
 
-def take(directory: Path, job_name: str, environ: Mapping[str, str], what: str = "checkpoint.dir") -> tuple[Lease, str | None]:
+def take(
+    directory: Path, job_name: str, environ: Mapping[str, str], what: str = "checkpoint.dir"
+) -> tuple[Lease, str | None]:
     """Take the lease on ``directory`` (which must exist), or raise LeaseHeld naming the live holder.
     Returns the lease and, when it was taken over, why the previous holder counts as ended."""
     directory = Path(directory)
-    me = {"run_id": uuid.uuid4().hex[:12], "job_id": slurm_job_id(environ), "job_name": job_name,
-          "host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+    me = {
+        "run_id": uuid.uuid4().hex[:12],
+        "job_id": slurm_job_id(environ),
+        "job_name": job_name,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": time.time(),
+    }
     path = directory / LEASE_FILE
     tmp = directory / f".lease.{me['run_id']}.tmp"
     try:
-        _judge(path, me, directory, what)  # a live holder or a file that is no lease: refused before anything is written
+        _judge(
+            path, me, directory, what
+        )  # a live holder or a file that is no lease: refused before anything is written
         tmp.write_text(json.dumps(me) + "\n")
         for _ in range(3):
             try:
@@ -257,5 +290,7 @@ def take(directory: Path, job_name: str, environ: Mapping[str, str], what: str =
         raise HpcError(f"{what} {directory}: cannot take its lease ({e.strerror})") from None
     finally:
         tmp.unlink(missing_ok=True)
-    raise LeaseHeld(f"{what} {directory}: its {LEASE_FILE} changed hands while this run tried to take it; another run "
-                    "is starting there")
+    raise LeaseHeld(
+        f"{what} {directory}: its {LEASE_FILE} changed hands while this run tried to take it; another run "
+        "is starting there"
+    )

@@ -1,9 +1,8 @@
 """Node-side network checks, run by hpc.node.launch before any process group starts: the exported NCCL/gloo
 interfaces and HCAs must exist and be up on this node (ioctls, /proc and sysfs; no external tools), and a libfabric
 fabric's provider and NCCL net plugin must be there (hpc/node/fabric.py)."""
-from __future__ import annotations
 
-from datetime import timedelta
+from __future__ import annotations
 
 import fcntl
 import ipaddress
@@ -11,12 +10,19 @@ import re
 import socket
 import struct
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Mapping, Optional
 
 from hpc.node.cli import HpcError, shown
-from hpc.node.contract import (DEFAULT_DIST_TIMEOUT_S, DIST_TIMEOUT_VAR, GLOO_SOCKET_IFNAME_VAR, NCCL_IB_DISABLE_VAR, NCCL_IB_HCA_VAR,
-                               NCCL_SOCKET_IFNAME_VAR)
+from hpc.node.contract import (
+    DEFAULT_DIST_TIMEOUT_S,
+    DIST_TIMEOUT_VAR,
+    GLOO_SOCKET_IFNAME_VAR,
+    NCCL_IB_DISABLE_VAR,
+    NCCL_IB_HCA_VAR,
+    NCCL_SOCKET_IFNAME_VAR,
+)
 
 IB_SYSFS = Path("/sys/class/infiniband")
 
@@ -43,7 +49,7 @@ class HcaPort:
     device: str
     port: int
     state: str  # e.g. ACTIVE, DOWN
-    rate: str   # e.g. "400 Gb/sec (4X NDR)"
+    rate: str  # e.g. "400 Gb/sec (4X NDR)"
 
     def describe(self) -> str:
         return f"{self.device}:{self.port} {self.state}"
@@ -130,14 +136,18 @@ class NcclList:
             m = _NAME_PORT.fullmatch(raw)
             if not m:
                 raise NodeCheckError(
-                    f"{var}={shown(value)} is not an NCCL list: [^][=]name[:port],... with ^ (exclude) and = (exact names) "
-                    "once, at the start, for the whole list (e.g. eth0, =eth0, ^docker,lo, mlx5_0:1,mlx5_1:1)")
+                    f"{var}={shown(value)} is not an NCCL list: [^][=]name[:port],... with ^ (exclude) and = (exact "
+                    "names) "
+                    "once, at the start, for the whole list (e.g. eth0, =eth0, ^docker,lo, mlx5_0:1,mlx5_1:1)"
+                )
             items.append((m.group(1), int(m.group(2)) if m.group(2) else None))
         return cls(exclude, exact, tuple(items))
 
     def listed(self, name: str, port: Optional[int] = None) -> bool:
-        return any((name == n if self.exact else name.startswith(n)) and (p is None or port is None or p == port)
-                   for n, p in self.items)
+        return any(
+            (name == n if self.exact else name.startswith(n)) and (p is None or port is None or p == port)
+            for n, p in self.items
+        )
 
     def selects(self, name: str, port: Optional[int] = None) -> bool:
         return self.listed(name, port) != self.exclude
@@ -158,9 +168,14 @@ def check_gloo_ifname(value: str, ifaces: list[Interface]) -> list[Interface]:
     for name in (n.strip() for n in value.split(",")):
         i = by_name.get(name)
         if i is None:
-            raise NodeCheckError(f"{GLOO_SOCKET_IFNAME_VAR}={value} but this node has no interface {name}; it has {_have(ifaces)}")
+            raise NodeCheckError(
+                f"{GLOO_SOCKET_IFNAME_VAR}={value} but this node has no interface {name}; it has {_have(ifaces)}"
+            )
         if not _usable(i):
-            raise NodeCheckError(f"{GLOO_SOCKET_IFNAME_VAR}={value} but interface {i.describe()} is not up with an address; this node has {_have(ifaces)}")
+            raise NodeCheckError(
+                f"{GLOO_SOCKET_IFNAME_VAR}={value} but interface {i.describe()} is not up with an address; this node "
+                f"has {_have(ifaces)}"
+            )
         chosen.append(i)
     return chosen
 
@@ -171,8 +186,11 @@ def check_nccl_ifname(value: str, ifaces: list[Interface]) -> list[Interface]:
     chosen = [i for i in ifaces if sel.selects(i.name) and _usable(i)]
     if not chosen:
         matched = [i for i in ifaces if sel.selects(i.name)]
-        what = (f"it selects only {_have(matched)}, none up with an address" if matched
-                else "it selects no interface of this node")
+        what = (
+            f"it selects only {_have(matched)}, none up with an address"
+            if matched
+            else "it selects no interface of this node"
+        )
         raise NodeCheckError(f"{NCCL_SOCKET_IFNAME_VAR}={value} but {what}; this node has {_have(ifaces)}")
     return chosen
 
@@ -224,8 +242,9 @@ def bound_every_group(seconds: float) -> timedelta:
     return timeout
 
 
-def check_node(environ: Mapping[str, str], ifaces: Optional[list[Interface]] = None,
-               ports: Optional[list[HcaPort]] = None) -> str:
+def check_node(
+    environ: Mapping[str, str], ifaces: Optional[list[Interface]] = None, ports: Optional[list[HcaPort]] = None
+) -> str:
     """Check the exported network settings on this node; returns a one-line summary of what will be used."""
     ifaces = interfaces() if ifaces is None else ifaces
     parts = []

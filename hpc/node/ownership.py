@@ -1,5 +1,6 @@
 """Which job a run directory belongs to: job names map to directories one to one, and each directory records
 the exact name of the job that created it, so no job resumes, trims or deletes another job's files."""
+
 from __future__ import annotations
 
 import hashlib
@@ -66,8 +67,10 @@ def _read_owner(owner_file: Path, directory: Path, what: str) -> str:
 
 def _compare(directory: Path, owner: str, job_name: str, what: str) -> None:
     if owner != job_name:
-        raise OwnershipError(f"{what} {directory} belongs to job {owner!r} (its {OWNER_FILE}); this job is {job_name!r}: "
-                             "pick another job name or directory")
+        raise OwnershipError(
+            f"{what} {directory} belongs to job {owner!r} (its {OWNER_FILE}); this job is {job_name!r}: "
+            "pick another job name or directory"
+        )
 
 
 def claim(directory: Path, job_name: str, what: str) -> None:
@@ -98,7 +101,9 @@ def unclaim(directories, job_name: str) -> None:
     for directory in sorted((Path(d) for d in directories), key=lambda d: len(d.parts), reverse=True):
         owner = directory / OWNER_FILE
         try:
-            if [p.name for p in directory.iterdir()] == [OWNER_FILE] and read_json_object(owner).get("job_name") == job_name:
+            if [p.name for p in directory.iterdir()] == [OWNER_FILE] and read_json_object(owner).get(
+                "job_name"
+            ) == job_name:
                 owner.unlink()
             directory.rmdir()  # only when empty
         except (OSError, ValueError):

@@ -17,6 +17,7 @@ Exit code: 0 when the ranks are done or stopped with a checkpoint (their stop re
 requeue), else that of the failure; DIR then names the nodes a requeue must exclude, and is empty when the job must
 end (the batch script's own rules, unchanged).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,12 +33,35 @@ from typing import Mapping, Optional, Sequence
 
 from hpc.node import attempt as records
 from hpc.node.cli import HpcError, Parser, fail, path_text, whole
-from hpc.node.contract import (ATTEMPT_DIR, ATTEMPT_DIR_VAR, ATTEMPT_VAR, BAD_NODE_MARKS_VAR, DEFAULT_MAX_RESTARTS,
-                               DEFAULT_MAX_RESTARTS_PER_NODE, JOB_DIR_VAR, RESTART_DIR, RESTART_LOG, STOP_RECORD_VAR)
+from hpc.node.contract import (
+    ATTEMPT_DIR,
+    ATTEMPT_DIR_VAR,
+    ATTEMPT_VAR,
+    BAD_NODE_MARKS_VAR,
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_MAX_RESTARTS_PER_NODE,
+    JOB_DIR_VAR,
+    RESTART_DIR,
+    RESTART_LOG,
+    STOP_RECORD_VAR,
+)
 from hpc.node.hang import GRACE_S, STORE_TIMEOUT_S
 from hpc.node.lease import slurm_job_id
-from hpc.node.restart_policy import (DONE_ACTION, END, REQUEUE, RESTART, STOP, Decision, Failure, History, Limits, decide,
-                                     decisive, judge, place)
+from hpc.node.restart_policy import (
+    DONE_ACTION,
+    END,
+    REQUEUE,
+    RESTART,
+    STOP,
+    Decision,
+    Failure,
+    History,
+    Limits,
+    decide,
+    decisive,
+    judge,
+    place,
+)
 from hpc.node.slurm_env import node_hosts
 
 PROG = "hpc.node.restart"
@@ -51,8 +75,10 @@ def job_env(environ: Mapping[str, str]) -> dict[str, str]:
     needed = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", JOB_DIR_VAR, STOP_RECORD_VAR)
     missing = [n for n in needed if not environ.get(n)]
     if missing:
-        raise HpcError(f"missing {', '.join(missing)}: run this in the batch script of a job (python -m hpc.submit "
-                       "--spare-nodes renders it)")
+        raise HpcError(
+            f"missing {', '.join(missing)}: run this in the batch script of a job (python -m hpc.submit "
+            "--spare-nodes renders it)"
+        )
     return {n: environ[n] for n in needed} | {"SLURM_RESTART_COUNT": environ.get("SLURM_RESTART_COUNT", "0")}
 
 
@@ -88,27 +114,46 @@ def restart_lines(decisions: list[dict]) -> list[str]:
             lines.append(f"{where}: {rec.get('what')}: {rec.get('why')}")
             continue
         replaced = rec.get("replaced") or {}
-        nodes = (", ".join(f"{old} replaced by {new}" for old, new in replaced.items()) if replaced
-                 else "on the same nodes" if "next_nodes" in rec else "")
+        nodes = (
+            ", ".join(f"{old} replaced by {new}" for old, new in replaced.items())
+            if replaced
+            else "on the same nodes"
+            if "next_nodes" in rec
+            else ""
+        )
         done = timing_line(rec) if rec.get("trained_at") else "not training again (yet)"
-        lines.append(f"restart {rec.get('number', '?')} ({where}): {rec.get('what')}; {nodes + '; ' if nodes else ''}{done}")
+        lines.append(
+            f"restart {rec.get('number', '?')} ({where}): {rec.get('what')}; {nodes + '; ' if nodes else ''}{done}"
+        )
     return lines
 
 
 def timing_line(rec: dict) -> str:
     """How long a restart took to train again, split (from a completed record)."""
     parts = []
-    for name, a, b in (("detection", "fault_at", "seen_at"), ("teardown", "seen_at", "ended_at"),
-                       ("restart", "ended_at", "load_started_at"), ("load", "load_started_at", "loaded_at"),
-                       ("first step", "loaded_at", "trained_at")):
+    for name, a, b in (
+        ("detection", "fault_at", "seen_at"),
+        ("teardown", "seen_at", "ended_at"),
+        ("restart", "ended_at", "load_started_at"),
+        ("load", "load_started_at", "loaded_at"),
+        ("first step", "loaded_at", "trained_at"),
+    ):
         if rec.get(a) is not None and rec.get(b) is not None:
             parts.append(f"{name} {rec[b] - rec[a]:.1f} s")
-    lost = rec["step"] - rec["resumed_step"] if rec.get("step") is not None and rec.get("resumed_step") is not None else None
+    lost = (
+        rec["step"] - rec["resumed_step"]
+        if rec.get("step") is not None and rec.get("resumed_step") is not None
+        else None
+    )
     head = f"training again from step {rec.get('resumed_step')}"
     if lost is not None:
         head += f" ({lost} step(s) lost)"
     total = rec["trained_at"] - rec["fault_at"] if rec.get("fault_at") is not None else None
-    return head + (f", {total:.1f} s after the failure" if total is not None else "") + (f" ({', '.join(parts)})" if parts else "")
+    return (
+        head
+        + (f", {total:.1f} s after the failure" if total is not None else "")
+        + (f" ({', '.join(parts)})" if parts else "")
+    )
 
 
 class Supervisor:
@@ -141,7 +186,9 @@ class Supervisor:
             (self.marks / name).unlink()
         self.out |= set(unhealthy) & set(self.allocation)
         if unhealthy:
-            print(f"[restart] {', '.join(unhealthy)} failed the health check: left out of job {self.job_ref}", flush=True)
+            print(
+                f"[restart] {', '.join(unhealthy)} failed the health check: left out of job {self.job_ref}", flush=True
+            )
         previous: list[str] = []
         avoid: set[str] = set()
         pending: Optional[dict] = None  # the last restart's record, completed once the ranks train again
@@ -150,15 +197,27 @@ class Supervisor:
             history = History.of(read_log(self.log, self.job_ref))
             chosen = place(self.allocation, previous, self.out, avoid, history.caused, self.nodes)
             if chosen is None:
-                print(f"[restart] {len(set(self.allocation) - self.out)} healthy node(s) left in job {self.job_ref}, the "
-                      f"ranks need {self.nodes}: back to the batch script", flush=True)
+                print(
+                    f"[restart] {len(set(self.allocation) - self.out)} healthy node(s) left in job {self.job_ref}, the "
+                    f"ranks need {self.nodes}: back to the batch script",
+                    flush=True,
+                )
                 self._leave_marks(self.out)
                 return rc
             if pending is not None:
-                pending.update(next_nodes=chosen, relaunched_at=time.time(),
-                               replaced={old: new for old, new in zip(sorted(set(previous) - set(chosen)),
-                                                                     sorted(set(chosen) - set(previous)))})
-                append_log(self.log, {k: pending[k] for k in ("id", "job_id", "next_nodes", "replaced", "relaunched_at")})
+                pending.update(
+                    next_nodes=chosen,
+                    relaunched_at=time.time(),
+                    replaced={
+                        old: new
+                        for old, new in zip(
+                            sorted(set(previous) - set(chosen)), sorted(set(chosen) - set(previous)), strict=False
+                        )
+                    },
+                )
+                append_log(
+                    self.log, {k: pending[k] for k in ("id", "job_id", "next_nodes", "replaced", "relaunched_at")}
+                )
             rec, failure, decision = self._attempt(attempt, chosen, history, pending)
             rc = failure.rc
             pending = None
@@ -186,19 +245,32 @@ class Supervisor:
         for node in sorted(nodes):
             (self.marks / node).touch()
 
-    def _attempt(self, attempt: int, nodes: list[str], history: History,
-                 pending: Optional[dict]) -> tuple[dict, Failure, Decision]:
+    def _attempt(
+        self, attempt: int, nodes: list[str], history: History, pending: Optional[dict]
+    ) -> tuple[dict, Failure, Decision]:
         """One start of the ranks on ``nodes`` until they end (or are ended); the decision, logged."""
         directory = self.root / ATTEMPT_DIR.format(attempt=attempt)
         (directory / records.MARKS).mkdir(parents=True, exist_ok=True)
         srun, options = self.command[0], self.command[1:]
-        argv = [srun, f"--nodes={self.nodes}", f"--ntasks={self.nodes * self.tasks_per_node}",
-                f"--nodelist={','.join(nodes)}", *options]
-        env = {**self.environ, ATTEMPT_VAR: str(attempt), ATTEMPT_DIR_VAR: str(directory),
-               BAD_NODE_MARKS_VAR: str(directory / records.MARKS)}
+        argv = [
+            srun,
+            f"--nodes={self.nodes}",
+            f"--ntasks={self.nodes * self.tasks_per_node}",
+            f"--nodelist={','.join(nodes)}",
+            *options,
+        ]
+        env = {
+            **self.environ,
+            ATTEMPT_VAR: str(attempt),
+            ATTEMPT_DIR_VAR: str(directory),
+            BAD_NODE_MARKS_VAR: str(directory / records.MARKS),
+        }
         spares = [n for n in self.allocation if n not in nodes and n not in self.out]
-        print(f"[restart] attempt {attempt} of job {self.job_ref}: ranks on {','.join(nodes)}; spare(s) "
-              f"{','.join(spares) or 'none'}", flush=True)
+        print(
+            f"[restart] attempt {attempt} of job {self.job_ref}: ranks on {','.join(nodes)}; spare(s) "
+            f"{','.join(spares) or 'none'}",
+            flush=True,
+        )
         proc = subprocess.Popen(argv, env=env)
         first_failure = decided_at = None
         snapshot = None
@@ -210,7 +282,9 @@ class Supervisor:
                 pending = None
             if first_failure is None and (seen.notes or any(e.get("rc") not in (0, 75) for e in seen.exits)):
                 first_failure = time.monotonic()
-            if first_failure is not None and (decisive(seen, self.ranks) or time.monotonic() - first_failure > EVIDENCE_S):
+            if first_failure is not None and (
+                decisive(seen, self.ranks) or time.monotonic() - first_failure > EVIDENCE_S
+            ):
                 snapshot, decided_at = seen, time.time()
                 self._end_step(seen)
                 break
@@ -229,32 +303,55 @@ class Supervisor:
         step = final.progress.get("step")
         if step is None:
             step = next((n.get("step") for n in final.notes if n.get("step") is not None), None)
-        rec = {"id": f"{self.job}-{self.env['SLURM_RESTART_COUNT']}-{attempt}", "job_id": self.job_ref,
-               "restart": int(self.env["SLURM_RESTART_COUNT"]), "attempt": attempt, "kind": failure.kind,
-               "what": failure.what, "nodes": list(failure.nodes), "action": decision.action, "why": decision.why,
-               "out": list(decision.out), "attempt_nodes": nodes, "step": step, "fault_at": failure.at,
-               "seen_at": failure.seen, "decided_at": decided_at or ended_at, "ended_at": ended_at}
+        rec = {
+            "id": f"{self.job}-{self.env['SLURM_RESTART_COUNT']}-{attempt}",
+            "job_id": self.job_ref,
+            "restart": int(self.env["SLURM_RESTART_COUNT"]),
+            "attempt": attempt,
+            "kind": failure.kind,
+            "what": failure.what,
+            "nodes": list(failure.nodes),
+            "action": decision.action,
+            "why": decision.why,
+            "out": list(decision.out),
+            "attempt_nodes": nodes,
+            "step": step,
+            "fault_at": failure.at,
+            "seen_at": failure.seen,
+            "decided_at": decided_at or ended_at,
+            "ended_at": ended_at,
+        }
         if decision.action == RESTART:
             rec["number"] = history.restarts + 1
         if failure.kind != "done":
             n = history.restarts + 1
-            tail = (f"; restarting the ranks (restart {n} of at most {self.limits.max_restarts} in job {self.job_ref})"
-                    if decision.action == RESTART else f": {decision.why}")
+            tail = (
+                f"; restarting the ranks (restart {n} of at most {self.limits.max_restarts} in job {self.job_ref})"
+                if decision.action == RESTART
+                else f": {decision.why}"
+            )
             print(f"[restart] {failure.what}{tail}", flush=True)
             append_log(self.log, rec)
         return rec, failure, decision
 
     def _completed(self, rec: dict, progress: dict) -> None:
-        done = {"id": rec["id"], "job_id": rec["job_id"], **{k: progress.get(k) for k in
-                                                             ("load_started_at", "loaded_at", "resumed_step", "trained_at")}}
+        done = {
+            "id": rec["id"],
+            "job_id": rec["job_id"],
+            **{k: progress.get(k) for k in ("load_started_at", "loaded_at", "resumed_step", "trained_at")},
+        }
         append_log(self.log, done)
-        print(f"[restart] restart {rec.get('number')} of job {rec['job_id']}: {timing_line({**rec, **done})}", flush=True)
+        print(
+            f"[restart] restart {rec.get('number')} of job {rec['job_id']}: {timing_line({**rec, **done})}", flush=True
+        )
 
     def _end_step(self, seen: records.Records) -> None:
         """Kill what is left of the attempt's step now (its ranks hung, or waiting on the dead)."""
         steps = sorted({s["step"] for s in seen.starts if s.get("step")})
         if not steps:
-            out = subprocess.run(["squeue", "-h", "-s", "-j", self.job, "-o", "%i"], capture_output=True, text=True).stdout
+            out = subprocess.run(
+                ["squeue", "-h", "-s", "-j", self.job, "-o", "%i"], capture_output=True, text=True
+            ).stdout
             steps = [line.split(".", 1)[1] for line in out.split() if line.split(".", 1)[-1].isdigit()]
         for step in steps:
             subprocess.run(["scancel", "--signal=KILL", f"{self.job}.{step}"], capture_output=True)

@@ -11,10 +11,12 @@ is the cause, the failures it brought on in the other ranks (their collectives f
 | a clean stop after a persistent straggler's node was marked | straggler | restart without that node |
 | a collective timed out: the ranks missing at it are named | hang | restart without their node(s) |
 | a rank's process was killed by a signal (SIGKILL, SIGSEGV, ...) | died | restart without its node |
-| a node's ranks all ended without a record (the node's processes killed, the node gone) | vanished | restart without it |
+| a node's ranks all ended without a record (the node's processes killed, the node gone) | vanished | restart without
+it |
 | bad input (exit 2) | bad input | never restarted or requeued |
 | a rank asked for none (exit 93, `EXIT_NO_RESTART`) | no restart | never restarted or requeued |
-| a rank's program failed by itself (a Python exception, ``sys.exit(1)``, any other code) | error | never restarted or requeued |
+| a rank's program failed by itself (a Python exception, ``sys.exit(1)``, any other code) | error | never restarted or
+requeued |
 | the step failed and nothing names a rank or node | unknown | restarted at most once per job, on the same nodes |
 
 A node named by a failure leaves the job once it has caused ``max_restarts_per_node`` restarts (until then it goes back
@@ -22,6 +24,7 @@ to the spares, behind those that never failed); a job restarts at most ``max_res
 is due but the limit is reached or fewer healthy nodes than the job's are left, the job falls back to the requeue
 without the named nodes (the batch script's, within its own limits).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -93,18 +96,36 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
         if hit:
             e = hit[0]
             what = "bad input" if code == EXIT_BAD_INPUT else "do not restart or requeue"
-            return Failure(kind, (e["node"],), f"{e['who']} ended with exit code {code} ({what})", e["at"], code, e["at"])
+            return Failure(
+                kind, (e["node"],), f"{e['who']} ended with exit code {code} ({what})", e["at"], code, e["at"]
+            )
     noted = {n["rank"] for n in records.notes}
     events: list[Failure] = []
     for e in exits:
         if _fine(e.get("rc", 0)):
             continue
         if e.get("signal"):
-            events.append(Failure(DIED, (e["node"],), f"{e['who']} was killed by {e['signal']} (exit {e['rc']})", e["at"],
-                                  e["rc"], e["at"]))
+            events.append(
+                Failure(
+                    DIED,
+                    (e["node"],),
+                    f"{e['who']} was killed by {e['signal']} (exit {e['rc']})",
+                    e["at"],
+                    e["rc"],
+                    e["at"],
+                )
+            )
         elif e.get("rank") is None or e["rank"] not in noted:  # not a collective's victim: the program's own failure
-            events.append(Failure(ERROR, (e["node"],), f"{e['who']} ended with exit code {e['rc']} without a failed "
-                                  "collective (an error in the program)", e["at"], e["rc"], e["at"]))
+            events.append(
+                Failure(
+                    ERROR,
+                    (e["node"],),
+                    f"{e['who']} ended with exit code {e['rc']} without a failed collective (an error in the program)",
+                    e["at"],
+                    e["rc"],
+                    e["at"],
+                )
+            )
     if records.notes:
         first = min(records.notes, key=lambda n: n["failed_at"])
         step = f" after step {first['step']}" if first.get("step") is not None else ""
@@ -114,23 +135,47 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
                 missing = _unreported(records, world)
             nodes = _nodes_of(missing, records, first)
             if missing:
-                events.append(Failure(HANG, nodes, f"a collective timed out{step}: {_ranks_on(missing, nodes)} did "
-                                      "not arrive", first["step_started_at"], 1, first["failed_at"]))
+                events.append(
+                    Failure(
+                        HANG,
+                        nodes,
+                        f"a collective timed out{step}: {_ranks_on(missing, nodes)} did not arrive",
+                        first["step_started_at"],
+                        1,
+                        first["failed_at"],
+                    )
+                )
         else:
             gone = sorted({r for n in records.notes for r in _missing_without_record(n, records)})
             nodes = _nodes_of(gone, records, first)
             if gone:
-                events.append(Failure(VANISHED, nodes, f"{_ranks_on(gone, nodes)} ended{step} without an exit "
-                                      "record (the node's processes killed at once, or the node gone)", first["failed_at"], 1,
-                                      first["failed_at"]))
+                events.append(
+                    Failure(
+                        VANISHED,
+                        nodes,
+                        f"{_ranks_on(gone, nodes)} ended{step} without an exit "
+                        "record (the node's processes killed at once, or the node gone)",
+                        first["failed_at"],
+                        1,
+                        first["failed_at"],
+                    )
+                )
     if events:
         return min(events, key=lambda f: f.seen)
     if stopped:
         if records.marked:
-            return Failure(STRAGGLER, tuple(records.marked), f"the ranks stopped with a checkpoint after "
-                           f"{', '.join(records.marked)} was marked bad (a persistent straggler)",
-                           records.progress.get("step_at"), 0, records.progress.get("step_at"))
-        return Failure(STOPPED, (), "the ranks stopped with a checkpoint saved (the time limit or a preemption)", None, 0)
+            return Failure(
+                STRAGGLER,
+                tuple(records.marked),
+                f"the ranks stopped with a checkpoint after "
+                f"{', '.join(records.marked)} was marked bad (a persistent straggler)",
+                records.progress.get("step_at"),
+                0,
+                records.progress.get("step_at"),
+            )
+        return Failure(
+            STOPPED, (), "the ranks stopped with a checkpoint saved (the time limit or a preemption)", None, 0
+        )
     if rc == 0:
         return Failure(DONE, (), "every rank reached the end", None, 0)
     return Failure(UNKNOWN, (), f"the ranks ended with exit code {rc}, and no rank or node is named", None, rc or 1)
@@ -146,9 +191,15 @@ def decisive(records: Records, world: int) -> bool:
     program's own end (bad input, no restart, an error) or a process killed, or every rank accounted for (a
     record, a collective note, or named missing in one)."""
     exits = _rank_level(records)
-    if any(not _fine(e.get("rc", 0)) and (e.get("signal") or e.get("rc") in (EXIT_BAD_INPUT, EXIT_NO_RESTART)
-                                          or e.get("rank") not in {n["rank"] for n in records.notes})
-           for e in exits):
+    if any(
+        not _fine(e.get("rc", 0))
+        and (
+            e.get("signal")
+            or e.get("rc") in (EXIT_BAD_INPUT, EXIT_NO_RESTART)
+            or e.get("rank") not in {n["rank"] for n in records.notes}
+        )
+        for e in exits
+    ):
         return True
     if not records.notes:
         return False
@@ -200,15 +251,22 @@ def decide(failure: Failure, history: History, limits: Limits, usable: set[str],
     if kind == STOPPED:
         return Decision(STOP, "stopped with a checkpoint saved: requeued by the batch script")
     if kind in NEVER:
-        reason = {BAD_INPUT: "bad input is never restarted", NO_RESTART: "the program asked not to be restarted or requeued",
-                  ERROR: "an error in the program is never restarted"}[kind]
+        reason = {
+            BAD_INPUT: "bad input is never restarted",
+            NO_RESTART: "the program asked not to be restarted or requeued",
+            ERROR: "an error in the program is never restarted",
+        }[kind]
         return Decision(END, f"not restarted: {reason}")
     if history.restarts >= limits.max_restarts:
-        return Decision(REQUEUE if kind in NAMES_A_NODE else END,
-                        f"not restarted: the job has restarted {history.restarts} time(s), at most {limits.max_restarts}")
+        return Decision(
+            REQUEUE if kind in NAMES_A_NODE else END,
+            f"not restarted: the job has restarted {history.restarts} time(s), at most {limits.max_restarts}",
+        )
     if kind == UNKNOWN:
         if history.unattributed >= 1:
-            return Decision(END, "not restarted: a failure of unknown cause restarts at most once per job, and this is the second")
+            return Decision(
+                END, "not restarted: a failure of unknown cause restarts at most once per job, and this is the second"
+            )
         return Decision(RESTART, "a failure of unknown cause: restarted once, on the same nodes")
     out = tuple(n for n in failure.nodes if history.caused[n] + 1 >= limits.max_restarts_per_node)
     healthy = len(usable - set(out))
@@ -217,8 +275,9 @@ def decide(failure: Failure, history: History, limits: Limits, usable: set[str],
     return Decision(RESTART, "restarted on the allocation's healthy nodes", out)
 
 
-def place(allocation: list[str], previous: list[str], out: set[str], avoid: set[str], caused: Counter,
-          needed: int) -> Optional[list[str]]:
+def place(
+    allocation: list[str], previous: list[str], out: set[str], avoid: set[str], caused: Counter, needed: int
+) -> Optional[list[str]]:
     """The nodes of the next attempt, in the allocation's order: the previous attempt's nodes that are neither out
     nor to be avoided (the nodes the failure named), then the spares that never failed, then those that caused the
     fewest restarts, the avoided ones last; None when fewer than ``needed`` nodes are usable."""
@@ -227,5 +286,5 @@ def place(allocation: list[str], previous: list[str], out: set[str], avoid: set[
         return None
     keep = [n for n in previous if n in usable and n not in avoid][:needed]
     spares = sorted((n for n in usable if n not in keep), key=lambda n: (n in avoid, caused[n], allocation.index(n)))
-    chosen = set(keep + spares[:needed - len(keep)])
+    chosen = set(keep + spares[: needed - len(keep)])
     return [n for n in allocation if n in chosen]

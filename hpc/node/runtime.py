@@ -4,6 +4,7 @@ preflight: a node whose PATH finds another python first (a ~/.local torchrun, an
 what differs, instead of every rank failing later with ModuleNotFoundError or a different build.
 
 Versions come from the installed distributions' metadata (importlib.metadata), so nothing here imports torch."""
+
 from __future__ import annotations
 
 import platform
@@ -25,8 +26,11 @@ def installed(dist: str) -> Optional[str]:
 
 def runtime() -> dict[str, Optional[str]]:
     """This interpreter's python version, the project's and torch's installed versions, by their variables."""
-    return {EXPECT_PYTHON_VAR: platform.python_version(), EXPECT_PROJECT_VAR: installed(PROJECT_DIST),
-            EXPECT_TORCH_VAR: installed("torch")}
+    return {
+        EXPECT_PYTHON_VAR: platform.python_version(),
+        EXPECT_PROJECT_VAR: installed(PROJECT_DIST),
+        EXPECT_TORCH_VAR: installed("torch"),
+    }
 
 
 NAMES = {EXPECT_PYTHON_VAR: "python", EXPECT_PROJECT_VAR: PROJECT_DIST, EXPECT_TORCH_VAR: "torch"}
@@ -37,10 +41,15 @@ def check_runtime(environ: Mapping[str, str], here: Optional[dict[str, Optional[
     NodeCheckError naming every difference and the interpreter that runs here."""
     here = runtime() if here is None else here
     wanted = {var: environ[var] for var in NAMES if environ.get(var)}
-    differ = [f"{NAMES[var]} {here[var] or 'not installed'} (rendered for {want})"
-              for var, want in wanted.items() if here[var] != want]
+    differ = [
+        f"{NAMES[var]} {here[var] or 'not installed'} (rendered for {want})"
+        for var, want in wanted.items()
+        if here[var] != want
+    ]
     if differ:
-        raise NodeCheckError(f"this node runs {'; '.join(differ)} with {sys.executable}: another python, venv or "
-                             "~/.local install comes first here than on the login node (environment.setup or "
-                             "environment.python in the profile)")
+        raise NodeCheckError(
+            f"this node runs {'; '.join(differ)} with {sys.executable}: another python, venv or "
+            "~/.local install comes first here than on the login node (environment.setup or "
+            "environment.python in the profile)"
+        )
     return ", ".join(f"{NAMES[var]} {here[var]}" for var in wanted) or "no HPC_EXPECT_* set: nothing to compare"

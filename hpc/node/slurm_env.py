@@ -1,5 +1,6 @@
 """SLURM_* environment -> the rank wiring torch.distributed expects: one table of Slurm's variables,
 read for a launcher (`hpc.node.launcher`: a task per GPU, or a task per node that starts the node's ranks)."""
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,17 @@ from typing import Mapping, Optional
 import hostlist
 
 from hpc.node.cli import HpcError, shown
-from hpc.node.contract import (ATTEMPT_VAR, GROUP_RANK_VAR, LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, MASTER_PORT_VAR, NODE_RANK_VAR,
-                               RANK_VAR, WORLD_SIZE_VAR)
+from hpc.node.contract import (
+    ATTEMPT_VAR,
+    GROUP_RANK_VAR,
+    LOCAL_RANK_VAR,
+    LOCAL_WORLD_SIZE_VAR,
+    MASTER_ADDR_VAR,
+    MASTER_PORT_VAR,
+    NODE_RANK_VAR,
+    RANK_VAR,
+    WORLD_SIZE_VAR,
+)
 from hpc.node.launcher import LAUNCHERS, SRUN, Launcher
 
 # property -> Slurm variables, first one present wins (step values before job values)
@@ -80,7 +90,9 @@ def expand_tasks_per_node(text: str) -> list[int]:
     """Slurm's compressed counts, e.g. '2(x3),1' -> [2, 2, 2, 1]."""
     counts: list[int] = []
     for part in text.split(","):
-        m = re.fullmatch(r"([0-9]{1,6})(?:\(x([1-9][0-9]{0,5})\))?", part.strip())  # bounded: a node count, not a memory bomb
+        m = re.fullmatch(
+            r"([0-9]{1,6})(?:\(x([1-9][0-9]{0,5})\))?", part.strip()
+        )  # bounded: a node count, not a memory bomb
         if not m:
             raise RankError(f"SLURM_TASKS_PER_NODE={shown(text)} is not in Slurm's form, e.g. '2(x3),1'")
         counts += [int(m.group(1))] * int(m.group(2) or 1)
@@ -93,7 +105,8 @@ def master_port(job_id: int, restart_count: int = 0, attempt: int = 0) -> int:
 
 
 def node_hosts(nodelist: str) -> list[str]:
-    """The hosts of a compressed hostlist, e.g. 'gpu-a[001-003],gpu-b7' -> ['gpu-a001', 'gpu-a002', 'gpu-a003', 'gpu-b7']."""
+    """The hosts of a compressed hostlist, e.g. 'gpu-a[001-003],gpu-b7' -> ['gpu-a001', 'gpu-a002', 'gpu-a003',
+    'gpu-b7']."""
     try:
         hosts = hostlist.expand_hostlist(nodelist)
     except hostlist.BadHostlist as e:
@@ -116,12 +129,17 @@ def derive(environ: Mapping[str, str], launcher: Launcher = SRUN, gpus_per_node:
             f"missing {', '.join(missing)}: run this inside a Slurm job step (sbatch + srun), "
             "not on the login node or in the batch shell alone"
         )
+
     def number(prop: str) -> Optional[int]:
         text = v[prop]
         if text is None:
             return None
-        if not re.fullmatch(r"[0-9]{1,10}", text):  # int() would read "12_3" as 123, and other scripts' digits; 10: 32 bits
-            raise RankError(f"{next(n for n in SLURM_VARS[prop] if environ.get(n))}={shown(text)} is not a whole number")
+        if not re.fullmatch(
+            r"[0-9]{1,10}", text
+        ):  # int() would read "12_3" as 123, and other scripts' digits; 10: 32 bits
+            raise RankError(
+                f"{next(n for n in SLURM_VARS[prop] if environ.get(n))}={shown(text)} is not a whole number"
+            )
         return int(text)
 
     job_id, num_tasks, node_rank, num_nodes = (number(k) for k in ("job_id", "num_tasks", "node_rank", "num_nodes"))
@@ -138,7 +156,9 @@ def derive(environ: Mapping[str, str], launcher: Launcher = SRUN, gpus_per_node:
         raise RankError(f"SLURM_NODEID={node_rank} but the step has {num_nodes} nodes (allowed 0 to {num_nodes - 1})")
     hosts = node_hosts(v["nodelist"])
     if len(hosts) != num_nodes:
-        raise RankError(f"SLURM_JOB_NODELIST={shown(v['nodelist'])} has {len(hosts)} host(s) but the step has {num_nodes} nodes")
+        raise RankError(
+            f"SLURM_JOB_NODELIST={shown(v['nodelist'])} has {len(hosts)} host(s) but the step has {num_nodes} nodes"
+        )
     addr, port = hosts[0], master_port(job_id, restart, int(attempt_text))
 
     if launcher.per_node:
@@ -148,12 +168,18 @@ def derive(environ: Mapping[str, str], launcher: Launcher = SRUN, gpus_per_node:
                 f"use --ntasks-per-node=1 ({launcher.name} starts the node's ranks itself)"
             )
         if not gpus:
-            raise RankError(f"launcher {launcher.name} needs the ranks per node: request --gpus-per-node or pass --gpus-per-node to hpc.node.launch")
+            raise RankError(
+                f"launcher {launcher.name} needs the ranks per node: request --gpus-per-node or pass --gpus-per-node "
+                "to hpc.node.launch"
+            )
         return RankInfo(job_id, node_rank * gpus, num_nodes * gpus, 0, gpus, node_rank, num_nodes, addr, port, restart)
 
     per_node = expand_tasks_per_node(v["tasks_per_node"])
     if len(per_node) != num_nodes:
-        raise RankError(f"SLURM_TASKS_PER_NODE={shown(v['tasks_per_node'])} lists {len(per_node)} node(s) but the step has {num_nodes}")
+        raise RankError(
+            f"SLURM_TASKS_PER_NODE={shown(v['tasks_per_node'])} lists {len(per_node)} node(s) but the step has "
+            f"{num_nodes}"
+        )
     if len(set(per_node)) != 1:
         raise RankError(
             f"tasks per node differ across nodes ({v['tasks_per_node']}): request --ntasks-per-node "
@@ -163,7 +189,8 @@ def derive(environ: Mapping[str, str], launcher: Launcher = SRUN, gpus_per_node:
     if gpus and local_world != gpus:
         raise RankError(
             f"{local_world} tasks per node but {gpus} GPUs per node: use --ntasks-per-node={gpus} "
-            f"(one task per GPU) or a launcher with one task per node ({', '.join(n for n, l in LAUNCHERS.items() if l.per_node)})"
+            f"(one task per GPU) or a launcher with one task per node "
+            f"({', '.join(n for n, l in LAUNCHERS.items() if l.per_node)})"
         )
     if local_world * num_nodes != num_tasks:
         raise RankError(f"{num_tasks} tasks do not fill {num_nodes} nodes x {local_world} tasks per node")
@@ -171,5 +198,7 @@ def derive(environ: Mapping[str, str], launcher: Launcher = SRUN, gpus_per_node:
     if rank >= num_tasks:
         raise RankError(f"SLURM_PROCID={rank} but the step has {num_tasks} tasks (allowed 0 to {num_tasks - 1})")
     if local_rank >= local_world:
-        raise RankError(f"SLURM_LOCALID={local_rank} but the node runs {local_world} tasks (allowed 0 to {local_world - 1})")
+        raise RankError(
+            f"SLURM_LOCALID={local_rank} but the node runs {local_world} tasks (allowed 0 to {local_world - 1})"
+        )
     return RankInfo(job_id, rank, num_tasks, local_rank, local_world, node_rank, num_nodes, addr, port, restart)

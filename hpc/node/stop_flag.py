@@ -10,6 +10,7 @@ signals is not lost: ``hpc.node.launch`` leaves it in the notice file (``HPC_STO
 Used by ``python -m train`` (installed first thing, before the heavy imports, because
 Slurm may send the pre-stop signal up to a minute early) and by `hpc.integrations`.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -53,19 +54,27 @@ class StopFlag:
         self._record(signal.Signals(signum).name)
         if self._starting and signum == signal.SIGTERM:
             self._starting = False
-            raise StopBeforeStart(f"got SIGTERM while starting, before any step: stopped with nothing to save (exit {EXIT_STOPPED})")
+            raise StopBeforeStart(
+                f"got SIGTERM while starting, before any step: stopped with nothing to save (exit {EXIT_STOPPED})"
+            )
 
     def _record(self, name: str) -> None:
         if self.received is None:
             self.received = name
-            print(f"[preempt] rank {os.environ.get('RANK', '?')} got {name}: stopping at the next step boundary", flush=True)
+            print(
+                f"[preempt] rank {os.environ.get('RANK', '?')} got {name}: stopping at the next step boundary",
+                flush=True,
+            )
 
     def noticed(self) -> bool:
         """Whether this rank got a stop signal, caught here or left in the notice file by ``hpc.node.launch``."""
         if self.received is None and self._notice and os.path.exists(self._notice):
             try:
                 name = read_small_text(self._notice).strip()
-            except (OSError, ValueError):  # hpc.node.launch writes a signal's name; anything else there is a notice all the same
+            except (
+                OSError,
+                ValueError,
+            ):  # hpc.node.launch writes a signal's name; anything else there is a notice all the same
                 name = ""
             self._record(name or "a stop notice")
         return self.received is not None
@@ -130,7 +139,9 @@ class StopFlag:
             failure = collective_failure(e) if self.nodes else None
             if failure is not None:
                 where = f"after step {step}" if step is not None else "at the stop agreement"
-                name_the_missing(where, time.monotonic() - self._agreed_at, dist.get_rank(), self.nodes, failure, step=step)
+                name_the_missing(
+                    where, time.monotonic() - self._agreed_at, dist.get_rank(), self.nodes, failure, step=step
+                )
             raise
         self._agreed_at = time.monotonic()
         return bool(flag.item())

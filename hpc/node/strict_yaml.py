@@ -6,6 +6,7 @@ decimal integers (no leading zero: ``010`` is not 8; at most 30 digits), decimal
 alias (``*name``: no expansion bombs), a NUL character or nesting deeper than `MAX_DEPTH` is an error.
 Every error is a `YamlError` of one line naming the source and its line.
 """
+
 from __future__ import annotations
 
 import re
@@ -52,7 +53,9 @@ class _Loader(yaml.SafeLoader):
             if isinstance(key, (list, dict)):
                 raise _Refused(None, None, "a mapping key must be a plain value", key_node.start_mark)
             if key in seen:
-                raise _Refused(None, None, f"key {shown(key)} is given twice (first on line {seen[key] + 1})", key_node.start_mark)
+                raise _Refused(
+                    None, None, f"key {shown(key)} is given twice (first on line {seen[key] + 1})", key_node.start_mark
+                )
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
 
@@ -65,8 +68,12 @@ def _construct_int(loader: _Loader, node) -> int:
     text = _scalar(loader, node)
     digits = text.lstrip("+-")
     if len(digits) > 1 and digits.startswith("0"):
-        raise _Refused(None, None, f"{text}: a leading zero is ambiguous (YAML 1.1 reads it as octal); write "
-                       f"{int(digits)} or quote it", node.start_mark)
+        raise _Refused(
+            None,
+            None,
+            f"{text}: a leading zero is ambiguous (YAML 1.1 reads it as octal); write {int(digits)} or quote it",
+            node.start_mark,
+        )
     if len(digits) > MAX_DIGITS:
         raise _Refused(None, None, f"an integer of {len(digits)} digits (at most {MAX_DIGITS})", node.start_mark)
     return int(text)
@@ -92,10 +99,11 @@ def _construct_str(loader: _Loader, node) -> str:
 
 
 for _tag, _regex, _first in (
-        ("tag:yaml.org,2002:bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
-        ("tag:yaml.org,2002:null", r"~|null|Null|NULL|", ["~", "n", "N", ""]),
-        ("tag:yaml.org,2002:int", _INT, "-+0123456789"),
-        ("tag:yaml.org,2002:float", _FLOAT, "-+0123456789.")):
+    ("tag:yaml.org,2002:bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    ("tag:yaml.org,2002:null", r"~|null|Null|NULL|", ["~", "n", "N", ""]),
+    ("tag:yaml.org,2002:int", _INT, "-+0123456789"),
+    ("tag:yaml.org,2002:float", _FLOAT, "-+0123456789."),
+):
     _Loader.add_implicit_resolver(_tag, re.compile(f"^(?:{_regex})$"), list(_first))
 _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
@@ -120,7 +128,9 @@ def parse_override(text: str, source: str):
     """The value of a ``key=value`` override: one YAML scalar or flow list/mapping, refused where the text would
     not mean what it shows (an empty value, spaces around it, a # comment, a bare ~)."""
     if text == "":
-        raise YamlError(f"{source}: an empty value (an unset shell variable?); write null for none or '' for an empty string")
+        raise YamlError(
+            f"{source}: an empty value (an unset shell variable?); write null for none or '' for an empty string"
+        )
     if text != text.strip():
         raise YamlError(f"{source}: spaces around the value; leave them out or quote the value")
     if text.startswith("#") or " #" in text or "\t#" in text:

@@ -10,6 +10,7 @@ sends the pre-stop signal to itself or to its parent (hpc.node.launch), as Slurm
 ``--step-time``: each step lasts at least S seconds, so that a signal sent from outside after one step lands a few
 steps later, not after the last.
 """
+
 import argparse
 import json
 import os

@@ -7,6 +7,7 @@ reduce of rank+1 and a checksum of the trained weights, which DDP keeps equal
 on every rank); under hpc.submit the main process appends one metrics line per
 step to $HPC_JOB_DIR/metrics.jsonl, where the trainer writes its metrics too.
 """
+
 import argparse
 import json
 import os
@@ -48,8 +49,14 @@ def main() -> None:
         opt.zero_grad()
         loss = acc.reduce(loss.detach(), "mean").item()
         if metrics:
-            rec = {"step": step, "loss": loss, "grad_norm": float(grad_norm), "lr": 0.05,
-                   "tokens_per_s": acc.num_processes * len(xb) / (time.perf_counter() - t0), "mfu": None}
+            rec = {
+                "step": step,
+                "loss": loss,
+                "grad_norm": float(grad_norm),
+                "lr": 0.05,
+                "tokens_per_s": acc.num_processes * len(xb) / (time.perf_counter() - t0),
+                "mfu": None,
+            }
             with metrics.open("a") as f:
                 f.write(json.dumps(rec) + "\n")
 
@@ -57,15 +64,24 @@ def main() -> None:
     ranks = acc.gather(torch.tensor([acc.process_index], device=acc.device)).tolist()
     checksum = sum(p.detach().double().sum().item() for p in acc.unwrap_model(model).parameters())
     record = {
-        "rank": acc.process_index, "local_rank": acc.local_process_index, "world_size": acc.num_processes,
-        "node_rank": int(os.environ.get("GROUP_RANK", -1)), "hostname": socket.gethostname(),
-        "slurmd_nodename": os.environ.get("SLURMD_NODENAME"), "distributed_type": str(acc.distributed_type),
-        "allreduce": reduced, "gathered": ranks, "weights_checksum": checksum, "loss": loss,
+        "rank": acc.process_index,
+        "local_rank": acc.local_process_index,
+        "world_size": acc.num_processes,
+        "node_rank": int(os.environ.get("GROUP_RANK", -1)),
+        "hostname": socket.gethostname(),
+        "slurmd_nodename": os.environ.get("SLURMD_NODENAME"),
+        "distributed_type": str(acc.distributed_type),
+        "allreduce": reduced,
+        "gathered": ranks,
+        "weights_checksum": checksum,
+        "loss": loss,
     }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank-{acc.process_index}.json").write_text(json.dumps(record, indent=1))
-    acc.print(f"[accelerate_train] {acc.num_processes} processes, {acc.distributed_type}, reduce {reduced:g}, loss {loss:.4f}")
+    acc.print(
+        f"[accelerate_train] {acc.num_processes} processes, {acc.distributed_type}, reduce {reduced:g}, loss {loss:.4f}"
+    )
     acc.wait_for_everyone()  # no process tears its connections down while a peer still uses them
     acc.end_training()
     # torch 2.13 with gloo: a worker thread that lets go of the last finished collective once interpreter finalization

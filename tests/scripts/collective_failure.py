@@ -3,6 +3,7 @@ SIGSTOP); rank 0's next all_reduce fails and rank 0 prints what hpc.node.hang.co
 
     torchrun --nproc-per-node=2 collective_failure.py {ended,stopped} TIMEOUT_S
 """
+
 import os
 import signal
 import sys

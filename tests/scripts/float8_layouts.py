@@ -5,7 +5,8 @@
 Builds the tiny Qwen3 on the meta device, converts the decoder linears to float8 (tensorwise,
 emulated; float8 all-gather where dp > 1), then tensor parallel and FSDP2 exactly as
 ``train.parallel.parallelize`` orders them, loads the seeded initial weights and takes two
-AdamW steps on a fixed batch, the weights' float8 scales precomputed after each as the trainer does. Rank 0 writes the losses and the float8 module count to FILE.
+AdamW steps on a fixed batch, the weights' float8 scales precomputed after each as the trainer does. Rank 0 writes the
+losses and the float8 module count to FILE.
 """
 
 from __future__ import annotations
@@ -32,8 +33,17 @@ def main() -> None:
     env = WorldEnv.from_env()
     dims = ParallelDims.build(ParallelConfig(tp=a.tp), env, kv_heads=2)
     mesh = build_mesh(dims, torch.device("cpu"))
-    config = Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=16, tie_word_embeddings=False, use_cache=False)
+    config = Qwen3Config(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=192,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=False,
+        use_cache=False,
+    )
     config._attn_implementation = "sdpa"
     model = build_meta_model(config)
     names = convert_decoder_linears(model.model.layers, "tensorwise", float8_all_gather=dims.dp > 1, emulate=True)

@@ -27,7 +27,12 @@ SEQ = 32
 
 
 def summed_loss(model, x, y, p):
-    return F.cross_entropy(model(input_ids=x, position_ids=p).logits.flatten(0, 1).float(), y.flatten(), ignore_index=IGNORE, reduction="sum")
+    return F.cross_entropy(
+        model(input_ids=x, position_ids=p).logits.flatten(0, 1).float(),
+        y.flatten(),
+        ignore_index=IGNORE,
+        reduction="sum",
+    )
 
 
 def main() -> int:
@@ -35,15 +40,26 @@ def main() -> int:
     rank = dist.get_rank()
     dims = ParallelDims(dp=2, tp=2)
     mesh = build_mesh(dims, torch.device("cpu"))
-    config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=8, max_position_embeddings=64, use_cache=False)
+    config = Qwen3Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        use_cache=False,
+    )
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     reference = build_meta_model(config)
     materialize(reference, config, torch.device("cpu"))
     torch.manual_seed(0)
     reference.apply(reference._init_weights)
-    model = parallelize(build_meta_model(config), mesh, activation_checkpointing=False, compile=False, param_dtype=torch.float32)
+    model = parallelize(
+        build_meta_model(config), mesh, activation_checkpointing=False, compile=False, param_dtype=torch.float32
+    )
     materialize(model, config, torch.device("cpu"))
     set_model_state_dict(model, reference.state_dict(), options=StateDictOptions(full_state_dict=True))
 
@@ -76,8 +92,11 @@ def main() -> int:
         grad_diff = max(grad_diff, (g - ref_grads[name].grad).abs().max().item())
     ok = loss_diff < 1e-6 and grad_diff < 1e-6
     if rank == 0:
-        print(f"[packed_parallel] dp2 x tp2, {stats.rows} packed rows of {SEQ} vs {len(samples)} samples one by one: "
-              f"|loss diff| {loss_diff:.2e}, max |grad diff| {grad_diff:.2e}: {'equal' if ok else 'MISMATCH'}", flush=True)
+        print(
+            f"[packed_parallel] dp2 x tp2, {stats.rows} packed rows of {SEQ} vs {len(samples)} samples one by one: "
+            f"|loss diff| {loss_diff:.2e}, max |grad diff| {grad_diff:.2e}: {'equal' if ok else 'MISMATCH'}",
+            flush=True,
+        )
     dist.destroy_process_group()
     return 0 if ok else 1
 

@@ -1,7 +1,9 @@
-"""First program of each rank inside the test sandbox: record what of Slurm this rank can reach, then exec the rank command.
+"""First program of each rank inside the test sandbox: record what of Slurm this rank can reach, then exec the rank
+command.
 
-    sandbox_probe.py CMD ARGS...   (writes $HPC_JOB_DIR/sandbox/rank-R-restart-N.json)
+sandbox_probe.py CMD ARGS...   (writes $HPC_JOB_DIR/sandbox/rank-R-restart-N.json)
 """
+
 import json
 import os
 import shutil

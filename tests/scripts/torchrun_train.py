@@ -5,6 +5,7 @@
 Every process writes DIR/rank-<R>.json with the wiring torchrun gave it, the
 all_reduce of rank+1 and a checksum of the trained weights (equal on every rank).
 """
+
 import argparse
 import json
 import os
@@ -25,7 +26,9 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)))
+    model = DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(1 + rank)  # every rank its own data shard
     w = torch.randn(16, 1, generator=torch.Generator().manual_seed(0))
@@ -38,10 +41,17 @@ def main() -> None:
 
     t = torch.tensor([rank + 1.0])
     dist.all_reduce(t)
-    record = {k.lower(): os.environ.get(k) for k in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    record = {
+        k.lower(): os.environ.get(k)
+        for k in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
     record.update(
-        rank=rank, world_size=world, hostname=socket.gethostname(), slurmd_nodename=os.environ.get("SLURMD_NODENAME"),
-        allreduce=t.item(), weights_checksum=sum(p.detach().double().sum().item() for p in model.parameters()),
+        rank=rank,
+        world_size=world,
+        hostname=socket.gethostname(),
+        slurmd_nodename=os.environ.get("SLURMD_NODENAME"),
+        allreduce=t.item(),
+        weights_checksum=sum(p.detach().double().sum().item() for p in model.parameters()),
     )
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

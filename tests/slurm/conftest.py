@@ -1,4 +1,5 @@
 """The slurm tier's fixture: the local cluster, already up (scripts/test.sh starts it)."""
+
 from __future__ import annotations
 
 import os
@@ -7,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 
@@ -31,9 +31,9 @@ def requeue_baseline(tmp_path_factory, worker_id) -> Path:
     """The uninterrupted torchrun run (dp2 x tp2) that every requeue scenario must equal bit for bit: trained once
     for the whole session, whichever xdist worker asks first (the others wait for it)."""
     from filelock import FileLock
+    from train_helpers import finish, launch
 
     from slurm.requeue_checks import OVERRIDES
-    from train_helpers import finish, launch
 
     base = tmp_path_factory.getbasetemp()
     run = (base if worker_id == "master" else base.parent) / "requeue-baseline"

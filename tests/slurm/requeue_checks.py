@@ -1,5 +1,6 @@
 """What the requeue scenarios share: the test job, waiting on it, Slurm's time-limit notice, and the bitwise
 comparison with the uninterrupted baseline (the session fixture ``requeue_baseline`` in conftest.py)."""
+
 from __future__ import annotations
 
 import json
@@ -9,25 +10,48 @@ import subprocess
 import time
 from pathlib import Path
 
-from safetensors.torch import load_file
-
 from conftest import run_cli, wait_job
-from hpc.slurm_query import scontrol_fields
+from safetensors.torch import load_file
 from train_helpers import TINY
+
+from hpc.slurm_query import scontrol_fields
 
 # Long enough to still be training at Slurm's next check of signal times (every 30 s) after the time limit is
 # shortened, on a quiet machine too.
 STEPS = 150
-OVERRIDES = ("parallel.tp=2", f"steps={STEPS}", "checkpoint.interval=5", "checkpoint.keep_last=3",
-             "log.log_every=20", "export=hf")
+OVERRIDES = (
+    "parallel.tp=2",
+    f"steps={STEPS}",
+    "checkpoint.interval=5",
+    "checkpoint.keep_last=3",
+    "log.log_every=20",
+    "export=hf",
+)
 SIGNAL_LEAD_S = 100
 
 
-def submit(cwd: Path, name: str, road: str = "srun", *flags: str, site: str = "local", trainer: tuple[str, ...] = ()) -> str:
+def submit(
+    cwd: Path, name: str, road: str = "srun", *flags: str, site: str = "local", trainer: tuple[str, ...] = ()
+) -> str:
     """Submit the test job (2 nodes, dp2 x tp2) on ``road`` (srun, emitted, torchrun, accelerate); returns its id."""
     launcher = road if road in ("torchrun", "accelerate") else "srun"
-    args = ["-m", "hpc.submit", "--site", site, "--nodes", "2", "--job-name", name, "--max-requeues", "20",
-            "--launcher", launcher, "--signal-lead", str(SIGNAL_LEAD_S), *flags]
+    args = [
+        "-m",
+        "hpc.submit",
+        "--site",
+        site,
+        "--nodes",
+        "2",
+        "--job-name",
+        name,
+        "--max-requeues",
+        "20",
+        "--launcher",
+        launcher,
+        "--signal-lead",
+        str(SIGNAL_LEAD_S),
+        *flags,
+    ]
     script = cwd / f"{name}.sbatch"
     if road == "emitted":
         args += ["--emit", str(script)]
@@ -71,9 +95,11 @@ def resumed_steps(log: str) -> list[int]:
 
 def wait_resumed(job_id: str, run: Path, times: int, timeout: float = 300) -> None:
     """Wait until the job's run number ``times`` + 1 resumed and trained 3 steps past its checkpoint."""
+
     def trained() -> bool:
         steps = resumed_steps(batch_log(run, job_id))
         return len(steps) >= times and steps_done(run) >= steps[-1] + 3
+
     wait_for(trained, timeout=timeout, what=f"resume number {times} and 3 steps past it")
 
 
@@ -96,13 +122,18 @@ def assert_completed(job_id: str, run: Path, timeout: float = 600) -> None:
 
 
 def assert_same_as_baseline(run: Path, baseline: Path) -> None:
-    """Every step once, in order, with the baseline's loss, grad norm and data position, and the same exported weights."""
+    """Every step once, in order, with the baseline's loss, grad norm and data position, and the same exported
+    weights."""
     got = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     want = [json.loads(l) for l in (baseline / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in got] == [r["step"] for r in want] == list(range(1, len(want) + 1))
-    for g, w in zip(got, want):
-        assert (g["loss"], g["grad_norm"], g["samples_consumed"], g["epoch"]) == \
-               (w["loss"], w["grad_norm"], w["samples_consumed"], w["epoch"]), f"step {g['step']}"
+    for g, w in zip(got, want, strict=False):
+        assert (g["loss"], g["grad_norm"], g["samples_consumed"], g["epoch"]) == (
+            w["loss"],
+            w["grad_norm"],
+            w["samples_consumed"],
+            w["epoch"],
+        ), f"step {g['step']}"
     a, b = load_file(run / "hf" / "model.safetensors"), load_file(baseline / "hf" / "model.safetensors")
     assert a.keys() == b.keys()
     for k in a:

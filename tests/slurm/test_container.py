@@ -4,6 +4,7 @@ stop record and the ``scontrol requeue`` happen outside. One job, submitted by `
 GPU), is preempted, then requeued with ``scontrol requeue``, then by its time-limit notice, and resumes bitwise equal
 to the uninterrupted baseline each time (the machinery of test_requeue.py).
 """
+
 import json
 import re
 import shutil
@@ -14,13 +15,22 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT, wait_job
+
 from hpc.site import SHIPPED_SITE_DIR
 from hpc.slurm_query import scontrol_fields
 from slurm.requeue_checks import (
-    STEPS, assert_completed, assert_same_as_baseline, batch_log, restarts, resumed_steps, steps_done, submit, time_limit_notice,
-    wait_for, wait_resumed,
+    STEPS,
+    assert_completed,
+    assert_same_as_baseline,
+    batch_log,
+    restarts,
+    resumed_steps,
+    steps_done,
+    submit,
+    time_limit_notice,
+    wait_for,
+    wait_resumed,
 )
 
 pytestmark = pytest.mark.slurm
@@ -42,9 +52,23 @@ def sandbox_profile(tmp_path: Path) -> Path:
             hide += ["--ro-bind", "/dev/null", path]
     profile = yaml.safe_load((SHIPPED_SITE_DIR / "local.yaml").read_text())
     profile["name"] = "local-sandbox"
-    profile["container"] = {"runtime": "command", "python": sys.executable,
-                            "command": [bwrap, "--dev-bind", "/", "/", *hide, "--die-with-parent", "--chdir", "{workdir}",
-                                        "--", sys.executable, str(PROBE)]}
+    profile["container"] = {
+        "runtime": "command",
+        "python": sys.executable,
+        "command": [
+            bwrap,
+            "--dev-bind",
+            "/",
+            "/",
+            *hide,
+            "--die-with-parent",
+            "--chdir",
+            "{workdir}",
+            "--",
+            sys.executable,
+            str(PROBE),
+        ],
+    }
     path = tmp_path / "local-sandbox.yaml"
     path.write_text(yaml.safe_dump(profile))
     return path
@@ -53,7 +77,9 @@ def sandbox_profile(tmp_path: Path) -> Path:
 def assert_slurm_was_hidden(run: Path, restarts_seen: int) -> None:
     """Every rank of every run recorded, from inside its sandbox, that it could not reach Slurm."""
     records = [json.loads(p.read_text()) for p in sorted((run / "sandbox").glob("rank-*.json"))]
-    assert sorted((r["restart"], r["rank"]) for r in records) == [(n, k) for n in range(restarts_seen + 1) for k in range(4)]
+    assert sorted((r["restart"], r["rank"]) for r in records) == [
+        (n, k) for n in range(restarts_seen + 1) for k in range(4)
+    ]
     for r in records:
         assert r["scontrol_on_path"] is None, r
         assert r["scontrol_ping"].startswith("cannot run") and r["usr_bin_scontrol"].startswith("cannot run"), r
@@ -68,10 +94,16 @@ def assert_clean_stops(log: str, n: int) -> None:
     assert len(stops) == n and stops == resumed_steps(log), (stops, resumed_steps(log))
     # every requeue the batch script decided came from a record hpc.node.launch wrote on the host for an exit 75 (after
     # scontrol requeue Slurm ends the step itself, and the launcher's line may be cut off with it)
-    assert log.count("stopped cleanly for a requeue") >= log.count("[job] stopped with a checkpoint saved; requeueing job") >= 1
+    assert (
+        log.count("stopped cleanly for a requeue")
+        >= log.count("[job] stopped with a checkpoint saved; requeueing job")
+        >= 1
+    )
 
 
-def test_preemption_scontrol_requeue_and_time_limit_reach_the_sandbox_and_requeue_outside(slurm, tmp_path, requeue_baseline):
+def test_preemption_scontrol_requeue_and_time_limit_reach_the_sandbox_and_requeue_outside(
+    slurm, tmp_path, requeue_baseline
+):
     t0 = time.time()
     site = str(sandbox_profile(tmp_path))
     job = submit(tmp_path, "ctr-requeue", "srun", "--partition", "low", site=site)
@@ -81,8 +113,25 @@ def test_preemption_scontrol_requeue_and_time_limit_reach_the_sandbox_and_requeu
 
     # a job of the high partition wants exactly this job's nodes: it preempts this job (and no other)
     wait_for(lambda: steps_done(run) >= 12, timeout=QUEUE_WAIT_S, what="12 steps")
-    high = subprocess.run(["sbatch", "--parsable", "-p", "high", "-N", "2", "-w", scontrol_fields(job)["NodeList"],
-                           "-o", str(tmp_path / "high-%j.log"), "--wrap", "sleep 2"], capture_output=True, text=True, check=True).stdout.strip()
+    high = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "-p",
+            "high",
+            "-N",
+            "2",
+            "-w",
+            scontrol_fields(job)["NodeList"],
+            "-o",
+            str(tmp_path / "high-%j.log"),
+            "--wrap",
+            "sleep 2",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     wait_resumed(job, run, 1, timeout=QUEUE_WAIT_S)
     assert wait_job(high) == "COMPLETED"
     subprocess.run(["scontrol", "requeue", job], check=True)

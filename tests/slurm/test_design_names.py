@@ -1,12 +1,12 @@
 """The design's own names, as a user copies them: `python -m hpc.submit --site mycluster --nodes 2` word for word,
 from a directory holding the user's profile mycluster.yaml (the local cluster's, training the tiny config), as a dry
 run and as a real 2-node job; and `python -m train --help`."""
+
 import json
 import re
 
 import pytest
 import yaml
-
 from conftest import ROOT, run_cli, wait_job
 from train_helpers import TINY
 

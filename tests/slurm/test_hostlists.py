@@ -1,6 +1,7 @@
 """Node lists as Slurm writes them, expanded by the nodes' parser (hpc.node.slurm_env.node_hosts, python-hostlist)
 and by Slurm itself (`scontrol show hostnames` of the local cluster): zero padding, several ranges, several bracket
 groups, mixed lists; the master address, the first node as Slurm orders them, is the same in every case."""
+
 import random
 import subprocess
 
@@ -10,8 +11,19 @@ from hpc.node.slurm_env import derive, node_hosts
 
 pytestmark = pytest.mark.slurm
 # the strings peers' users hit: zero padding kept (b04-010 is wrong), mixed bracket lists, an unsorted list
-KNOWN = ["b04-[09-10]", "node[1-2],gpu[01-02]", "gpu-a[001-003],gpu-b7", "n[001-003,010]", "n[9-11]", "n[2-3],n1",
-         "rack[1-2]-n[01-02]", "c[01-02]-[1-2]", "n01-[7-9]x[1,3]", "a[0-1]b[0-1]c[0-1]", "host"]
+KNOWN = [
+    "b04-[09-10]",
+    "node[1-2],gpu[01-02]",
+    "gpu-a[001-003],gpu-b7",
+    "n[001-003,010]",
+    "n[9-11]",
+    "n[2-3],n1",
+    "rack[1-2]-n[01-02]",
+    "c[01-02]-[1-2]",
+    "n01-[7-9]x[1,3]",
+    "a[0-1]b[0-1]c[0-1]",
+    "host",
+]
 
 
 def scontrol_hostnames(text: str) -> list[str]:
@@ -23,14 +35,16 @@ def scontrol_hostnames(text: str) -> list[str]:
 def generated(rng: random.Random) -> str:
     """A node list in Slurm's forms: prefixes with digits and dashes, zero-padded ranges and single numbers, one or two
     bracket groups, several comma-separated entries."""
+
     def group() -> str:
         width = rng.choice([1, 2, 3, 4])
         parts = []
         for _ in range(rng.randint(1, 3)):
-            lo = rng.randint(0, 10 ** width // 2)
+            lo = rng.randint(0, 10**width // 2)
             hi = lo + rng.randint(0, 12)
             parts.append(f"{lo:0{width}d}" if lo == hi else f"{lo:0{width}d}-{hi:0{width}d}")
         return "[" + ",".join(parts) + "]"
+
     prefix = lambda: rng.choice(["n", "gpu", "b04-", "node-a", "x1c0s", "r0"])
     entries = []
     for _ in range(rng.randint(1, 3)):
@@ -52,8 +66,16 @@ def test_known_strings_expand_as_slurm_expands_them(slurm):
         assert mine[0] == slurms[0] and sorted(mine) == sorted(slurms), text
         assert text in THREE_GROUPS or mine == slurms, text
         n = len(slurms)
-        env = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": str(n), "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
-               "SLURM_JOB_NUM_NODES": str(n), "SLURM_JOB_NODELIST": text, "SLURM_TASKS_PER_NODE": f"1(x{n})"}
+        env = {
+            "SLURM_JOB_ID": "7",
+            "SLURM_PROCID": "0",
+            "SLURM_NTASKS": str(n),
+            "SLURM_LOCALID": "0",
+            "SLURM_NODEID": "0",
+            "SLURM_JOB_NUM_NODES": str(n),
+            "SLURM_JOB_NODELIST": text,
+            "SLURM_TASKS_PER_NODE": f"1(x{n})",
+        }
         assert derive(env).master_addr == slurms[0], text  # every rank's MASTER_ADDR: node 0 as Slurm names it
 
 

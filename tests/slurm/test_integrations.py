@@ -3,16 +3,17 @@ cluster (4 CPU ranks): Slurm's pre-stop signal reaches every process of the job'
 the time-limit notice also goes through); every rank stops after the same step and saves, the batch script requeues
 the job, and the next run resumes on newest_complete_checkpoint and completes, each step trained once. A script
 without the callback is told so in the job log at the same notice."""
+
 import json
 import re
 import subprocess
 import time
 
 import pytest
-
 from conftest import ROOT, run_cli
-from slurm.requeue_checks import assert_completed, batch_log, restarts, wait_for
 from train_helpers import tiny_hf_chat
+
+from slurm.requeue_checks import assert_completed, batch_log, restarts, wait_for
 
 pytestmark = pytest.mark.slurm
 STEPS = 24
@@ -22,9 +23,31 @@ def test_trl_script_with_the_callback_is_stopped_requeued_and_completes(slurm, t
     t0 = time.time()
     model, data = tiny_hf_chat(tmp_path, rows=32)
     out = tmp_path / "out"
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "accelerate", "--job-name", "trl",
-                "--max-requeues", "3", "--", str(ROOT / "tests" / "scripts" / "trl_sft.py"), "--model", str(model),
-                "--data", str(data), "--out", str(out), "--max-steps", str(STEPS), cwd=tmp_path)
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        "local",
+        "--nodes",
+        "2",
+        "--launcher",
+        "accelerate",
+        "--job-name",
+        "trl",
+        "--max-requeues",
+        "3",
+        "--",
+        str(ROOT / "tests" / "scripts" / "trl_sft.py"),
+        "--model",
+        str(model),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--max-steps",
+        str(STEPS),
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     run = tmp_path / "jobs" / "trl"
@@ -56,8 +79,21 @@ def test_a_script_without_the_callback_is_told_in_the_job_log_at_the_notice(slur
     one line that would have saved it; the script trains on and the job ends as it does (here COMPLETED)."""
     script = tmp_path / "plain.py"
     script.write_text(NO_CATCH)
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--job-name", "plain",
-                "--", str(script), cwd=tmp_path)
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        "local",
+        "--nodes",
+        "2",
+        "--launcher",
+        "torchrun",
+        "--job-name",
+        "plain",
+        "--",
+        str(script),
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     run = tmp_path / "jobs" / "plain"
@@ -67,6 +103,9 @@ def test_a_script_without_the_callback_is_told_in_the_job_log_at_the_notice(slur
     assert_completed(job, run)
     text = logs()
     for rank in range(4):
-        assert re.search(rf"\[launch\] rank {rank} on \S+: got SIGUSR2, the notice to save and stop, but the script "
-                         "does not catch it", text), text[-3000:]
+        assert re.search(
+            rf"\[launch\] rank {rank} on \S+: got SIGUSR2, the notice to save and stop, but the script "
+            "does not catch it",
+            text,
+        ), text[-3000:]
     assert text.count("trainer.add_callback(RequeueCallback())") == 4 and text.count("trained on") == 4

@@ -1,4 +1,5 @@
 """Users' own accelerate/torchrun scripts across 2 nodes, and hpc.jobs, on the real local cluster."""
+
 import json
 import re
 import subprocess
@@ -6,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, job_nodes, run_cli, wait_job
+
 from hpc.metrics_report import fmt
 from hpc.node.slurm_env import master_port
 from hpc.slurm_query import scontrol_fields
@@ -32,8 +33,24 @@ def check_records(out: Path, job: str, nodes: int = 2, per_node: int = 2) -> lis
 
 def test_accelerate_script_on_2_nodes_then_status_logs_report(slurm, tmp_path):
     out = tmp_path / "ranks"
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "accelerate", "--wait",
-                "--job-name", "acc", "--", str(SCRIPTS / "accelerate_train.py"), "--out", str(out), cwd=tmp_path)
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        "local",
+        "--nodes",
+        "2",
+        "--launcher",
+        "accelerate",
+        "--wait",
+        "--job-name",
+        "acc",
+        "--",
+        str(SCRIPTS / "accelerate_train.py"),
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     recs = check_records(out, job)
@@ -45,13 +62,22 @@ def test_accelerate_script_on_2_nodes_then_status_logs_report(slurm, tmp_path):
     assert [m["step"] for m in metrics] == list(range(1, 9))
     st = run_cli("-m", "hpc.jobs", "status", job)
     assert st.returncode == 0, st.stderr
-    assert f"job {job} (acc): COMPLETED" in st.stdout and f"2 node(s) {scontrol_fields(job)['NodeList']}" in st.stdout and "restarts 0" in st.stdout
-    assert f"last step 8: loss {fmt(metrics[-1]['loss'])}, {fmt(metrics[-1]['tokens_per_s'])} tokens/s, MFU n/a" in st.stdout
+    assert (
+        f"job {job} (acc): COMPLETED" in st.stdout
+        and f"2 node(s) {scontrol_fields(job)['NodeList']}" in st.stdout
+        and "restarts 0" in st.stdout
+    )
+    assert (
+        f"last step 8: loss {fmt(metrics[-1]['loss'])}, {fmt(metrics[-1]['tokens_per_s'])} tokens/s, MFU n/a"
+        in st.stdout
+    )
 
     log0 = run_cli("-m", "hpc.jobs", "logs", job)
     assert "[accelerate_train] 4 processes, DistributedType.MULTI_CPU, reduce 10" in log0.stdout
     log1 = run_cli("-m", "hpc.jobs", "logs", job, "--rank", "1")
-    assert f"[launch] {hosts[1]} job {job}" in log1.stdout and f"[launch] {hosts[0]}" not in log1.stdout  # task 1 = 2nd node
+    assert (
+        f"[launch] {hosts[1]} job {job}" in log1.stdout and f"[launch] {hosts[0]}" not in log1.stdout
+    )  # task 1 = 2nd node
 
     png, tb = tmp_path / "report.png", tmp_path / "tb"
     rep = run_cli("-m", "hpc.jobs", "report", job, "--out", str(png), "--tensorboard", str(tb))
@@ -71,8 +97,25 @@ def test_accelerate_script_on_2_nodes_then_status_logs_report(slurm, tmp_path):
 
 def test_torchrun_script_emitted_and_followed(slurm, tmp_path):
     out, script = tmp_path / "ranks", tmp_path / "job.sbatch"
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--launcher", "torchrun", "--job-name", "tr run",
-                "--emit", str(script), "--", str(SCRIPTS / "torchrun_train.py"), "--out", str(out), cwd=tmp_path)
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        "local",
+        "--nodes",
+        "2",
+        "--launcher",
+        "torchrun",
+        "--job-name",
+        "tr run",
+        "--emit",
+        str(script),
+        "--",
+        str(SCRIPTS / "torchrun_train.py"),
+        "--out",
+        str(out),
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert "$SLURM_NODEID" not in script.read_text()
     sb = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, cwd=tmp_path)
@@ -82,19 +125,43 @@ def test_torchrun_script_emitted_and_followed(slurm, tmp_path):
     assert follow.returncode == 0, follow.stderr + logs
     hosts = job_nodes(job)
     assert f"[launch] {hosts[1]} job {job}" in follow.stdout
-    assert "[torchrun_train] rank 2/4 all_reduce 10" in follow.stdout and "[torchrun_train] rank 3/4 all_reduce 10" in follow.stdout
+    assert (
+        "[torchrun_train] rank 2/4 all_reduce 10" in follow.stdout
+        and "[torchrun_train] rank 3/4 all_reduce 10" in follow.stdout
+    )
     assert follow.stderr.strip().endswith(f"job {job} ended: COMPLETED")
     recs = check_records(out, job)
-    assert {(r["master_addr"], r["master_port"], r["local_world_size"]) for r in recs} == {(hosts[0], str(master_port(int(job))), "2")}
+    assert {(r["master_addr"], r["master_port"], r["local_world_size"]) for r in recs} == {
+        (hosts[0], str(master_port(int(job))), "2")
+    }
 
 
 def test_requeue_counts_as_restart_and_cancel(slurm, tmp_path):
-    sb = subprocess.run(["sbatch", "--parsable", "-N", "1", "--requeue", "-J", "sleeper", "-o", str(tmp_path / "%j.log"),
-                         "--wrap", "sleep 300"], capture_output=True, text=True, cwd=tmp_path)
+    sb = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "-N",
+            "1",
+            "--requeue",
+            "-J",
+            "sleeper",
+            "-o",
+            str(tmp_path / "%j.log"),
+            "--wrap",
+            "sleep 300",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     job = sb.stdout.strip()
     try:
         deadline = time.time() + 120
-        while subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip() != "RUNNING":
+        while (
+            subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+            != "RUNNING"
+        ):
             assert time.time() < deadline, "the job did not start"
             time.sleep(0.5)
         assert subprocess.run(["scontrol", "requeue", job]).returncode == 0
@@ -113,8 +180,24 @@ def test_requeue_counts_as_restart_and_cancel(slurm, tmp_path):
 
 def test_a_new_job_is_listed_at_once_with_its_name(slurm, tmp_path):
     """slurmctld's view comes first: accounting records a new job a moment later, as "allocation"."""
-    sb = subprocess.run(["sbatch", "--parsable", "--hold", "-N", "1", "-J", "fresh job", "-o", str(tmp_path / "%j.log"),
-                         "--wrap", "true"], capture_output=True, text=True, cwd=tmp_path)
+    sb = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--hold",
+            "-N",
+            "1",
+            "-J",
+            "fresh job",
+            "-o",
+            str(tmp_path / "%j.log"),
+            "--wrap",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     job = sb.stdout.strip()
     try:
         listed = [l for l in run_cli("-m", "hpc.jobs", "list").stdout.splitlines() if l.split()[0] == job]
@@ -127,12 +210,15 @@ def test_a_new_job_is_listed_at_once_with_its_name(slurm, tmp_path):
 UNKNOWN_JOB = "987654321"
 
 
-@pytest.mark.parametrize("args,message", [
-    (["-m", "hpc.jobs", "status", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
-    (["-m", "hpc.jobs", "logs", UNKNOWN_JOB, "-f"], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
-    (["-m", "hpc.jobs", "cancel", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
-    (["-m", "hpc.jobs", "report", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["-m", "hpc.jobs", "status", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
+        (["-m", "hpc.jobs", "logs", UNKNOWN_JOB, "-f"], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
+        (["-m", "hpc.jobs", "cancel", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
+        (["-m", "hpc.jobs", "report", UNKNOWN_JOB], f"hpc.jobs: error: job {UNKNOWN_JOB} does not exist"),
+    ],
+)
 def test_errors_are_one_line_exit_2(slurm, tmp_path, args, message):
     r = run_cli(*args, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith(message), r.stderr
@@ -140,11 +226,25 @@ def test_errors_are_one_line_exit_2(slurm, tmp_path, args, message):
 
 
 def test_jobs_commands_work_without_accounting_and_fail_fast_without_slurm(slurm, tmp_path):
-    """slurmdbd down: status, logs, list and cancel answer from slurmctld; slurmctld unreachable: one line in seconds."""
+    """slurmdbd down: status, logs, list and cancel answer from slurmctld; slurmctld unreachable: one line in
+    seconds."""
     sleeper = tmp_path / "sleeper.py"
     sleeper.write_text("import time\nprint('sleeper up', flush=True)\ntime.sleep(120)\n")
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--gpus-per-node", "1", "--job-name", "no-acct",
-                "--", str(sleeper), cwd=tmp_path)
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        "local",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "1",
+        "--job-name",
+        "no-acct",
+        "--",
+        str(sleeper),
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     pid_file = Path(slurm["SLURM_CONF"]).parent.parent / "run" / "slurmdbd.pid"
@@ -159,11 +259,15 @@ def test_jobs_commands_work_without_accounting_and_fail_fast_without_slurm(slurm
             assert time.time() < deadline + 60, "the job did not start"
             time.sleep(0.5)
         status = run_cli("-m", "hpc.jobs", "status", job, cwd=tmp_path)
-        assert status.returncode == 0 and f"job {job} (no-acct): RUNNING" in status.stdout, status.stdout + status.stderr
+        assert status.returncode == 0 and f"job {job} (no-acct): RUNNING" in status.stdout, (
+            status.stdout + status.stderr
+        )
         logs = run_cli("-m", "hpc.jobs", "logs", job, cwd=tmp_path)
         assert logs.returncode == 0 and "sleeper up" in logs.stdout, logs.stderr
         listed = run_cli("-m", "hpc.jobs", "list", cwd=tmp_path)
-        assert listed.returncode == 0 and re.search(rf"^{job}\s+no-acct\s+RUNNING", listed.stdout, re.M), listed.stdout + listed.stderr
+        assert listed.returncode == 0 and re.search(rf"^{job}\s+no-acct\s+RUNNING", listed.stdout, re.M), (
+            listed.stdout + listed.stderr
+        )
         assert "sacct" in listed.stderr  # says that accounting did not answer
         cancel = run_cli("-m", "hpc.jobs", "cancel", job, cwd=tmp_path)
         assert cancel.returncode == 0, cancel.stderr
@@ -178,5 +282,7 @@ def test_jobs_commands_work_without_accounting_and_fail_fast_without_slurm(slurm
     dead.write_text(re.sub(r"(?m)^SlurmctldPort=.*$", "SlurmctldPort=6999", Path(slurm["SLURM_CONF"]).read_text()))
     t0 = time.time()
     r = run_cli("-m", "hpc.jobs", "list", cwd=tmp_path, env={"SLURM_CONF": str(dead)})
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Slurm's controller does not answer at" in r.stderr, r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Slurm's controller does not answer at" in r.stderr, (
+        r.stderr
+    )
     assert time.time() - t0 < 8

@@ -1,17 +1,17 @@
 """Node network checks: NCCL/gloo interface and HCA selection, on this machine's real interfaces,
 through hpc.node.launch, and the bounded rendezvous timeout on the real cluster."""
+
 import subprocess
 import time
 
 import pytest
-
 from conftest import PYTHON, ROOT, wait_job
 
 
 @pytest.mark.slurm
 def test_missing_rank_ends_the_job_within_the_timeout(slurm, tmp_path):
     """Rank 1 never joins: rank 0's rendezvous times out after HPC_DIST_TIMEOUT_S and srun ends the job."""
-    rank_cmd = f"if [ \"$RANK\" = 1 ]; then sleep 300; else exec {PYTHON} -m hpc.node.smoke --out {tmp_path}/r; fi"
+    rank_cmd = f'if [ "$RANK" = 1 ]; then sleep 300; else exec {PYTHON} -m hpc.node.smoke --out {tmp_path}/r; fi'
     script = tmp_path / "job.sbatch"
     script.write_text(
         "#!/bin/bash\n"

@@ -1,4 +1,5 @@
 """Preflight on the real cluster's node namespaces: the network check and the bandwidth sweep."""
+
 import json
 import re
 import time
@@ -6,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT, run_cli
 
 
@@ -31,10 +31,20 @@ def test_preflight_on_two_namespaced_nodes(slurm, tmp_path):
     assert len(set(nodes)) == 2 and report["world_size"] == 4
     for name in nodes:  # each node reports its own namespace's hostname and interface (nX has 10.250.0.1X)
         i = name.removeprefix("n")
-        assert f"[health] {name} node: ok: 2 GPU(s) granted by Slurm; the partition has 2" in r.stdout  # its health stage
-        assert re.search(rf"^\[health\] {name} cpu: ok: fp32 matmul [\d.e-]+ TFLOP/s, memory copy [\d.e-]+ GB/s", r.stdout, re.M)
-        assert re.search(rf"^{name} +{name} +lo 127\.0\.0\.1,::1; eth0 10\.250\.0\.1{i} .* gloo eth0 \(10\.250\.0\.1{i}\)", r.stdout, re.M)
-    assert "all_reduce bus bandwidth, GB/s (gloo on cpu" in r.stdout and re.search(r"^ +16 MB( +\d+\.\d+){3}$", r.stdout, re.M)
+        assert (
+            f"[health] {name} node: ok: 2 GPU(s) granted by Slurm; the partition has 2" in r.stdout
+        )  # its health stage
+        assert re.search(
+            rf"^\[health\] {name} cpu: ok: fp32 matmul [\d.e-]+ TFLOP/s, memory copy [\d.e-]+ GB/s", r.stdout, re.M
+        )
+        assert re.search(
+            rf"^{name} +{name} +lo 127\.0\.0\.1,::1; eth0 10\.250\.0\.1{i} .* gloo eth0 \(10\.250\.0\.1{i}\)",
+            r.stdout,
+            re.M,
+        )
+    assert "all_reduce bus bandwidth, GB/s (gloo on cpu" in r.stdout and re.search(
+        r"^ +16 MB( +\d+\.\d+){3}$", r.stdout, re.M
+    )
     assert re.search(rf"^{nodes[0]}-{nodes[1]}( +\d+\.\d+){{3}}$", r.stdout, re.M)
     assert "the profile has no network.expected.inter_node_gbps: nothing to compare" in r.stdout
     assert r.stdout.rstrip().endswith("preflight passed")
@@ -45,14 +55,36 @@ def test_preflight_on_two_namespaced_nodes(slurm, tmp_path):
 
 
 @pytest.mark.slurm
-@pytest.mark.parametrize("key,value,message", [
-    ("gloo_socket_ifname", "ib0", "GLOO_SOCKET_IFNAME=ib0 but this node has no interface ib0; it has lo (127.0.0.1, ::1), eth0 (10.250.0.1"),
-    ("nccl_socket_ifname", "=eth1", "NCCL_SOCKET_IFNAME==eth1 but it selects no interface of this node; this node has lo (127.0.0.1, ::1), eth0 (10.250.0.1"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        (
+            "gloo_socket_ifname",
+            "ib0",
+            "GLOO_SOCKET_IFNAME=ib0 but this node has no interface ib0; it has lo (127.0.0.1, ::1), eth0 (10.250.0.1",
+        ),
+        (
+            "nccl_socket_ifname",
+            "=eth1",
+            "NCCL_SOCKET_IFNAME==eth1 but it selects no interface of this node; this node has lo (127.0.0.1, ::1), "
+            "eth0 (10.250.0.1",
+        ),
+    ],
+)
 def test_wrong_interface_fails_fast_naming_the_node(slurm, tmp_path, key, value, message):
     start = time.time()
-    r = run_cli("-m", "hpc.preflight", "--site", str(profile(tmp_path, **{key: value})), "--nodes", "2",
-                "--out", str(tmp_path / "out"), cwd=tmp_path, timeout=300)
+    r = run_cli(
+        "-m",
+        "hpc.preflight",
+        "--site",
+        str(profile(tmp_path, **{key: value})),
+        "--nodes",
+        "2",
+        "--out",
+        str(tmp_path / "out"),
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     line = r.stderr.strip().splitlines()[-1]
     assert re.match(r"hpc\.preflight: error: job \d+ FAILED: hpc\.node\.launch: error: n[1-4]: ", line), line
@@ -64,10 +96,28 @@ def test_wrong_interface_fails_fast_naming_the_node(slurm, tmp_path, key, value,
 @pytest.mark.slurm
 def test_below_expected_bandwidth_exits_1(slurm, tmp_path):
     site = profile(tmp_path, expected={"intra_node_gbps": 0.001, "inter_node_gbps": 1000})
-    r = run_cli("-m", "hpc.preflight", "--site", str(site), "--nodes", "2", "--gpus-per-node", "1",
-                "--max-bytes", str(1 << 20), "--out", str(tmp_path / "out"), cwd=tmp_path, timeout=300)
+    r = run_cli(
+        "-m",
+        "hpc.preflight",
+        "--site",
+        str(site),
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--max-bytes",
+        str(1 << 20),
+        "--out",
+        str(tmp_path / "out"),
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
-    assert re.search(r"inter-node busbw \(slowest of all ranks and node pairs\): [\d.e-]+ GB/s at 1 MB is below 0\.5 x the expected 1000 GB/s: FAIL", r.stdout)
+    assert re.search(
+        r"inter-node busbw \(slowest of all ranks and node pairs\): [\d.e-]+ GB/s at 1 MB is below 0\.5 x the expected "
+        r"1000 GB/s: FAIL",
+        r.stdout,
+    )
     assert "one rank per node: no intra-node bandwidth measured" in r.stdout
     assert "hpc.preflight: FAILED: bandwidth below 0.5 x the profile's expected" in r.stderr
     assert len(list((tmp_path / "out").glob("preflight-*.png"))) == 1

@@ -5,16 +5,36 @@ from __future__ import annotations
 import re
 
 from conftest import run_cli
-from train.data.prepared import prepare
-from train_helpers import TINY
 from data_helpers import SEQ, cfg, tree
+from train_helpers import TINY
+
+from train.data.prepared import prepare
 
 
 def test_prepare_through_hpc_submit_on_two_nodes_matches_one_task(slurm, tmp_path, source, tok):
     out = tmp_path / "slurm"
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "chat-prepare", "--wait", "--",
-                "-m", "train.prepare", "--config", str(TINY), "data.format=chat", f"data.path={source}", "data.chunk_bytes=16384",
-                f"seq_len={SEQ}", f"data.prepared={out}", cwd=tmp_path)
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        "local",
+        "--nodes",
+        "2",
+        "--job-name",
+        "chat-prepare",
+        "--wait",
+        "--",
+        "-m",
+        "train.prepare",
+        "--config",
+        str(TINY),
+        "data.format=chat",
+        f"data.path={source}",
+        "data.chunk_bytes=16384",
+        f"seq_len={SEQ}",
+        f"data.prepared={out}",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     logs = "".join(p.read_text() for p in (tmp_path / "jobs" / "chat-prepare").glob("*_log.out"))
     tasks = set(re.findall(r"\[prepare\] task (\d)/(\d)", logs))

@@ -8,6 +8,7 @@ bit for bit (CPU arithmetic is deterministic), so no sample was trained twice or
 ``--emit``ted file under plain ``sbatch``, ``--launcher torchrun`` and ``--launcher accelerate``; the fourth,
 ``hpc.submit`` with srun (one task per GPU), runs in a container in test_container.py.
 """
+
 import contextlib
 import json
 import os
@@ -18,13 +19,21 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli, wait_job
-from slurm.requeue_checks import (
-    assert_completed, assert_same_as_baseline, batch_log, restarts, resumed_steps, steps_done, submit,
-    time_limit_notice, wait_for, wait_resumed,
-)
 from train_helpers import TINY
+
+from slurm.requeue_checks import (
+    assert_completed,
+    assert_same_as_baseline,
+    batch_log,
+    restarts,
+    resumed_steps,
+    steps_done,
+    submit,
+    time_limit_notice,
+    wait_for,
+    wait_resumed,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -33,7 +42,11 @@ def sigkill_in_save(job: str, run: Path, tmp_path: Path) -> None:
     """Every rank SIGKILLed while a checkpoint is being written: the job fails; requeued by hand, it resumes from
     the previous complete checkpoint."""
     ckpt = tmp_path / "checkpoints" / run.name
-    wait_for(lambda: ckpt.is_dir() and any(p.name == "step-00000005" for p in ckpt.iterdir()), timeout=900, what="first checkpoint")
+    wait_for(
+        lambda: ckpt.is_dir() and any(p.name == "step-00000005" for p in ckpt.iterdir()),
+        timeout=900,
+        what="first checkpoint",
+    )
     tmp = wait_for(lambda: [p for p in ckpt.iterdir() if ".tmp-" in p.name], poll=0.002, what="a save in progress")[0]
     ranks = subprocess.run(["pgrep", "-f", f"checkpoint.dir={ckpt}"], capture_output=True, text=True).stdout.split()
     for pid in ranks:
@@ -53,14 +66,20 @@ def sigkill_in_save(job: str, run: Path, tmp_path: Path) -> None:
 
 
 def scontrol_requeue(job: str, run: Path, tmp_path: Path) -> None:
-    wait_for(lambda: steps_done(run) >= 12, timeout=900, what="12 steps")  # the shared cluster may hold the job pending first
+    wait_for(
+        lambda: steps_done(run) >= 12, timeout=900, what="12 steps"
+    )  # the shared cluster may hold the job pending first
     subprocess.run(["scontrol", "requeue", job], check=True)
     wait_resumed(job, run, 1)
     assert "got SIGTERM" in batch_log(run, job)
 
 
 FIRST = {"sigkill-in-save": sigkill_in_save, "scontrol-requeue": scontrol_requeue}
-SCENARIOS = [("emitted", "sigkill-in-save", False), ("torchrun", "scontrol-requeue", True), ("accelerate", "scontrol-requeue", False)]
+SCENARIOS = [
+    ("emitted", "sigkill-in-save", False),
+    ("torchrun", "scontrol-requeue", True),
+    ("accelerate", "scontrol-requeue", False),
+]
 
 
 @pytest.mark.parametrize("road,first,async_save", SCENARIOS, ids=[f"{r}-{f}" for r, f, _ in SCENARIOS])
@@ -82,7 +101,9 @@ def test_interrupted_then_time_limit_resumes_exactly(slurm, tmp_path, requeue_ba
 
 
 def _start_end(job: str) -> tuple[str, str]:
-    out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "Start,End"], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", job, "-o", "Start,End"], capture_output=True, text=True
+    ).stdout
     start, end = out.strip().splitlines()[-1].split("|")
     return start, end
 
@@ -93,8 +114,12 @@ def test_one_emitted_script_submitted_twice_runs_once(slurm, tmp_path, requeue_b
     (exit 2, nothing written, no requeue); one that Slurm starts only after the first ended finds the run done. Either
     way the run completes bitwise equal to the baseline."""
     first = submit(tmp_path, "twice", "emitted")
-    sb = subprocess.run(["sbatch", "--parsable", f"--dependency=after:{first}", str(tmp_path / "twice.sbatch")],
-                        capture_output=True, text=True, cwd=tmp_path)
+    sb = subprocess.run(
+        ["sbatch", "--parsable", f"--dependency=after:{first}", str(tmp_path / "twice.sbatch")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert sb.returncode == 0, sb.stderr
     second, run = sb.stdout.strip(), tmp_path / "jobs" / "twice"
     states = {second: wait_job(second, timeout=1200), first: wait_job(first, timeout=600)}
@@ -105,7 +130,9 @@ def test_one_emitted_script_submitted_twice_runs_once(slurm, tmp_path, requeue_b
         loser = first if completed == [second] else second
         log = batch_log(run, loser)
         assert overlapped and states[loser] == "FAILED", log[-3000:]
-        assert f"is in use by Slurm job {completed[0]} 'twice'" in log and ": not requeued" in log  # exit 2, or srun's kill
+        assert (
+            f"is in use by Slurm job {completed[0]} 'twice'" in log and ": not requeued" in log
+        )  # exit 2, or srun's kill
         assert restarts(loser) == 0 and "Traceback" not in log
     else:  # the second started once the first had released the lease: the run was done
         assert len(completed) == 2, {j: batch_log(run, j)[-2000:] for j in states}
@@ -118,8 +145,23 @@ def test_an_error_in_training_is_shown_and_not_requeued(slurm, tmp_path):
     one line (exit 2), the job FAILs, the batch script does not requeue it, and --wait shows rank 0's error live."""
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"text": "a line of text"}) + "\n{not json\n")
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "broken", "--wait",
-                "--", "--config", str(TINY), "parallel.tp=2", f"data.path={corpus}", cwd=tmp_path)
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        "local",
+        "--nodes",
+        "2",
+        "--job-name",
+        "broken",
+        "--wait",
+        "--",
+        "--config",
+        str(TINY),
+        "parallel.tp=2",
+        f"data.path={corpus}",
+        cwd=tmp_path,
+    )
     assert r.returncode == 1
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     assert restarts(job) == 0

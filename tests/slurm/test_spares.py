@@ -10,6 +10,7 @@ the uninterrupted baseline bit for bit. The signals come from this test; the seg
 exit from the ranks themselves (HPC_TEST_FAULTS, train/faults.py). Printed: per fault, what was decided, the node
 replaced, the seconds from the fault to training again (detection, teardown, restart, load) and the steps lost.
 """
+
 import json
 import os
 import re
@@ -21,17 +22,19 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT, run_cli, wait_job
+from train_helpers import free_port
+
 from hpc.node.attempt import read
 from hpc.node.restart import read_log
 from slurm.requeue_checks import assert_completed, assert_same_as_baseline, batch_log, restarts, submit, wait_for
-from train_helpers import free_port
 
 pytestmark = pytest.mark.slurm
 
 TIMEOUT_S = 15
-FAULT_LINE = re.compile(r"\[fault\] rank (\d+) on (\S+) \(pid \d+\) at ([\d.]+): HPC_TEST_FAULTS: (\S+) after step (\d+)")
+FAULT_LINE = re.compile(
+    r"\[fault\] rank (\d+) on (\S+) \(pid \d+\) at ([\d.]+): HPC_TEST_FAULTS: (\S+) after step (\d+)"
+)
 
 
 def spare_site(tmp_path: Path, **restart) -> Path:
@@ -54,17 +57,23 @@ class Run:
         return self.dir / f".restarts-{self.job}-0" / f"attempt-{a}"
 
     def wait_step(self, a: int, step: int, timeout: float = 600) -> None:
-        wait_for(lambda: read(self.attempt(a)).progress.get("step", 0) >= step, timeout=timeout, poll=0.05,
-                 what=f"attempt {a} of job {self.job} at step {step}")
+        wait_for(
+            lambda: read(self.attempt(a)).progress.get("step", 0) >= step,
+            timeout=timeout,
+            poll=0.05,
+            what=f"attempt {a} of job {self.job} at step {step}",
+        )
 
     def rank(self, a: int, rank: int) -> dict:
         return next(s for s in read(self.attempt(a)).starts if s["rank"] == rank)
 
     def decision(self, a: int, timeout: float = 300) -> dict:
         """Attempt ``a``'s decision, once its restart trained again (or it was not restarted)."""
+
         def done():
             rec = next((r for r in read_log(self.dir / "restarts.jsonl", self.job) if r.get("attempt") == a), None)
             return rec if rec and (rec.get("action") != "restart" or rec.get("trained_at")) else None
+
         return wait_for(done, timeout=timeout, what=f"the decision on attempt {a} of job {self.job}")
 
 
@@ -86,7 +95,9 @@ def kill_node(run: Run, a: int, rank: int) -> tuple[float, str]:
 
 
 def kill_in_save(run: Run, a: int, rank: int) -> tuple[float, str]:
-    tmp = wait_for(lambda: [p for p in run.ckpt.iterdir() if ".tmp-" in p.name], poll=0.002, what="a save in progress")[0]
+    tmp = wait_for(lambda: [p for p in run.ckpt.iterdir() if ".tmp-" in p.name], poll=0.002, what="a save in progress")[
+        0
+    ]
     t, node = signal_rank(run, a, rank, signal.SIGKILL)
     assert tmp.exists(), "the kill did not land inside the save"
     return t, node
@@ -102,18 +113,30 @@ def hook_fault(run: Run, a: int) -> tuple[float, str]:
 
 def row(name: str, rec: dict, t_fault: float, node: str) -> dict:
     """One line of the fault table, from the decision record and the test's own time of the fault."""
-    out = {"fault": name, "kind": rec["kind"], "action": rec["action"], "node": node, "replaced": rec.get("replaced"),
-           "lost": None, "t": {}}
+    out = {
+        "fault": name,
+        "kind": rec["kind"],
+        "action": rec["action"],
+        "node": node,
+        "replaced": rec.get("replaced"),
+        "lost": None,
+        "t": {},
+    }
     if rec.get("trained_at"):
         out["lost"] = rec["step"] - rec["resumed_step"]
-        out["t"] = {"detection": rec["seen_at"] - t_fault, "teardown": rec["ended_at"] - rec["seen_at"],
-                    "restart": rec["load_started_at"] - rec["ended_at"], "load": rec["loaded_at"] - rec["load_started_at"],
-                    "training again": rec["trained_at"] - t_fault}
+        out["t"] = {
+            "detection": rec["seen_at"] - t_fault,
+            "teardown": rec["ended_at"] - rec["seen_at"],
+            "restart": rec["load_started_at"] - rec["ended_at"],
+            "load": rec["loaded_at"] - rec["load_started_at"],
+            "training again": rec["trained_at"] - t_fault,
+        }
     return out
 
 
-def test_the_fault_catalogue_restarts_within_the_job_and_ends_equal_to_the_baseline(slurm, tmp_path, requeue_baseline,
-                                                                                     monkeypatch):
+def test_the_fault_catalogue_restarts_within_the_job_and_ends_equal_to_the_baseline(
+    slurm, tmp_path, requeue_baseline, monkeypatch
+):
     t0 = time.time()
     site = str(spare_site(tmp_path))
     monkeypatch.setenv("HPC_DIST_TIMEOUT_S", str(TIMEOUT_S))
@@ -126,7 +149,9 @@ def test_the_fault_catalogue_restarts_within_the_job_and_ends_equal_to_the_basel
         rec = a_run.decision(a)
         rows.append(row(name, rec, t, node))
         assert (rec["kind"], rec["action"], rec["nodes"]) == (kind, "restart", [node]), rec
-        assert node in rec["replaced"] and rec["replaced"][node] not in rec["attempt_nodes"], rec  # a spare took its place
+        assert node in rec["replaced"] and rec["replaced"][node] not in rec["attempt_nodes"], (
+            rec
+        )  # a spare took its place
 
     a_run.wait_step(0, 8)
     restarted(0, "SIGKILL of a rank", "died", lambda: signal_rank(a_run, 0, 1, signal.SIGKILL))
@@ -144,8 +169,11 @@ def test_the_fault_catalogue_restarts_within_the_job_and_ends_equal_to_the_basel
     assert (rec["kind"], rec["action"]) == ("error", "end"), rec
     assert wait_job(a_run.job) == "FAILED"
     log = batch_log(a_run.dir, a_run.job)
-    assert re.search(rf"\[restart\] rank 2 on {node} ended with exit code 1 without a failed collective \(an error in "
-                     r"the program\): not restarted: an error in the program is never restarted", log), log[-3000:]
+    assert re.search(
+        rf"\[restart\] rank 2 on {node} ended with exit code 1 without a failed collective \(an error in "
+        r"the program\): not restarted: an error in the program is never restarted",
+        log,
+    ), log[-3000:]
     assert "[job] ranks ended with exit code 1: not requeued" in log
     assert "RuntimeError: injected fault after step 55" in (a_run.dir / f"{a_run.job}_2_log.out").read_text()
     assert log.count("[restart] restart ") == 6 and "requeueing" not in log  # six restarts within the job, no requeue
@@ -153,10 +181,17 @@ def test_the_fault_catalogue_restarts_within_the_job_and_ends_equal_to_the_basel
     report = run_cli("-m", "hpc.jobs", "report", a_run.job, "--out", str(tmp_path / "report.png")).stdout
     for text in (status, report):
         assert "in-job restarts: 6" in text, text
-        shown = re.findall(r"restart (\d) \(run 0 attempt (\d)\): .*; (\S+) replaced by (\S+); training again from step \d+ "
-                           r"\(\d+ step\(s\) lost\), [\d.]+ s after the failure \(detection", text)
-        assert [(int(n), int(a), old) for n, a, old, _ in shown] == [(a + 1, a, r["node"]) for a, r in enumerate(rows[:6])], text
-        assert re.search(r"run 0 attempt 6: rank 2 on \S+ ended with exit code 1 without a failed collective", text), text
+        shown = re.findall(
+            r"restart (\d) \(run 0 attempt (\d)\): .*; (\S+) replaced by (\S+); training again from step \d+ "
+            r"\(\d+ step\(s\) lost\), [\d.]+ s after the failure \(detection",
+            text,
+        )
+        assert [(int(n), int(a), old) for n, a, old, _ in shown] == [
+            (a + 1, a, r["node"]) for a, r in enumerate(rows[:6])
+        ], text
+        assert re.search(r"run 0 attempt 6: rank 2 on \S+ ended with exit code 1 without a failed collective", text), (
+            text
+        )
 
     resumed = max(int(p.name.split("-")[1]) for p in a_run.ckpt.iterdir() if re.fullmatch(r"step-\d{8}", p.name))
     monkeypatch.setenv("HPC_TEST_FAULTS", f"exit@1:{resumed + 2}:0")
@@ -172,12 +207,21 @@ def test_the_fault_catalogue_restarts_within_the_job_and_ends_equal_to_the_basel
     assert_completed(c_run.job, c_run.dir, timeout=900)
     assert_same_as_baseline(c_run.dir, requeue_baseline)
 
-    print(f"\n[spares] fault catalogue: jobs {a_run.job}, {b_run.job}, {c_run.job} in {time.time() - t0:.0f} s; final losses, "
-          "grad norms, data positions and weights equal the baseline bit for bit")
+    print(
+        f"\n[spares] fault catalogue: jobs {a_run.job}, {b_run.job}, {c_run.job} in {time.time() - t0:.0f} s; final "
+        "losses, "
+        "grad norms, data positions and weights equal the baseline bit for bit"
+    )
     for r in rows:
         times = ", ".join(f"{k} {v:.1f} s" for k, v in r["t"].items())
-        print(f"[spares] {r['fault']}: {r['kind']} on {r['node']} -> {r['action']}"
-              + (f", {r['node']} replaced by {r['replaced'][r['node']]}, {r['lost']} step(s) lost; {times}" if r["t"] else ""))
+        print(
+            f"[spares] {r['fault']}: {r['kind']} on {r['node']} -> {r['action']}"
+            + (
+                f", {r['node']} replaced by {r['replaced'][r['node']]}, {r['lost']} step(s) lost; {times}"
+                if r["t"]
+                else ""
+            )
+        )
     for r in rows:
         if r["t"]:  # the goal is checkpoint load + 60 s; the shared 2-core machine gets twice that
             assert r["t"]["training again"] < r["t"]["load"] + 120, r
@@ -187,13 +231,33 @@ def test_a_script_that_asks_for_no_restart_is_neither_restarted_nor_requeued(slu
     """Exit 93 (EXIT_NO_RESTART) in one rank of a script of one's own: the job ends FAILED at once."""
     script = tmp_path / "stop.py"
     script.write_text("import os, sys, time\nif os.environ['RANK'] == '1':\n    sys.exit(93)\ntime.sleep(120)\n")
-    r = run_cli("-m", "hpc.submit", "--site", str(spare_site(tmp_path)), "--nodes", "2", "--gpus-per-node", "1",
-                "--job-name", "no-restart", "--time", "5", "--wait", "--", str(script), cwd=tmp_path, timeout=300)
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        str(spare_site(tmp_path)),
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--job-name",
+        "no-restart",
+        "--time",
+        "5",
+        "--wait",
+        "--",
+        str(script),
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert r.returncode == 1
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     log = batch_log(tmp_path / "jobs" / "no-restart", job)
-    assert re.search(r"\[restart\] rank 1 on \S+ ended with exit code 93 \(do not restart or requeue\): not restarted: "
-                     r"the program asked not to be restarted or requeued", log), log
+    assert re.search(
+        r"\[restart\] rank 1 on \S+ ended with exit code 93 \(do not restart or requeue\): not restarted: "
+        r"the program asked not to be restarted or requeued",
+        log,
+    ), log
     assert "[job] ranks ended with exit code 93: not requeued" in log and "attempt 1" not in log
 
 
@@ -206,14 +270,54 @@ def test_a_users_accelerate_script_restarts_on_a_spare_and_hpc_jobs_shows_it(slu
     script = ROOT / "tests" / "scripts" / "accelerate_requeue.py"
     base = tmp_path / "base"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPC_", "RANK", "WORLD_SIZE"))}
-    subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines=1",
-                    "--num_processes=2", "--machine_rank=0", "--main_process_ip=127.0.0.1", f"--main_process_port={free_port()}",
-                    str(script), "--out", str(base), "--steps", "30"],
-                   env={**env, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_machines=1",
+            "--num_processes=2",
+            "--machine_rank=0",
+            "--main_process_ip=127.0.0.1",
+            f"--main_process_port={free_port()}",
+            str(script),
+            "--out",
+            str(base),
+            "--steps",
+            "30",
+        ],
+        env={**env, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"},
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     out = tmp_path / "out"
-    r = run_cli("-m", "hpc.submit", "--site", str(spare_site(tmp_path)), "--nodes", "2", "--gpus-per-node", "1",
-                "--launcher", "accelerate", "--job-name", "users", "--time", "10", "--", str(script), "--out", str(out),
-                "--steps", "30", "--step-time", "0.3", cwd=tmp_path)
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        str(spare_site(tmp_path)),
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--launcher",
+        "accelerate",
+        "--job-name",
+        "users",
+        "--time",
+        "10",
+        "--",
+        str(script),
+        "--out",
+        str(out),
+        "--steps",
+        "30",
+        "--step-time",
+        "0.3",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     run = Run(tmp_path, "users", re.search(r"submitted job (\d+)", r.stdout).group(1))
     run.wait_step(0, 6)
@@ -223,23 +327,32 @@ def test_a_users_accelerate_script_restarts_on_a_spare_and_hpc_jobs_shows_it(slu
     run.wait_step(1, 10)
     subprocess.run(["scancel", "--signal=USR2", run.job], check=True)  # as Slurm's time-limit notice: a clean stop
     wait_for(lambda: restarts(run.job) >= 1, timeout=300, what="the requeue after the notice")
-    subprocess.run(["scontrol", "update", f"JobId={run.job}", "StartTime=now"], capture_output=True)  # skip the requeue delay
+    subprocess.run(
+        ["scontrol", "update", f"JobId={run.job}", "StartTime=now"], capture_output=True
+    )  # skip the requeue delay
     assert_completed(run.job, run.dir)
     log = batch_log(run.dir, run.job)
     assert f"[requeue] resumed from {out / 'checkpoints' / 'step-00000004'} (step 4, batch 4)" in log, log[-3000:]
-    assert ("[restart] the ranks stopped with a checkpoint saved (the time limit or a preemption): stopped with a checkpoint "
-            "saved: requeued by the batch script\n") in log, log[-3000:]
+    assert (
+        "[restart] the ranks stopped with a checkpoint saved (the time limit or a preemption): stopped with a "
+        "checkpoint "
+        "saved: requeued by the batch script\n"
+    ) in log, log[-3000:]
     assert f"[job] stopped with a checkpoint saved; requeueing job {run.job} (restart 1 of at most 5)" in log
     last = {}
     for line in (out / "losses.jsonl").read_text().splitlines():
         last[json.loads(line)["step"]] = json.loads(line)
     assert list(last.values()) == [json.loads(line) for line in (base / "losses.jsonl").read_text().splitlines()]
     status = run_cli("-m", "hpc.jobs", "status", run.job).stdout
-    line = (rf"restart 1 \(run 0 attempt 0\): rank 1 on {node} was killed by SIGKILL \(exit 137\); {node} replaced by "
-            rf"{rec['replaced'][node]}; training again from step 4 \(\d+ step\(s\) lost\), [\d.]+ s after the failure")
+    line = (
+        rf"restart 1 \(run 0 attempt 0\): rank 1 on {node} was killed by SIGKILL \(exit 137\); {node} replaced by "
+        rf"{rec['replaced'][node]}; training again from step 4 \(\d+ step\(s\) lost\), [\d.]+ s after the failure"
+    )
     assert "in-job restarts: 1" in status and re.search(line, status), status
-    print(f"\n[spares] accelerate script: rank 1 on {node} killed {rec['trained_at'] - t:.1f} s before it trained again; "
-          f"{status.splitlines()[-1].strip()}")
+    print(
+        f"\n[spares] accelerate script: rank 1 on {node} killed {rec['trained_at'] - t:.1f} s before it trained again; "
+        f"{status.splitlines()[-1].strip()}"
+    )
 
 
 SLEEPER = "import os, time\nprint(f\"[sleeper] rank {os.environ['RANK']} up\", flush=True)\ntime.sleep(300)\n"
@@ -251,8 +364,23 @@ def test_with_no_healthy_spare_left_the_job_is_requeued_without_the_named_nodes(
     requeues the job excluding both nodes (here it then waits for nodes the cluster lacks, and is cancelled)."""
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
-    r = run_cli("-m", "hpc.submit", "--site", str(spare_site(tmp_path, max_restarts_per_node=1)), "--nodes", "2",
-                "--gpus-per-node", "1", "--job-name", "fallback", "--time", "5", "--", str(script), cwd=tmp_path)
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        str(spare_site(tmp_path, max_restarts_per_node=1)),
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--job-name",
+        "fallback",
+        "--time",
+        "5",
+        "--",
+        str(script),
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     run = Run(tmp_path, "fallback", re.search(r"submitted job (\d+)", r.stdout).group(1))
     try:
@@ -261,15 +389,23 @@ def test_with_no_healthy_spare_left_the_job_is_requeued_without_the_named_nodes(
             wait_for(lambda: len(read(run.attempt(a)).starts) == 2, timeout=300, what=f"attempt {a}'s ranks")
             named.append(signal_rank(run, a, 1, signal.SIGKILL)[1])
             wait_for(lambda: read_log(run.dir / "restarts.jsonl", run.job)[a:], what=f"the decision on attempt {a}")
-        wait_for(lambda: subprocess.run(["scontrol", "show", "job", run.job], capture_output=True, text=True).stdout
-                 .count("Restarts=1"), timeout=180, what="the requeue")
+        wait_for(
+            lambda: subprocess.run(["scontrol", "show", "job", run.job], capture_output=True, text=True).stdout.count(
+                "Restarts=1"
+            ),
+            timeout=180,
+            what="the requeue",
+        )
         first, second = read_log(run.dir / "restarts.jsonl", run.job)
         assert (first["action"], first["out"], second["action"]) == ("restart", [named[0]], "requeue"), (first, second)
         log = batch_log(run.dir, run.job)
         excluded = ",".join(sorted(named))
         assert "1 healthy node(s) left, the ranks need 2" in second["why"]
-        assert re.search(rf"\[job\] ranks ended with exit code 137: {excluded} marked bad; requeueing job {run.job} excluding "
-                         rf"{excluded}", log), log[-3000:]
+        assert re.search(
+            rf"\[job\] ranks ended with exit code 137: {excluded} marked bad; requeueing job {run.job} excluding "
+            rf"{excluded}",
+            log,
+        ), log[-3000:]
     finally:
         subprocess.run(["scancel", run.job], capture_output=True)
 
@@ -280,15 +416,36 @@ def test_a_node_failing_the_health_stage_is_left_out_and_the_ranks_start_on_the_
     smi = ROOT / "tests" / "unit" / "data" / "nvidia-smi"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(f'#!/bin/bash\nif [ "$SLURM_NODEID" = 1 ]; then cat {smi / "h100-faulty.txt"}; '
-                                        f'else cat {smi / "h100-healthy.txt"}; fi\n')
+    (bin_dir / "nvidia-smi").write_text(
+        f'#!/bin/bash\nif [ "$SLURM_NODEID" = 1 ]; then cat {smi / "h100-faulty.txt"}; '
+        f"else cat {smi / 'h100-healthy.txt'}; fi\n"
+    )
     (bin_dir / "nvidia-smi").chmod(0o755)
     site = spare_site(tmp_path)
     data = yaml.safe_load(site.read_text())
     data["environment"]["setup"] = f'export PATH={bin_dir}:"$PATH"'
     site.write_text(yaml.safe_dump(data))
-    r = run_cli("-m", "hpc.submit", "--site", str(site), "--nodes", "2", "--preflight", "--time", "5", "--wait",
-                "--job-name", "health", "--", "-m", "hpc.node.smoke", "--out", str(tmp_path / "ranks"), cwd=tmp_path, timeout=300)
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        str(site),
+        "--nodes",
+        "2",
+        "--preflight",
+        "--time",
+        "5",
+        "--wait",
+        "--job-name",
+        "health",
+        "--",
+        "-m",
+        "hpc.node.smoke",
+        "--out",
+        str(tmp_path / "ranks"),
+        cwd=tmp_path,
+        timeout=300,
+    )
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     log = batch_log(tmp_path / "jobs" / "health", job)
     assert r.returncode == 0, r.stdout + r.stderr + log

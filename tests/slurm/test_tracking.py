@@ -5,14 +5,13 @@ import re
 import subprocess
 
 import pytest
-
 from train_helpers import REPEATABLE, TINY, items, logged, metrics
 
 pytest.importorskip("mlflow")
 pytest.importorskip("wandb")
+from conftest import run_cli, wait_job  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from conftest import run_cli, wait_job  # noqa: E402
 from slurm.requeue_checks import restarts, steps_done, wait_for  # noqa: E402
 from train.tracking import wandb_records, wandb_run_files  # noqa: E402
 
@@ -21,9 +20,26 @@ def test_scontrol_requeue_continues_the_tracker_runs(slurm, tmp_path, monkeypatc
     """A job on the local cluster requeued mid-run: one MLflow run (experiment = the job name) and one W&B run id,
     every step once, values equal to metrics.jsonl."""
     steps, name = 30, f"track-requeue-{tmp_path.name}"
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--job-name", name, "--max-requeues", "5", "--",
-                "--config", str(TINY), f"steps={steps}", "checkpoint.interval=5", "log.log_every=5",
-                "log.tracker=[mlflow, wandb, tensorboard]", cwd=tmp_path)
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        "local",
+        "--nodes",
+        "1",
+        "--job-name",
+        name,
+        "--max-requeues",
+        "5",
+        "--",
+        "--config",
+        str(TINY),
+        f"steps={steps}",
+        "checkpoint.interval=5",
+        "log.log_every=5",
+        "log.tracker=[mlflow, wandb, tensorboard]",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     job = r.stdout.split("submitted job ")[1].split()[0]
     run = tmp_path / "jobs" / name
@@ -50,12 +66,20 @@ def test_scontrol_requeue_continues_the_tracker_runs(slurm, tmp_path, monkeypatc
         assert sorted(history) == sorted(values), key
         assert {s: v for s, v in history.items() if s in first_kept[key]} == first_kept[key], key
 
-    ids = {json.loads((d / "meta.json").read_text())["tracker"]["wandb"] for d in (tmp_path / "checkpoints" / name).glob("step-*")}
+    ids = {
+        json.loads((d / "meta.json").read_text())["tracker"]["wandb"]
+        for d in (tmp_path / "checkpoints" / name).glob("step-*")
+    }
     assert len(ids) == 1
     files = wandb_run_files(run, ids.pop())
-    history = [items(rec.history.item) for f in files for rec in wandb_records(f) if rec.WhichOneof("record_type") == "history"]
+    history = [
+        items(rec.history.item) for f in files for rec in wandb_records(f) if rec.WhichOneof("record_type") == "history"
+    ]
     assert [h["_step"] for h in history] == list(range(1, steps + 1))
     got = {k: {h["_step"]: h[k] for h in history if k in h} for k in want}
     assert {k: {s: v for s, v in got[k].items() if s in first_kept[k]} for k in want} == first_kept
     notes = "; ".join(line for line in out.splitlines() if line.startswith("[track]"))
-    print(f"\n[track] job {job}: {restarts(job)} restart(s), resumed at step {resumed}, {len(files)} W&B run files; {notes}")
+    print(
+        f"\n[track] job {job}: {restarts(job)} restart(s), resumed at step {resumed}, {len(files)} W&B run files; "
+        f"{notes}"
+    )

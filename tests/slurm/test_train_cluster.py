@@ -1,19 +1,37 @@
 """The trainer through the real cluster: 2 nodes x 2 ranks, dp2 x tp2 over the nodes' eth0."""
+
 import json
 import re
 
 import pytest
-
 from conftest import run_cli
-from train.generate import generate
 from train_helpers import TINY
+
+from train.generate import generate
 
 pytestmark = pytest.mark.slurm
 
 
 def test_submit_trains_dp_x_tp_across_two_nodes_and_exports(slurm, tmp_path):
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "2", "--job-name", "tiny", "--wait",
-                "--", "--config", str(TINY), "parallel.tp=2", "steps=40", "log.log_every=10", "export=hf", cwd=tmp_path)
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        "local",
+        "--nodes",
+        "2",
+        "--job-name",
+        "tiny",
+        "--wait",
+        "--",
+        "--config",
+        str(TINY),
+        "parallel.tp=2",
+        "steps=40",
+        "log.log_every=10",
+        "export=hf",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert "[train] layout dp=2 x tp=2 on 4 ranks" in r.stdout
     assert re.search(r"gloo eth0 \(10\.250\.0\.1\d\)", r.stdout)  # rank traffic on the namespaces' interface

@@ -1,4 +1,5 @@
 """The unit tier starts no process: a test here that does fails, naming the tier it belongs in."""
+
 import sys
 
 import pytest
@@ -9,8 +10,10 @@ _running: list[str] = []
 
 def _refuse_processes(event: str, args: tuple) -> None:
     if _running and event in _EVENTS:
-        raise RuntimeError(f"{_running[0]} starts a process ({event} {args[0]!r}): a unit test starts none; "
-                           "move it to tests/dist (processes) or tests/slurm (the cluster)")
+        raise RuntimeError(
+            f"{_running[0]} starts a process ({event} {args[0]!r}): a unit test starts none; "
+            "move it to tests/dist (processes) or tests/slurm (the cluster)"
+        )
 
 
 sys.addaudithook(_refuse_processes)

@@ -3,6 +3,7 @@ directory. An error case must exit 2 with exactly one stderr line, no traceback,
 echoed value capped, and leave the directory as it was (nothing created, written or renamed); nothing is submitted:
 the unit tier refuses any process (tests/unit/conftest.py), so sbatch cannot be reached. Hostile-but-valid input
 must exit 0 and, where a check is given, be carried exactly."""
+
 from __future__ import annotations
 
 import importlib
@@ -11,13 +12,25 @@ import signal
 from pathlib import Path
 
 import pytest
-
-from hpc.node.cli import LINE_CHARS
 from bad_input_cases import FIFO, Case, all_cases
 
+from hpc.node.cli import LINE_CHARS
+
 CASES = all_cases()
-DROP_ENV = ("SLURM_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "HPC_",
-            "NCCL_", "GLOO_", "GROUP_RANK", "NODE_RANK")
+DROP_ENV = (
+    "SLURM_",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "HPC_",
+    "NCCL_",
+    "GLOO_",
+    "GROUP_RANK",
+    "NODE_RANK",
+)
 SIGNALS = (signal.SIGPIPE, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
 MAX_LINE = len("python -m hpc.node.preflight_node: error: ") + LINE_CHARS + 40
 
@@ -107,7 +120,9 @@ def test_bad_input(case: Case, tmp_path: Path, monkeypatch, capsys, restore_sign
     created = sorted(set(after) - set(before))
     changed = sorted(k for k in set(after) & set(before) if after[k] != before[k])
     removed = sorted(set(before) - set(after))
-    assert not (created or changed or removed), f"left behind: created {created[:5]}, changed {changed[:5]}, removed {removed[:5]}"
+    assert not (created or changed or removed), (
+        f"left behind: created {created[:5]}, changed {changed[:5]}, removed {removed[:5]}"
+    )
 
 
 def test_survey_size():

@@ -1,9 +1,9 @@
 """bench/train_bench.py's command line in process: bad --cases and --set are one line and exit 2 before any GPU work
 (tests/dist/test_bench_args.py keeps the process's side)."""
+
 import importlib.util
 
 import pytest
-
 from conftest import ROOT
 
 
@@ -15,13 +15,16 @@ def train_bench():
     return module
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--cases", "1.7B:ours", "9B:ours"], "--cases '9B:ours': must be SHAPE:VARIANT"),
-    (["--cases", "1.7B"], "--cases '1.7B': must be SHAPE:VARIANT"),
-    (["--set", "compile=maybe"], "--set compile: Input should be a valid boolean"),
-    (["--set", "no_such_key=1"], "--set no_such_key: Extra inputs are not permitted"),
-    (["--set", "master_dtype"], "--set: override 'master_dtype': expected key.sub=value"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--cases", "1.7B:ours", "9B:ours"], "--cases '9B:ours': must be SHAPE:VARIANT"),
+        (["--cases", "1.7B"], "--cases '1.7B': must be SHAPE:VARIANT"),
+        (["--set", "compile=maybe"], "--set compile: Input should be a valid boolean"),
+        (["--set", "no_such_key=1"], "--set no_such_key: Extra inputs are not permitted"),
+        (["--set", "master_dtype"], "--set: override 'master_dtype': expected key.sub=value"),
+    ],
+)
 def test_bad_bench_arguments_are_one_line(train_bench, capsys, args, says):
     with pytest.raises(SystemExit) as e:
         train_bench.main(args)

@@ -1,4 +1,5 @@
 """docs/config.md is what scripts/gen_config_docs.py makes of the config models today."""
+
 import runpy
 
 from conftest import ROOT
@@ -7,8 +8,9 @@ GEN = runpy.run_path(str(ROOT / "scripts" / "gen_config_docs.py"))
 
 
 def test_config_docs_are_current():
-    assert (ROOT / "docs" / "config.md").read_text() == GEN["render"](), \
+    assert (ROOT / "docs" / "config.md").read_text() == GEN["render"](), (
         "docs/config.md is stale: run python scripts/gen_config_docs.py"
+    )
 
 
 def test_every_key_is_documented_with_its_default():

@@ -186,7 +186,7 @@ def test_same_seed_same_blocks_different_seed_different_order():
     a, b, c = stream(seed=1), stream(seed=1), stream(seed=2)
     for _ in range(8):
         ma, mb = a.next_microbatches(), b.next_microbatches()
-        assert all(torch.equal(x, y) for pa, pb in zip(ma, mb) for x, y in zip(pa, pb))
+        assert all(torch.equal(x, y) for pa, pb in zip(ma, mb, strict=False) for x, y in zip(pa, pb, strict=False))
     assert [global_step([stream(seed=1)]) for _ in range(6)] != [global_step([c]) for _ in range(6)]
 
 
@@ -211,12 +211,17 @@ def test_resume_same_layout_continues_identically():
     for _ in range(4):
         global_step(ref)
     resumed = [stream(dp_rank=r, dp_size=2) for r in range(2)]
-    for s, r in zip(resumed, ref):
+    for s, r in zip(resumed, ref, strict=False):
         s.load_state_dict(r.state_dict())
     for _ in range(10):
         outs = [s.next_microbatches() for s in ref]
         res = [s.next_microbatches() for s in resumed]
-        assert all(torch.equal(x, y) for a, b in zip(outs, res) for pa, pb in zip(a, b) for x, y in zip(pa, pb))
+        assert all(
+            torch.equal(x, y)
+            for a, b in zip(outs, res, strict=False)
+            for pa, pb in zip(a, b, strict=False)
+            for x, y in zip(pa, pb, strict=False)
+        )
 
 
 @pytest.mark.parametrize("before,after", [(1, 4), (4, 2), (2, 8)])
@@ -241,8 +246,9 @@ def test_resume_under_other_dp_size_neither_repeats_nor_skips(before, after):
 
 
 def test_stream_validation_errors():
-    one_line_error(r"global_batch=10 must be divisible by micro_batch\*dp_size=2\*2=4", stream,
-                   global_batch=10, dp_size=2)
+    one_line_error(
+        r"global_batch=10 must be divisible by micro_batch\*dp_size=2\*2=4", stream, global_batch=10, dp_size=2
+    )
     one_line_error(r"corpus too small: .* fewer than global_batch=64", stream, num_blocks=50, global_batch=64)
     one_line_error(r"dp_rank=2 must be in \[0, dp_size=2\)", stream, dp_rank=2, dp_size=2)
     s = stream()

@@ -1,5 +1,6 @@
 """A libfabric fabric's node checks (hpc/node/fabric.py) over fi_info outputs recorded from AWS's and HPE's
 documentation and from this machine's libfabric (data/fi_info/README.md), and the NCCL net plugin's loading."""
+
 from pathlib import Path
 
 import pytest
@@ -10,12 +11,15 @@ from hpc.node.netcheck import NodeCheckError
 FI_INFO = Path(__file__).parent / "data" / "fi_info"
 
 
-@pytest.mark.parametrize("file,provider,domains", [
-    ("efa-p4d.out", "efa", ["efa_0-rdm", "efa_1-rdm", "efa_2-rdm", "efa_3-rdm"]),
-    ("cxi.out", "cxi", ["cxi0"]),
-    ("cxi.out", "efa", []),
-    ("efa-p4d.out", "cxi", []),
-])
+@pytest.mark.parametrize(
+    "file,provider,domains",
+    [
+        ("efa-p4d.out", "efa", ["efa_0-rdm", "efa_1-rdm", "efa_2-rdm", "efa_3-rdm"]),
+        ("cxi.out", "cxi", ["cxi0"]),
+        ("cxi.out", "efa", []),
+        ("efa-p4d.out", "cxi", []),
+    ],
+)
 def test_domains_of_the_provider_itself(file, provider, domains):
     assert provider_domains((FI_INFO / file).read_text(), provider) == domains
 
@@ -40,8 +44,10 @@ def test_plugin_names_follow_nccl():
 def test_a_missing_or_foreign_plugin_is_named_in_one_line():
     with pytest.raises(NodeCheckError) as e:
         load_plugin("/nonexistent/libnccl-net-ofi.so")
-    assert str(e.value).startswith("NCCL_NET_PLUGIN=/nonexistent/libnccl-net-ofi.so, but the NCCL net plugin does not load "
-                                   "on this node (/nonexistent/libnccl-net-ofi.so: cannot open shared object file")
+    assert str(e.value).startswith(
+        "NCCL_NET_PLUGIN=/nonexistent/libnccl-net-ofi.so, but the NCCL net plugin does not load "
+        "on this node (/nonexistent/libnccl-net-ofi.so: cannot open shared object file"
+    )
     with pytest.raises(NodeCheckError, match=r"libnccl-net-nosuch\.so: cannot open shared object file"):
         load_plugin("nosuch")
     with pytest.raises(NodeCheckError, match=r"libm\.so\.6 loads but is not an NCCL net plugin"):
@@ -51,7 +57,11 @@ def test_a_missing_or_foreign_plugin_is_named_in_one_line():
 
 
 def test_what_is_checked_follows_the_environment():
-    assert check_fabric({}) == [] and check_fabric({"NCCL_NET": "Socket"}) == [] and check_fabric({"NCCL_NET_PLUGIN": "none"}) == []
+    assert (
+        check_fabric({}) == []
+        and check_fabric({"NCCL_NET": "Socket"}) == []
+        and check_fabric({"NCCL_NET_PLUGIN": "none"}) == []
+    )
     with pytest.raises(NodeCheckError, match="NCCL_NET names a plugin's net and NCCL_NET_PLUGIN is unset"):
         check_fabric({"NCCL_NET": "AWS Libfabric"})  # NCCL looks for libnccl-net.so, absent here
     assert check_fabric({"FI_PROVIDER": "^tcp"}) == []  # an exclusion names no provider to look for

@@ -7,21 +7,40 @@ import sys
 
 import pytest
 import torch
+from train_helpers import FP8_SITE, TINY
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from train.config import ConfigError, load_config
-from train_helpers import FP8_SITE, TINY
 
 sys.path.insert(0, str(FP8_SITE))
 
 
-PROJECTIONS = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}
+PROJECTIONS = {
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+}
 
 
 def _tiny_model(**dims) -> Qwen3ForCausalLM:
     torch.manual_seed(0)
-    config = Qwen3Config(**{"vocab_size": 256, "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4,
-                            "num_key_value_heads": 2, "head_dim": 16, "tie_word_embeddings": False, **dims})
+    config = Qwen3Config(
+        **{
+            "vocab_size": 256,
+            "hidden_size": 64,
+            "intermediate_size": 192,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "tie_word_embeddings": False,
+            **dims,
+        }
+    )
     return Qwen3ForCausalLM(config)
 
 
@@ -61,7 +80,8 @@ def test_linears_whose_dims_are_not_multiples_of_16_stay(torchao_float8):
 
 
 def test_emulated_float8_step_tracks_full_precision(torchao_float8):
-    """Same weights and batch: the float8 model's loss and gradients stay close to the fp32 model's, and are not equal to them."""
+    """Same weights and batch: the float8 model's loss and gradients stay close to the fp32 model's, and are not equal
+    to them."""
     from train.float8 import convert_decoder_linears
 
     ref, fp8 = _tiny_model(), _tiny_model()

@@ -3,12 +3,13 @@
 The slurm tier submits the "submitit" case through submitit and compares the script Slurm received with the same
 file: the dry run is the submission. UPDATE_GOLDEN=1 refreshes every file.
 """
-import pytest
 
+import pytest
 from conftest import GOLDEN_WORKDIR, assert_golden
+from login_helpers import CASES, command_line
+
 from hpc.render import render_sbatch
 from hpc.submit import parser, plan_spec, split_args
-from login_helpers import CASES, command_line
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

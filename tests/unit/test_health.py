@@ -1,4 +1,5 @@
 """hpc.node.health on recorded `nvidia-smi -q` outputs (tests/unit/data/nvidia-smi/): healthy and faulty GPUs."""
+
 from pathlib import Path
 
 import pytest
@@ -41,8 +42,11 @@ def test_missing_gpu_and_older_driver_format():
 
 
 def test_page_pending_retirement_fails():
-    text = (DATA / "h100-healthy.txt").read_text().replace("Pending Page Blacklist            : N/A",
-                                                          "Pending Page Blacklist            : Yes", 1)
+    text = (
+        (DATA / "h100-healthy.txt")
+        .read_text()
+        .replace("Pending Page Blacklist            : N/A", "Pending Page Blacklist            : Yes", 1)
+    )
     assert failures_of(text) == [("gpu 0 (00000000:18:00.0)", "a page is pending retirement (needs a GPU reset)")]
 
 

@@ -1,5 +1,6 @@
 """The pieces of hpc.integrations and the notice that need no process: which checkpoint is complete, and a rank
 program learning of a stop signal from hpc.node.launch's notice file."""
+
 import json
 import os
 import signal
@@ -111,9 +112,18 @@ def test_a_notice_file_that_is_a_fifo_is_a_notice_and_blocks_nothing(tmp_path, r
     assert flag.noticed() and flag.received == "a stop notice"
 
 
-@pytest.mark.parametrize("marker, fine", [
-    ({"step": 12, "world_size": 2}, True), ({"step": 11, "world_size": 2}, False), ({"step": 12}, False),
-    ({"step": "12", "world_size": 2}, False), ([12], False), ("{not json", False), (None, False)])
+@pytest.mark.parametrize(
+    "marker, fine",
+    [
+        ({"step": 12, "world_size": 2}, True),
+        ({"step": 11, "world_size": 2}, False),
+        ({"step": 12}, False),
+        ({"step": "12", "world_size": 2}, False),
+        ([12], False),
+        ("{not json", False),
+        (None, False),
+    ],
+)
 def test_a_damaged_marker_falls_back_to_the_older_complete_checkpoint(tmp_path, marker, fine):
     for step in (10, 12):
         (tmp_path / f"checkpoint-{step}").mkdir()
@@ -133,7 +143,9 @@ def test_mixed_checkpoint_formats_and_an_empty_path_are_refused(tmp_path, monkey
     mark_complete(tmp_path / "checkpoint-3", 3, 1)
     (tmp_path / "step-00000004").mkdir()
     mark_complete(tmp_path / "step-00000004", 4, 1)
-    with pytest.raises(IntegrationError, match=r"holds complete checkpoints of both the Trainer \(checkpoint-N\) and accelerate"):
+    with pytest.raises(
+        IntegrationError, match=r"holds complete checkpoints of both the Trainer \(checkpoint-N\) and accelerate"
+    ):
         newest_complete_checkpoint(tmp_path)
     monkeypatch.chdir(tmp_path)  # a working directory full of checkpoints is never scanned for ""
     for empty in ("", " ", b"".decode()):

@@ -1,11 +1,11 @@
 """The floors, read from every module's imports (AST): hpc/node (the node side) imports nothing else of the project;
 train/ (the trainer) and hpc/integrations (users' own scripts) import only the node side besides themselves; only
 hpc/login (the login side) may import the trainer, and nothing imports the login side."""
+
 import ast
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 
@@ -19,7 +19,9 @@ def imported(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             names.add(base)
             names.update(f"{base}.{a.name}" for a in node.names)
     return names
@@ -43,8 +45,11 @@ def project_imports(path: Path) -> set[str]:
     return {n for n in imported(path) if n.split(".")[0] in ("hpc", "train", "bench", "tests")}
 
 
-ALLOWED = {"hpc/node": {"hpc.node"}, "train": {"train", "hpc.node"},
-           "hpc/integrations": {"hpc.integrations", "hpc.node"}}
+ALLOWED = {
+    "hpc/node": {"hpc.node"},
+    "train": {"train", "hpc.node"},
+    "hpc/integrations": {"hpc.integrations", "hpc.node"},
+}
 
 
 def folder_of(path: Path) -> str:
@@ -52,7 +57,9 @@ def folder_of(path: Path) -> str:
     return "train" if parts[0] == "train" else "/".join(parts[:2])
 
 
-@pytest.mark.parametrize("path", [p for folder in ALLOWED for p in modules(folder)], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "path", [p for folder in ALLOWED for p in modules(folder)], ids=lambda p: str(p.relative_to(ROOT))
+)
 def test_each_floor_imports_only_the_floors_below_it(path):
     folder = folder_of(path)
     bad = {n for n in project_imports(path) if floor(n) not in ALLOWED[folder]}
@@ -64,8 +71,10 @@ def test_the_top_level_holds_the_designs_folders():
     trainer, sbatch_templates/ the job templates and site_configs/ the shipped profiles."""
     top = {p.name for p in ROOT.iterdir() if not p.name.startswith(".")}
     assert {"pyproject.toml", "README.md", "hpc", "sbatch_templates", "train", "tests", "site_configs"} <= top
-    assert sorted(p.name for p in (ROOT / "hpc").iterdir() if p.is_dir() and p.name != "__pycache__") == \
-        ["integrations", "node"]
+    assert sorted(p.name for p in (ROOT / "hpc").iterdir() if p.is_dir() and p.name != "__pycache__") == [
+        "integrations",
+        "node",
+    ]
     assert {p.name for p in (ROOT / "sbatch_templates").iterdir()} == {"job.sbatch.j2", "preamble.sh.j2"}
     assert "local.yaml" in {p.name for p in (ROOT / "site_configs").iterdir()}
     assert (ROOT / "train" / "__main__.py").is_file()

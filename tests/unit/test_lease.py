@@ -1,4 +1,5 @@
 """The checkpoint directory's lease: one holder at a time, taken over only from a holder that has surely ended."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,11 @@ from hpc.node.contract import LEASE_FILE
 
 
 def write_holder(directory, **record):
-    (directory / LEASE_FILE).write_text(json.dumps({"run_id": "other", "job_name": "exp", "host": socket.gethostname(),
-                                                    "started": time.time(), **record}))
+    (directory / LEASE_FILE).write_text(
+        json.dumps(
+            {"run_id": "other", "job_name": "exp", "host": socket.gethostname(), "started": time.time(), **record}
+        )
+    )
 
 
 def test_the_first_run_takes_it_and_releases_it(tmp_path):
@@ -29,7 +33,9 @@ def test_the_first_run_takes_it_and_releases_it(tmp_path):
 def test_a_live_holder_is_named_and_nothing_is_written(tmp_path):
     write_holder(tmp_path, pid=os.getpid(), job_id=None)  # this very process: alive
     before = (tmp_path / LEASE_FILE).read_text()
-    with pytest.raises(lease.LeaseHeld, match=rf"checkpoint.dir {tmp_path} is in use by a run 'exp' on .* \(pid {os.getpid()},"):
+    with pytest.raises(
+        lease.LeaseHeld, match=rf"checkpoint.dir {tmp_path} is in use by a run 'exp' on .* \(pid {os.getpid()},"
+    ):
         lease.take(tmp_path, "exp", {})
     assert (tmp_path / LEASE_FILE).read_text() == before and len(list(tmp_path.iterdir())) == 1
 
@@ -89,7 +95,9 @@ def test_a_take_over_never_moves_aside_a_lease_it_did_not_judge(tmp_path, monkey
     write_holder(tmp_path, pid=2**22 + 12345, job_id=None)
     real_holder = lease._holder
 
-    def holder_replaced_after_judging(*args):  # the ended holder's lease gives way to a live run's right after the check
+    def holder_replaced_after_judging(
+        *args,
+    ):  # the ended holder's lease gives way to a live run's right after the check
         seen = real_holder(*args)
         if seen and seen[0].get("run_id") == "other":
             write_holder(tmp_path, run_id="live", pid=os.getpid(), job_id=None)
@@ -106,17 +114,34 @@ GARBAGE = {  # what is where the lease belongs -> what the one line says about i
     "empty": (b"", "not JSON"),
     "array": (b"[1, 2]", "holds a JSON array, not an object"),
     "null": (b"null", "holds a JSON null, not an object"),
-    "no-started": (json.dumps({"run_id": "a", "job_id": None, "job_name": "x", "host": "h", "pid": 5}).encode(), "started is missing"),
-    "started-1970": (json.dumps({"run_id": "a", "job_id": None, "job_name": "x", "host": "h", "pid": 5, "started": 0}).encode(),
-                     "started is 0, not a time since 2000"),
-    "started-text": (json.dumps({"run_id": "a", "job_id": None, "job_name": "x", "host": "h", "pid": 5, "started": "now"}).encode(),
-                     "started is 'now'"),
-    "started-nan": (b'{"run_id": "a", "job_id": null, "job_name": "x", "host": "h", "pid": 5, "started": NaN}', "started is nan"),
-    "started-huge": (b'{"run_id": "a", "job_id": null, "job_name": "x", "host": "h", "pid": 5, "started": 1e300}', "started is 1e+300"),
-    "pid-text": (json.dumps({"run_id": "a", "job_id": None, "job_name": "x", "host": "h", "pid": "5", "started": 2e9}).encode(),
-                 "pid is '5', not a process id"),
-    "job-id-list": (json.dumps({"run_id": "a", "job_id": [1], "job_name": "x", "host": "h", "pid": 5, "started": 2e9}).encode(),
-                    "job_id is [1], not a job id or null"),
+    "no-started": (
+        json.dumps({"run_id": "a", "job_id": None, "job_name": "x", "host": "h", "pid": 5}).encode(),
+        "started is missing",
+    ),
+    "started-1970": (
+        json.dumps({"run_id": "a", "job_id": None, "job_name": "x", "host": "h", "pid": 5, "started": 0}).encode(),
+        "started is 0, not a time since 2000",
+    ),
+    "started-text": (
+        json.dumps({"run_id": "a", "job_id": None, "job_name": "x", "host": "h", "pid": 5, "started": "now"}).encode(),
+        "started is 'now'",
+    ),
+    "started-nan": (
+        b'{"run_id": "a", "job_id": null, "job_name": "x", "host": "h", "pid": 5, "started": NaN}',
+        "started is nan",
+    ),
+    "started-huge": (
+        b'{"run_id": "a", "job_id": null, "job_name": "x", "host": "h", "pid": 5, "started": 1e300}',
+        "started is 1e+300",
+    ),
+    "pid-text": (
+        json.dumps({"run_id": "a", "job_id": None, "job_name": "x", "host": "h", "pid": "5", "started": 2e9}).encode(),
+        "pid is '5', not a process id",
+    ),
+    "job-id-list": (
+        json.dumps({"run_id": "a", "job_id": [1], "job_name": "x", "host": "h", "pid": 5, "started": 2e9}).encode(),
+        "job_id is [1], not a job id or null",
+    ),
     "huge": (b" " * (lease.LEASE_BYTES + 1), "holds"),
     "binary": (b"\xff\xfe\x00", "not UTF-8"),
 }

@@ -1,4 +1,5 @@
 """metrics.jsonl reading and the summary table (pure; test_jobs.py reads a real job's file)."""
+
 import json
 
 import pytest
@@ -40,13 +41,26 @@ def test_summary_table():
 def test_straggler_lines_name_each_slow_rank_once():
     def named(rank, node, slower, windows):
         return {"rank": rank, "node": node, "slower": slower, "windows": windows}
-    records = [rec(20, 3.0), rec(40, 2.9), {**rec(60, 2.8), "stragglers": [named(3, "n2", 0.14, 3)]},
-               {**rec(80, 2.7), "stragglers": [{**named(3, "n2", 0.21, 4), "cause": "host"},
-                                               {**named(0, "n1", 0.12, 3), "cause": "compute"}]}, rec(100, 2.6)]
+
+    records = [
+        rec(20, 3.0),
+        rec(40, 2.9),
+        {**rec(60, 2.8), "stragglers": [named(3, "n2", 0.14, 3)]},
+        {
+            **rec(80, 2.7),
+            "stragglers": [
+                {**named(3, "n2", 0.21, 4), "cause": "host"},
+                {**named(0, "n1", 0.12, 3), "cause": "compute"},
+            ],
+        },
+        rec(100, 2.6),
+    ]
     assert straggler_lines(records) == [
-        "straggler: rank 0 on n1 (its computation slower), named at 1 window(s), steps 80-80; 12% slower than the median over "
+        "straggler: rank 0 on n1 (its computation slower), named at 1 window(s), steps 80-80; 12% slower than the "
+        "median over "
         "3 windows when last named (at most 12%)",
-        "straggler: rank 3 on n2 (late, its computation not slower: a host-side stall), named at 2 window(s), steps 60-80; 21% "
+        "straggler: rank 3 on n2 (late, its computation not slower: a host-side stall), named at 2 window(s), steps "
+        "60-80; 21% "
         "slower than the median over 4 windows when last named (at most 21%)",
     ]
     assert straggler_lines(records[:2]) == []

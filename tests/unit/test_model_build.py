@@ -3,9 +3,9 @@ for tensor, and a QLoRA base is quantized as each projection arrives, from a sha
 
 import pytest
 import torch
+from train_helpers import FP8_SITE
 from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
-from train_helpers import FP8_SITE
 from train.adapters import LoraLinear, apply_lora
 from train.config import LoraConfig, ModelConfig
 from train.model import build_meta_model, hf_config, initial_value, load_initial_weights
@@ -78,10 +78,16 @@ def test_qlora_base_is_quantized_as_it_arrives_from_a_shape(nf4, one_rank):
     assert len(wrapped) == 2 * config.num_hidden_layers
     q = model.model.layers[0].self_attn.q_proj.base_layer.weight
     assert isinstance(q, NF4Tensor) and not q.requires_grad
-    expected = to_nf4(initial_value("model.layers.0.self_attn.q_proj.weight", tuple(q.shape), config.initializer_range, 0, CPU), 64, 64)
+    expected = to_nf4(
+        initial_value("model.layers.0.self_attn.q_proj.weight", tuple(q.shape), config.initializer_range, 0, CPU),
+        64,
+        64,
+    )
     assert torch.equal(q.get_original_weight(), expected.get_original_weight())
     k = model.model.layers[0].self_attn.k_proj.weight
-    assert torch.equal(k, initial_value("model.layers.0.self_attn.k_proj.weight", tuple(k.shape), config.initializer_range, 0, CPU))
+    assert torch.equal(
+        k, initial_value("model.layers.0.self_attn.k_proj.weight", tuple(k.shape), config.initializer_range, 0, CPU)
+    )
     assert torch.all(model.model.layers[1].input_layernorm.weight == 1)
 
 

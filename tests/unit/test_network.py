@@ -1,18 +1,33 @@
 """Node network checks: NCCL/gloo interface and HCA selection, on this machine's real interfaces,
 through hpc.node.launch, and the bounded rendezvous timeout on the real cluster."""
+
 from pathlib import Path
 
 import pytest
 
 from hpc.node.netcheck import (
+    DEFAULT_DIST_TIMEOUT_S,
+    HcaPort,
+    Interface,
     NcclList,
-    DEFAULT_DIST_TIMEOUT_S, HcaPort, Interface, NodeCheckError, check_gloo_ifname, check_ib_hca,
-    check_nccl_ifname, check_node, dist_timeout_s, hca_ports, interfaces,
+    NodeCheckError,
+    check_gloo_ifname,
+    check_ib_hca,
+    check_nccl_ifname,
+    check_node,
+    dist_timeout_s,
+    hca_ports,
+    interfaces,
 )
 
-NODE = [Interface("lo", ("127.0.0.1",), True), Interface("eth0", ("10.0.0.5",), True),
-        Interface("eth1", ("10.1.0.5",), True), Interface("docker0", ("172.17.0.1",), True),
-        Interface("ib0", (), True), Interface("eth2", ("10.2.0.5",), False)]
+NODE = [
+    Interface("lo", ("127.0.0.1",), True),
+    Interface("eth0", ("10.0.0.5",), True),
+    Interface("eth1", ("10.1.0.5",), True),
+    Interface("docker0", ("172.17.0.1",), True),
+    Interface("ib0", (), True),
+    Interface("eth2", ("10.2.0.5",), False),
+]
 
 
 def names(ifaces):
@@ -34,23 +49,33 @@ def test_gloo_wrong_name_on_this_machine_names_what_it_has():
     assert "lo (127.0.0.1" in msg and "\n" not in msg
 
 
-@pytest.mark.parametrize("value,chosen", [
-    ("eth", ["eth0", "eth1"]),          # prefix; eth2 is down
-    ("=eth0", ["eth0"]),
-    ("eth1,docker", ["eth1", "docker0"]),
-    ("^lo,docker", ["eth0", "eth1"]),
-    ("^=eth0", ["lo", "eth1", "docker0"]),
-])
+@pytest.mark.parametrize(
+    "value,chosen",
+    [
+        ("eth", ["eth0", "eth1"]),  # prefix; eth2 is down
+        ("=eth0", ["eth0"]),
+        ("eth1,docker", ["eth1", "docker0"]),
+        ("^lo,docker", ["eth0", "eth1"]),
+        ("^=eth0", ["lo", "eth1", "docker0"]),
+    ],
+)
 def test_nccl_socket_ifname_forms(value, chosen):
     assert names(check_nccl_ifname(value, NODE)) == chosen
 
 
-@pytest.mark.parametrize("value,message", [
-    ("=eth", "NCCL_SOCKET_IFNAME==eth but it selects no interface of this node; this node has lo (127.0.0.1), eth0 (10.0.0.5)"),
-    ("ib", "NCCL_SOCKET_IFNAME=ib but it selects only ib0 (no address), none up with an address"),
-    ("=eth2", "eth2 (10.2.0.5, down), none up with an address"),
-    ("eth0:x", "NCCL_SOCKET_IFNAME='eth0:x' is not an NCCL list"),
-])
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        (
+            "=eth",
+            "NCCL_SOCKET_IFNAME==eth but it selects no interface of this node; this node has lo (127.0.0.1), eth0 "
+            "(10.0.0.5)",
+        ),
+        ("ib", "NCCL_SOCKET_IFNAME=ib but it selects only ib0 (no address), none up with an address"),
+        ("=eth2", "eth2 (10.2.0.5, down), none up with an address"),
+        ("eth0:x", "NCCL_SOCKET_IFNAME='eth0:x' is not an NCCL list"),
+    ],
+)
 def test_nccl_socket_ifname_errors(value, message):
     with pytest.raises(NodeCheckError) as e:
         check_nccl_ifname(value, NODE)
@@ -77,15 +102,27 @@ def sysfs(tmp_path: Path) -> Path:
 
 
 def test_hca_ports_from_sysfs(sysfs):
-    assert hca_ports(sysfs) == [HcaPort("mlx5_0", 1, "ACTIVE", "400 Gb/sec (4X NDR)"),
-                                HcaPort("mlx5_1", 1, "DOWN", "400 Gb/sec (4X NDR)")]
+    assert hca_ports(sysfs) == [
+        HcaPort("mlx5_0", 1, "ACTIVE", "400 Gb/sec (4X NDR)"),
+        HcaPort("mlx5_1", 1, "DOWN", "400 Gb/sec (4X NDR)"),
+    ]
     assert hca_ports(sysfs / "absent") == []
 
 
-@pytest.mark.parametrize("value,ok", [
-    ("mlx5_0", True), ("=mlx5_0:1", True), ("mlx5", True), ("^=mlx5_1", True),
-    ("mlx5_0:2", False), ("mlx5_1", False), ("mlx5_9", False), ("^mlx5_0", False), ("mlx5_0,mlx5_1", False),
-])
+@pytest.mark.parametrize(
+    "value,ok",
+    [
+        ("mlx5_0", True),
+        ("=mlx5_0:1", True),
+        ("mlx5", True),
+        ("^=mlx5_1", True),
+        ("mlx5_0:2", False),
+        ("mlx5_1", False),
+        ("mlx5_9", False),
+        ("^mlx5_0", False),
+        ("mlx5_0,mlx5_1", False),
+    ],
+)
 def test_ib_hca_forms(sysfs, value, ok):
     ports = hca_ports(sysfs)
     if ok:

@@ -1,11 +1,12 @@
 """--nodelist / --exclude: Slurm hostlists checked before anything is submitted, rendered into the #SBATCH header."""
+
 import hostlist
 import pytest
 
+from hpc.preflight import main as preflight_main
 from hpc.render import directives
 from hpc.site import load_site
 from hpc.spec import SpecError, build_spec
-from hpc.preflight import main as preflight_main
 from hpc.submit import main
 
 
@@ -20,14 +21,23 @@ def test_hostlists_are_compressed_into_the_header():
     assert "nodelist" not in directives(spec()) and "exclude" not in directives(spec())
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(exclude="n[1-"), "--exclude 'n[1-': not a Slurm hostlist (unbalanced brackets); e.g. n[1-3],gpu07"),
-    (dict(exclude="n[3-1]"), "--exclude 'n[3-1]': not a Slurm hostlist (start > stop); e.g. n[1-3],gpu07"),
-    (dict(nodelist="n1;touch x"), "--nodelist 'n1;touch x': 'n1;touch x' is not a node name (letters, digits, '.', '_' and '-')"),
-    (dict(exclude=""), "--exclude '': names no node; e.g. n[1-3],gpu07"),
-    (dict(nodelist="n[1-3]"), "--nodelist 'n[1-3]' names 3 nodes; --nodes 2: list at most --nodes nodes"),
-    (dict(nodelist="n[1-2]", exclude="n[2-4]"), "--nodelist and --exclude both name n2: a node is either wanted or excluded"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(exclude="n[1-"), "--exclude 'n[1-': not a Slurm hostlist (unbalanced brackets); e.g. n[1-3],gpu07"),
+        (dict(exclude="n[3-1]"), "--exclude 'n[3-1]': not a Slurm hostlist (start > stop); e.g. n[1-3],gpu07"),
+        (
+            dict(nodelist="n1;touch x"),
+            "--nodelist 'n1;touch x': 'n1;touch x' is not a node name (letters, digits, '.', '_' and '-')",
+        ),
+        (dict(exclude=""), "--exclude '': names no node; e.g. n[1-3],gpu07"),
+        (dict(nodelist="n[1-3]"), "--nodelist 'n[1-3]' names 3 nodes; --nodes 2: list at most --nodes nodes"),
+        (
+            dict(nodelist="n[1-2]", exclude="n[2-4]"),
+            "--nodelist and --exclude both name n2: a node is either wanted or excluded",
+        ),
+    ],
+)
 def test_bad_hostlists_name_the_flag(kw, message):
     with pytest.raises(SpecError) as e:
         spec(**kw)
@@ -37,8 +47,18 @@ def test_bad_hostlists_name_the_flag(kw, message):
 @pytest.mark.parametrize("prog, command", [("hpc.submit", main), ("hpc.preflight", preflight_main)])
 def test_both_commands_refuse_a_bad_list_in_one_line(prog, command, capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
-        command(["--site", "local", "--nodes", "1", "--exclude", "n[1-", "--out" if prog == "hpc.preflight" else "--dry-run",
-                 *([str(tmp_path / "out")] if prog == "hpc.preflight" else [])])
+        command(
+            [
+                "--site",
+                "local",
+                "--nodes",
+                "1",
+                "--exclude",
+                "n[1-",
+                "--out" if prog == "hpc.preflight" else "--dry-run",
+                *([str(tmp_path / "out")] if prog == "hpc.preflight" else []),
+            ]
+        )
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err == f"{prog}: error: --exclude 'n[1-': not a Slurm hostlist (unbalanced brackets); e.g. n[1-3],gpu07\n"

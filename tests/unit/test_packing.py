@@ -34,7 +34,7 @@ def samples(lengths, seed=0):
 def segments(tokens_row, flags_row):
     """The row's segments (start, end) at START flags."""
     starts = list(np.flatnonzero(flags_row & START)) + [len(tokens_row)]
-    return list(zip(starts[:-1], starts[1:]))
+    return list(zip(starts[:-1], starts[1:], strict=False))
 
 
 def test_rows_hold_every_sample_whole_with_its_targets():
@@ -52,7 +52,9 @@ def test_rows_hold_every_sample_whole_with_its_targets():
     docs = sorted(f for f in found if f not in pads)
     assert docs == sorted((s.ids.tolist(), s.targets.tolist()) for s in given)
     assert stats.rows == 5 == -(-sum(len(s.ids) for s in given) // SEQ)  # best fit: no row more than needed here
-    assert stats.tokens == sum(len(s.ids) for s in given) and stats.loss_tokens == sum(int(s.targets.sum()) for s in given)
+    assert stats.tokens == sum(len(s.ids) for s in given) and stats.loss_tokens == sum(
+        int(s.targets.sum()) for s in given
+    )
     assert stats.efficiency(SEQ) == stats.tokens / (5 * SEQ)
 
 
@@ -76,9 +78,11 @@ def test_a_sample_cut_to_no_loss_token_is_left_out_and_counted():
     assert (cut.truncated, cut.no_loss, cut.samples, cut.longest) == (2, 2, 1, 20)
     assert cut.loss_tokens == 2 and tokens[0, :6].tolist() == given[1].ids.tolist()
     assert cut.no_loss_refusal(SEQ, "truncate") == (
-        "data.overlong=truncate: 2 of 3 samples have no loss token within seq_len=16 (the longest sample has 20 tokens), "
+        "data.overlong=truncate: 2 of 3 samples have no loss token within seq_len=16 (the longest sample has 20 "
+        "tokens), "
         "more than 50% or all; raise seq_len, or set data.overlong=truncate_left (keeps each sample's end: the last "
-        "replies) or drop")
+        "replies) or drop"
+    )
 
 
 def test_truncate_left_keeps_the_end_of_each_sample():
@@ -94,7 +98,11 @@ def test_no_loss_refusal_counts_all_and_more_than_half():
     from train.data.packing import PackStats
 
     assert PackStats(samples=5, no_loss=5).no_loss_refusal(SEQ, "truncate") is None
-    assert PackStats(samples=5, no_loss=6).no_loss_refusal(SEQ, "truncate").startswith("data.overlong=truncate: 6 of 11 samples")
+    assert (
+        PackStats(samples=5, no_loss=6)
+        .no_loss_refusal(SEQ, "truncate")
+        .startswith("data.overlong=truncate: 6 of 11 samples")
+    )
     assert PackStats(samples=0, dropped=4).no_loss_refusal(SEQ, "drop").startswith("data.overlong=drop: 0 of 4 samples")
     total = PackStats(longest=7)
     total.add(PackStats(samples=2, longest=30))
@@ -111,7 +119,9 @@ def test_model_inputs_restart_positions_and_keep_labels_inside_samples():
     for s, e in segments(tokens[row], flags[row]):
         expected_pos += list(range(e - s))
         seg_targets = (flags[row, s:e] & TARGET) > 0
-        expected_labels += [int(tokens[row, i + 1]) if seg_targets[i + 1 - s] else IGNORE for i in range(s, e - 1)] + [IGNORE]
+        expected_labels += [int(tokens[row, i + 1]) if seg_targets[i + 1 - s] else IGNORE for i in range(s, e - 1)] + [
+            IGNORE
+        ]
     assert positions[row].tolist() == expected_pos
     assert labels[row].tolist() == expected_labels
     assert torch.equal(input_ids, torch.from_numpy(tokens).long())
@@ -129,14 +139,23 @@ def test_linear_cross_entropy_skips_ignored_labels(reduction):
     loss = linear_cross_entropy(hidden, weight, labels, chunk=8, reduction=reduction)
     grads = torch.autograd.grad(loss, (hidden, weight))
     assert torch.allclose(loss, ref, atol=1e-5)
-    for g, r in zip(grads, ref_grads):
+    for g, r in zip(grads, ref_grads, strict=False):
         assert torch.allclose(g, r, atol=1e-6)
 
 
 def tiny_model(attn: str) -> Qwen3ForTraining:
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=8, max_position_embeddings=64, use_cache=False)
+    config = Qwen3Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        use_cache=False,
+    )
     config._attn_implementation = attn
     return Qwen3ForTraining(config).float()
 
@@ -161,12 +180,16 @@ def test_packed_row_equals_its_samples_one_by_one(attn):
     packed_loss, packed_grads = loss_and_grads(model, input_ids, labels, positions)
     alone_loss, alone_grads = torch.zeros(()), None
     for s in given:
-        x, y, p = model_inputs(s.ids[None], np.where(s.targets, TARGET, 0).astype(np.uint8)[None] | np.eye(1, len(s.ids), dtype=np.uint8))
+        x, y, p = model_inputs(
+            s.ids[None], np.where(s.targets, TARGET, 0).astype(np.uint8)[None] | np.eye(1, len(s.ids), dtype=np.uint8)
+        )
         loss, grads = loss_and_grads(model, x, y, p)
         alone_loss += loss
         alone_grads = grads if alone_grads is None else {n: alone_grads[n] + g for n, g in grads.items()}
-    print(f"{attn}: packed loss {packed_loss.item():.6f} vs one by one {alone_loss.item():.6f}, max |grad diff| "
-          f"{max((packed_grads[n] - alone_grads[n]).abs().max().item() for n in packed_grads):.2e}")
+    print(
+        f"{attn}: packed loss {packed_loss.item():.6f} vs one by one {alone_loss.item():.6f}, max |grad diff| "
+        f"{max((packed_grads[n] - alone_grads[n]).abs().max().item() for n in packed_grads):.2e}"
+    )
     assert torch.allclose(packed_loss, alone_loss, rtol=1e-6, atol=1e-5)
     for n in packed_grads:
         assert torch.allclose(packed_grads[n], alone_grads[n], rtol=1e-5, atol=1e-6), n
@@ -177,8 +200,17 @@ def test_packed_row_equals_its_samples_one_by_one(attn):
 
 def hf_tiny(attn: str) -> Qwen3ForCausalLM:
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=8, max_position_embeddings=64, use_cache=False)
+    config = Qwen3Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        use_cache=False,
+    )
     config._attn_implementation = attn
     return Qwen3ForCausalLM(config).float().eval()
 
@@ -215,7 +247,10 @@ def test_trainer_refuses_to_pack_where_attention_crosses_documents(monkeypatch):
 
     monkeypatch.setattr(masking, "find_packed_sequence_indices", lambda position_ids: None)
     assert not documents_stay_apart("sdpa")
-    with pytest.raises(ConfigError, match=r"^data.pack=documents: transformers \S+ \(sdpa attention\) lets a packed row's "
-                                          r"documents attend to each other") as err:
+    with pytest.raises(
+        ConfigError,
+        match=r"^data.pack=documents: transformers \S+ \(sdpa attention\) lets a packed row's "
+        r"documents attend to each other",
+    ) as err:
         check_packed_attention("sdpa")
     assert "\n" not in str(err.value)

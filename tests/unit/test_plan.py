@@ -1,19 +1,38 @@
 """Layout planner: Qwen3 sizes, the memory model's choices, the CLI and hpc.submit's use of it."""
+
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-
 from conftest import ROOT
-from hpc.plan import LOSS_CHUNK_TOKENS, Adapters, PlanError, Shape, memory, plan, plan_layout, qwen3_shape, report, tp_choices
-from hpc.site import load_site
-from train.config import load_config
 from train_helpers import FP8_SITE, TINY
 
+from hpc.plan import (
+    LOSS_CHUNK_TOKENS,
+    Adapters,
+    PlanError,
+    Shape,
+    memory,
+    plan,
+    plan_layout,
+    qwen3_shape,
+    report,
+    tp_choices,
+)
+from hpc.site import load_site
+from train.config import load_config
+
 # the model cards' totals and non-embedding counts, in billions
-PUBLISHED = {"0.6B": (0.6, 0.44), "1.7B": (1.7, 1.4), "4B": (4.0, 3.6), "8B": (8.2, 6.95), "14B": (14.8, 13.2), "32B": (32.8, 31.2)}
+PUBLISHED = {
+    "0.6B": (0.6, 0.44),
+    "1.7B": (1.7, 1.4),
+    "4B": (4.0, 3.6),
+    "8B": (8.2, 6.95),
+    "14B": (14.8, 13.2),
+    "32B": (32.8, 31.2),
+}
 
 
 @pytest.mark.parametrize("name", PUBLISHED)
@@ -41,9 +60,9 @@ def test_tp_divides_gpus_per_node_and_kv_heads():
 def test_memory_model_moves_the_right_way():
     s, tokens = qwen3_shape("8B"), 4096
     base = memory(s, 1, 16, False, tokens, 141)
-    assert memory(s, 2, 8, False, tokens, 141).act_gb < base.act_gb             # TP splits activations
-    assert memory(s, 1, 16, True, tokens, 141).act_gb < base.act_gb / 5          # checkpointing keeps layer inputs only
-    assert memory(s, 1, 32, False, tokens, 141).state_gb < base.state_gb         # more nodes: FSDP shards further
+    assert memory(s, 2, 8, False, tokens, 141).act_gb < base.act_gb  # TP splits activations
+    assert memory(s, 1, 16, True, tokens, 141).act_gb < base.act_gb / 5  # checkpointing keeps layer inputs only
+    assert memory(s, 1, 32, False, tokens, 141).state_gb < base.state_gb  # more nodes: FSDP shards further
     assert memory(s, 1, 16, False, 2 * tokens, 141).act_gb == pytest.approx(2 * base.act_gb)
     assert base.budget_gb == pytest.approx(141 * 0.9)
 
@@ -52,8 +71,12 @@ def test_loss_memory_is_one_chunk_of_logits_as_the_trainer_computes_it():
     CHUNK_TOKENS = LOSS_CHUNK_TOKENS  # train/interface.py: the trainer's loss and the planner share it
     s = qwen3_shape("8B")
     one, eight = memory(s, 1, 16, False, CHUNK_TOKENS, 141), memory(s, 1, 16, False, 8 * CHUNK_TOKENS, 141)
-    assert one.loss_gb == pytest.approx((CHUNK_TOKENS * s.vocab * 4 + 6 * s.vocab * s.hidden + 2 * CHUNK_TOKENS * s.hidden) / 1e9)
-    assert eight.loss_gb - one.loss_gb == pytest.approx(2 * 7 * CHUNK_TOKENS * s.hidden / 1e9)  # only the hidden states' gradient grows
+    assert one.loss_gb == pytest.approx(
+        (CHUNK_TOKENS * s.vocab * 4 + 6 * s.vocab * s.hidden + 2 * CHUNK_TOKENS * s.hidden) / 1e9
+    )
+    assert eight.loss_gb - one.loss_gb == pytest.approx(
+        2 * 7 * CHUNK_TOKENS * s.hidden / 1e9
+    )  # only the hidden states' gradient grows
     assert eight.act_gb == pytest.approx(8 * one.act_gb)
 
 
@@ -83,11 +106,14 @@ def test_nothing_fits_says_how_many_nodes_would():
     assert "Qwen3-32B does not fit 1 node(s) x 8 GPU(s) of 80 GB" in str(e.value) and "it fits from 2" in str(e.value)
 
 
-@pytest.mark.parametrize("site,gpus,tp_line", [
-    ("ib-h200", 8, "inside a node at 480 GB/s: 10 ms; across nodes at 360 GB/s: 13 ms (x1.3)"),
-    ("roce-h100", 8, "inside a node at 450 GB/s"),
-    ("eth-a100", 4, "across nodes at 10 GB/s: 483 ms (x20.0)"),
-])
+@pytest.mark.parametrize(
+    "site,gpus,tp_line",
+    [
+        ("ib-h200", 8, "inside a node at 480 GB/s: 10 ms; across nodes at 360 GB/s: 13 ms (x1.3)"),
+        ("roce-h100", 8, "inside a node at 450 GB/s"),
+        ("eth-a100", 4, "across nodes at 10 GB/s: 483 ms (x20.0)"),
+    ],
+)
 def test_report_explains_the_choice(site, gpus, tp_line):
     prof = load_site(site)
     part = prof.partition(None)
@@ -150,10 +176,10 @@ def test_lora_plans_smallest_layouts():
     full = memory(qwen3_shape("8B"), 1, 1, True, 4096, 80)
     lora = memory(qwen3_shape("8B"), 1, 1, True, 4096, 80, lora=Adapters(16))
     assert not full.fits and lora.fits and lora.total_gb < 0.45 * full.total_gb
-    assert plan(qwen3_shape("8B"), 1, 1, 80, 4096, 1, lora=Adapters(16)).chosen.dp == 1          # 8B LoRA: one GPU
+    assert plan(qwen3_shape("8B"), 1, 1, 80, 4096, 1, lora=Adapters(16)).chosen.dp == 1  # 8B LoRA: one GPU
     assert plan(qwen3_shape("32B"), 1, 1, 80, 4096, 1, lora=Adapters(16, "nf4")).fewest_gpus == 1  # 32B QLoRA: one GPU
     p = plan(qwen3_shape("32B"), 1, 8, 80, 4096, 1, lora=Adapters(16))
-    assert p.chosen.fits and p.fewest_gpus == 2                                                    # 32B LoRA bf16: 2 x 80 GB
+    assert p.chosen.fits and p.fewest_gpus == 2  # 32B LoRA bf16: 2 x 80 GB
     with pytest.raises(PlanError, match="an NF4 base .* trains on one GPU"):
         plan(qwen3_shape("32B"), 1, 8, 80, 4096, 1, lora=Adapters(16, "nf4"))
 
@@ -195,10 +221,16 @@ def test_submit_adds_the_plan_on_gpu_sites_only(site, planned, tmp_path, monkeyp
 H100_RUN = ROOT / "bench" / "reports" / "gpu_h100_2026-12-06"
 
 
-@pytest.mark.parametrize("case,model,batch,ac,offload,base", [
-    ("ours-b2", "8B", 2, False, False, "bf16"), ("ours-b4-ac", "8B", 4, True, False, "bf16"),
-    ("ours-b4-offload", "8B", 4, True, True, "bf16"), ("ours-b8-offload", "8B", 8, True, True, "bf16"),
-    ("qlora", "32B", 1, True, False, "nf4")])
+@pytest.mark.parametrize(
+    "case,model,batch,ac,offload,base",
+    [
+        ("ours-b2", "8B", 2, False, False, "bf16"),
+        ("ours-b4-ac", "8B", 4, True, False, "bf16"),
+        ("ours-b4-offload", "8B", 4, True, True, "bf16"),
+        ("ours-b8-offload", "8B", 8, True, True, "bf16"),
+        ("qlora", "32B", 1, True, False, "nf4"),
+    ],
+)
 def test_the_planners_memory_is_within_10_percent_of_the_measured_peaks(case, model, batch, ac, offload, base):
     """The planner's per-GPU memory against the peaks measured on one H100 (bench/reports/gpu_h100_2026-12-06.md:
     Qwen3-8B LoRA r16 at each memory setting, Qwen3-32B QLoRA), seq 4096, vocab 151936."""
@@ -207,8 +239,14 @@ def test_the_planners_memory_is_within_10_percent_of_the_measured_peaks(case, mo
     if case == "qlora":
         measured = json.loads((H100_RUN / "suite.json").read_text())["results"]["qlora"]["sides"]["ours"]["peak_gib"]
     else:
-        measured = next(r for r in json.loads((H100_RUN / "lora.json").read_text())["rows"] if r["case"] == case)["peak_gib"]
-    planned = memory(qwen3_shape(model), 1, 1, ac, 4096 * batch, 80, "fp32", Adapters(16, base), offload=offload).total_gb * 1e9 / 2**30
+        measured = next(r for r in json.loads((H100_RUN / "lora.json").read_text())["rows"] if r["case"] == case)[
+            "peak_gib"
+        ]
+    planned = (
+        memory(qwen3_shape(model), 1, 1, ac, 4096 * batch, 80, "fp32", Adapters(16, base), offload=offload).total_gb
+        * 1e9
+        / 2**30
+    )
     assert abs(planned - measured) <= 0.1 * measured, (planned, measured)
 
 
@@ -220,4 +258,6 @@ def test_one_gpu_takes_activation_offload_when_nothing_else_fits():
     assert p.chosen.layout.overrides() == ["parallel.tp=1", "activation_checkpointing=true", "activation_offload=true"]
     cfg = load_config(TINY, p.chosen.layout.overrides())
     assert cfg.activation_offload and cfg.activation_checkpointing
-    assert not any(c.offload for c in plan(qwen3_shape("8B"), 1, 2, 32, 4096, 8, lora=Adapters(16)).candidates)  # one GPU only
+    assert not any(
+        c.offload for c in plan(qwen3_shape("8B"), 1, 2, 32, 4096, 8, lora=Adapters(16)).candidates
+    )  # one GPU only

@@ -39,7 +39,9 @@ def test_the_trainer_accepts_every_ep_the_planner_chooses(name):
                 dp = nodes * gpus // tp
                 env = WorldEnv(rank=0, local_rank=0, world_size=nodes * gpus, local_world_size=gpus)
                 ep = ep_choice(s, tp, dp, gpus)
-                assert ParallelDims.build(ParallelConfig(tp=tp, ep=ep), env, s.kv_heads, s.experts) == ParallelDims(dp, tp, ep)
+                assert ParallelDims.build(ParallelConfig(tp=tp, ep=ep), env, s.kv_heads, s.experts) == ParallelDims(
+                    dp, tp, ep
+                )
                 for larger in range(ep + 1, gpus // tp + 1):
                     with pytest.raises(ConfigError, match=f"parallel.ep={larger} "):
                         ParallelDims.build(ParallelConfig(tp=tp, ep=larger), env, s.kv_heads, s.experts)

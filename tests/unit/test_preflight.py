@@ -1,11 +1,9 @@
 """Preflight's verdicts (slow link, slow node, unhealthy node, expected bandwidth) on recorded sweeps."""
+
 from pathlib import Path
 
 from hpc.node.health import check_smi
-
-
 from hpc.preflight import analyze
-
 
 SIZES = [1 << 20, 4 << 20]
 
@@ -15,9 +13,13 @@ def rows(gbps: float) -> list[dict]:
 
 
 def record(nodes: list[str], pairs: dict[tuple, float], intra: dict[str, float], all_gbps: float = 10.0) -> dict:
-    return {"sizes": SIZES, "nodes": [{"name": n} for n in nodes], "all": rows(all_gbps),
-            "intra": {n: rows(v) for n, v in intra.items()},
-            "pairs": [{"nodes": list(k), "rows": rows(v)} for k, v in pairs.items()]}
+    return {
+        "sizes": SIZES,
+        "nodes": [{"name": n} for n in nodes],
+        "all": rows(all_gbps),
+        "intra": {n: rows(v) for n, v in intra.items()},
+        "pairs": [{"nodes": list(k), "rows": rows(v)} for k, v in pairs.items()],
+    }
 
 
 def test_slow_link_and_slow_node_are_found():
@@ -41,9 +43,14 @@ def test_expected_bandwidth_decides_the_verdict():
     raw = record(["a", "b"], {("a", "b"): 40}, {"a": 400, "b": 300}, all_gbps=45)
     ok = analyze(raw, 480, 60, 0.5)
     assert not ok["failed"]
-    assert "inter-node busbw (slowest of all ranks and node pairs): 40 GB/s at 4 MB, 67% of the expected 60 GB/s: ok" in ok["verdict"]
+    assert (
+        "inter-node busbw (slowest of all ranks and node pairs): 40 GB/s at 4 MB, 67% of the expected 60 GB/s: ok"
+        in ok["verdict"]
+    )
     bad = analyze(raw, 480, 100, 0.5)
-    assert bad["failed"] and any("40 GB/s at 4 MB is below 0.5 x the expected 100 GB/s: FAIL" in l for l in bad["verdict"])
+    assert bad["failed"] and any(
+        "40 GB/s at 4 MB is below 0.5 x the expected 100 GB/s: FAIL" in l for l in bad["verdict"]
+    )
     assert analyze(raw, 700, None, 0.5)["failed"]  # node b: 300 < 0.5 x 700
     none = analyze(raw, None, None, 0.5)
     assert not none["failed"] and "nothing to compare" in none["verdict"][0]
@@ -55,7 +62,7 @@ def test_peers_alike_pass_and_an_unhealthy_node_is_excluded():
     ok = analyze(raw, None, None, 0.5)
     assert not ok["failed"] and ok["exclude"] is None and ok["warnings"] == []
     smi = Path(__file__).parent / "data" / "nvidia-smi"
-    for node, name in zip(raw["nodes"], ("h100-healthy.txt", "h100-faulty.txt", "h100-healthy.txt")):
+    for node, name in zip(raw["nodes"], ("h100-healthy.txt", "h100-faulty.txt", "h100-healthy.txt"), strict=False):
         node["facts"] = {"health": [f.__dict__ for f in check_smi((smi / name).read_text(), 8)]}
     bad = analyze(raw, None, None, 0.5)
     assert bad["failed"] and bad["exclude"] == "n2" and bad["unhealthy_nodes"] == ["n2"]

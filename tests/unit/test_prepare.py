@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from data_helpers import SEQ, cfg, long_prompt_chats
 
 from hpc.node.cli import HpcError
 from hpc.node.contract import PREPARED_MANIFEST as MANIFEST
@@ -16,7 +17,6 @@ from train.data.prepared import PreparedData, describe, open_prepared, prepare, 
 from train.data.sources import DataError
 from train.prepare import task_of
 from train.tokenizer import load_tokenizer
-from data_helpers import SEQ, cfg, long_prompt_chats
 
 
 def test_prepared_rows_are_memory_mapped_and_split_deterministically(tmp_path, source, tok):
@@ -79,11 +79,16 @@ def test_task_of_reads_torchrun_then_slurm():
 
 
 def test_text_documents_pack_whole_with_eos(tmp_path):
-    """data.pack=documents in text mode: each document (and its EOS) whole in a row, every token after its first a target."""
+    """data.pack=documents in text mode: each document (and its EOS) whole in a row, every token after its first a
+    target."""
     from train.data.packing import model_inputs
 
     tok = load_tokenizer(None)
-    docs = ["To be, or not to be, that is the question.", "Now is the winter of our discontent.", "Exit, pursued by a bear."]
+    docs = [
+        "To be, or not to be, that is the question.",
+        "Now is the winter of our discontent.",
+        "Exit, pursued by a bear.",
+    ]
     src = tmp_path / "docs.jsonl"
     src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     data_cfg = DataConfig(path=str(src), pack="documents")
@@ -94,11 +99,11 @@ def test_text_documents_pack_whole_with_eos(tmp_path):
     found = set()
     for row in range(len(x)):
         starts = [i for i in range(32) if pos[row, i] == 0] + [32]
-        for s, e in zip(starts, starts[1:]):
+        for s, e in zip(starts, starts[1:], strict=False):
             text = tok.decode(x[row, s:e])
             if (y[row, s:e] != IGNORE_LABEL).any():  # not the padding
                 found.add(text.removesuffix(tok.eos_token))
-                assert y[row, s:e - 1].tolist() == x[row, s + 1:e].tolist() and y[row, e - 1] == IGNORE_LABEL
+                assert y[row, s : e - 1].tolist() == x[row, s + 1 : e].tolist() and y[row, e - 1] == IGNORE_LABEL
     assert found == set(docs) and data.manifest["totals"]["rows"] == data.num_rows
 
 
@@ -110,11 +115,15 @@ def test_data_whose_samples_all_lose_their_loss_tokens_is_refused(tmp_path, tok,
         open_prepared(cfg(src), seq, tok, "chat", out, 0, 1, "-", log=lambda m: None)
     longest = max(len(sample.ids) for sample in chat_samples(tok, src))
     assert longest > seq
-    assert str(err.value) == (f"data.overlong=truncate: 40 of 40 samples have no loss token within seq_len={seq} (the longest "
-                              f"sample has {longest} tokens), more than 50% or all; raise seq_len, or set "
-                              "data.overlong=truncate_left (keeps each sample's end: the last replies) or drop")
+    assert str(err.value) == (
+        f"data.overlong=truncate: 40 of 40 samples have no loss token within seq_len={seq} (the longest "
+        f"sample has {longest} tokens), more than 50% or all; raise seq_len, or set "
+        "data.overlong=truncate_left (keeps each sample's end: the last replies) or drop"
+    )
     assert not (out / MANIFEST).exists()
-    with pytest.raises(DataError, match=r"^data.overlong=truncate: 40 of 40 samples"):  # the same line again, not a manifest
+    with pytest.raises(
+        DataError, match=r"^data.overlong=truncate: 40 of 40 samples"
+    ):  # the same line again, not a manifest
         open_prepared(cfg(src), seq, tok, "chat", out, 0, 1, "-", log=lambda m: None)
 
 
@@ -131,14 +140,16 @@ def test_truncate_left_keeps_every_answer(tmp_path, tok):
     from train.data.packing import model_inputs
 
     src = long_prompt_chats(tmp_path / "long.jsonl", 40)
-    data = open_prepared(cfg(src, overlong="truncate_left"), SEQ, tok, "chat", tmp_path / "p", 0, 1, "-", log=lambda m: None)
+    data = open_prepared(
+        cfg(src, overlong="truncate_left"), SEQ, tok, "chat", tmp_path / "p", 0, 1, "-", log=lambda m: None
+    )
     t = data.manifest["totals"]
     assert (t["samples"], t["truncated"], t["no_loss"]) == (40, 40, 0)
     x, y, pos = model_inputs(*data.rows(np.arange(data.num_rows)))
     answers = []
     for row in range(len(x)):
         starts = [i for i in range(SEQ) if pos[row, i] == 0] + [SEQ]
-        for s, e in zip(starts, starts[1:]):
+        for s, e in zip(starts, starts[1:], strict=False):
             labels = y[row, s:e]
             if (labels != IGNORE_LABEL).any():
                 answers.append(tok.decode(labels[labels != IGNORE_LABEL]))
@@ -151,15 +162,28 @@ def test_the_cli_refuses_data_that_truncation_leaves_without_loss_tokens_in_one_
     data.overlong, exit 2, no manifest."""
     import re
 
-    from train.prepare import main
     from train_helpers import TINY
+
+    from train.prepare import main
 
     src = long_prompt_chats(tmp_path / "long.jsonl", 40)
     with pytest.raises(SystemExit) as e:
-        main(["--config", str(TINY), "data.format=chat", f"data.path={src}", "data.chunk_bytes=16384", f"seq_len={SEQ}",
-              f"data.prepared={tmp_path / 'p'}"])
+        main(
+            [
+                "--config",
+                str(TINY),
+                "data.format=chat",
+                f"data.path={src}",
+                "data.chunk_bytes=16384",
+                f"seq_len={SEQ}",
+                f"data.prepared={tmp_path / 'p'}",
+            ]
+        )
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.strip().count("\n") == 0, err
-    assert re.fullmatch(rf"train.prepare: error: data.overlong=truncate: 40 of 40 samples have no loss token within seq_len={SEQ} "
-                        r"\(the longest sample has \d+ tokens\), more than 50% or all; .*data.overlong=truncate_left.*\n", err), err
+    assert re.fullmatch(
+        rf"train.prepare: error: data.overlong=truncate: 40 of 40 samples have no loss token within seq_len={SEQ} "
+        r"\(the longest sample has \d+ tokens\), more than 50% or all; .*data.overlong=truncate_left.*\n",
+        err,
+    ), err
     assert not (tmp_path / "p" / MANIFEST).exists()

@@ -1,20 +1,29 @@
 """Rendered sbatch scripts: every value quoted, one task per node for torchrun and accelerate, the network preamble."""
+
 import shlex
 from pathlib import Path
 
 import pytest
+from login_helpers import render
 
 from hpc.render import preamble_lines
 from hpc.site import load_site
 from hpc.spec import build_spec
-from login_helpers import render
 
 
 def test_trainer_args_are_quoted_and_default_config_added(monkeypatch):
     text = render("local", monkeypatch, args=["optim.lr=1e-3", "run.name=a b;c"])
     launch = next(l for l in text.splitlines() if l.endswith(" || rc=$?")).removesuffix(" || rc=$?")
-    assert shlex.split(launch)[-8:] == ["-m", "train", "--config", "{PROJECT}/train/configs/demo.yaml", "optim.lr=1e-3", "run.name=a b;c",
-                                        "log.dir=/home/alice/project/jobs/train", "checkpoint.dir=/home/alice/project/checkpoints/train"]
+    assert shlex.split(launch)[-8:] == [
+        "-m",
+        "train",
+        "--config",
+        "{PROJECT}/train/configs/demo.yaml",
+        "optim.lr=1e-3",
+        "run.name=a b;c",
+        "log.dir=/home/alice/project/jobs/train",
+        "checkpoint.dir=/home/alice/project/checkpoints/train",
+    ]
     assert "'run.name=a b;c'" in launch
 
 

@@ -1,5 +1,6 @@
 """The in-job restart's decision table (hpc/node/restart_policy.py): what ended an attempt, judged from the records its
 tasks and ranks left, and what follows; the next attempt's nodes; the records themselves (hpc/node/attempt.py)."""
+
 import json
 from collections import Counter
 
@@ -8,8 +9,28 @@ import pytest
 from hpc.node import attempt
 from hpc.node.attempt import Progress, Records, read, record_collective, record_exit, record_start
 from hpc.node.restart import read_log, timing_line
-from hpc.node.restart_policy import (BAD_INPUT, DIED, DONE, END, ERROR, HANG, NO_RESTART, REQUEUE, RESTART, STOPPED,
-                                     STRAGGLER, UNKNOWN, VANISHED, Failure, History, Limits, decide, decisive, judge, place)
+from hpc.node.restart_policy import (
+    BAD_INPUT,
+    DIED,
+    DONE,
+    END,
+    ERROR,
+    HANG,
+    NO_RESTART,
+    REQUEUE,
+    RESTART,
+    STOPPED,
+    STRAGGLER,
+    UNKNOWN,
+    VANISHED,
+    Failure,
+    History,
+    Limits,
+    decide,
+    decisive,
+    judge,
+    place,
+)
 
 NODES = ["n1", "n1", "n2", "n2"]  # rank -> node: 2 nodes x 2 ranks
 
@@ -19,15 +40,32 @@ def starts() -> list[dict]:
 
 
 def exit_(rank: int, rc: int, at: float, signal: str | None = None) -> dict:
-    return {"who": f"rank {rank} on {NODES[rank]}", "rank": rank, "task": rank, "node": NODES[rank], "rc": rc,
-            "signal": signal, "at": at}
+    return {
+        "who": f"rank {rank} on {NODES[rank]}",
+        "rank": rank,
+        "task": rank,
+        "node": NODES[rank],
+        "rc": rc,
+        "signal": signal,
+        "at": at,
+    }
 
 
 def note(rank: int, failure: str, missing: list[int], failed_at: float, arrived=(), step: int = 12) -> dict:
     arrived = [r for r in range(4) if r not in missing] if arrived == () else arrived
-    return {"rank": rank, "node": NODES[rank], "failure": failure, "step": step, "failed_at": failed_at,
-            "step_started_at": failed_at - 15, "arrived": arrived, "missing": missing,
-            "missing_nodes": sorted({NODES[r] for r in missing}), "nodes": NODES, "at": failed_at + 5}
+    return {
+        "rank": rank,
+        "node": NODES[rank],
+        "failure": failure,
+        "step": step,
+        "failed_at": failed_at,
+        "step_started_at": failed_at - 15,
+        "arrived": arrived,
+        "missing": missing,
+        "missing_nodes": sorted({NODES[r] for r in missing}),
+        "nodes": NODES,
+        "at": failed_at + 5,
+    }
 
 
 def records(exits=(), notes=(), marked=(), progress=None) -> Records:
@@ -54,8 +92,10 @@ def test_bad_input_and_no_restart_win_over_what_followed(rc, kind):
 def test_a_ranks_own_error_is_not_restarted_though_the_others_collectives_failed_after_it():
     """Rank 1 raised (exit 1) and closed its connections; ranks 0, 2, 3 saw their peer's process end, named it missing
     and exited 1 themselves: the first failure, rank 1's, has no collective note of its own."""
-    rs = records([exit_(1, 1, 10.5)] + [exit_(r, 1, 15.2) for r in (0, 2, 3)],
-                 [note(r, "peer ended", [1], 10.1) for r in (0, 2, 3)])
+    rs = records(
+        [exit_(1, 1, 10.5)] + [exit_(r, 1, 15.2) for r in (0, 2, 3)],
+        [note(r, "peer ended", [1], 10.1) for r in (0, 2, 3)],
+    )
     f = judge(rs, False, 1, 4)
     assert (f.kind, f.nodes, f.rc) == (ERROR, ("n1",), 1) and "rank 1 on n1 ended with exit code 1" in f.what
 
@@ -67,14 +107,18 @@ def test_a_killed_process_names_its_node():
 
 
 def test_a_timeout_names_the_missing_ranks_node_and_the_fault_at_the_steps_start():
-    rs = records([exit_(r, 1, 40.5) for r in (0, 1, 3)], [note(r, "timeout", [2], 40.0) for r in (0, 1, 3)], marked=["n2"])
+    rs = records(
+        [exit_(r, 1, 40.5) for r in (0, 1, 3)], [note(r, "timeout", [2], 40.0) for r in (0, 1, 3)], marked=["n2"]
+    )
     f = judge(rs, False, None, 4)
     assert (f.kind, f.nodes, f.at, f.seen) == (HANG, ("n2",), 25.0, 40.0)
     assert f.what == "a collective timed out after step 12: rank 2 on n2 did not arrive"
 
 
 def test_a_timeout_seen_as_a_closed_connection_by_some_ranks_is_a_timeout():
-    rs = records(notes=[note(0, "timeout", [2], 40.0), note(1, "peer ended", [2], 40.2), note(3, "peer ended", [2], 40.1)])
+    rs = records(
+        notes=[note(0, "timeout", [2], 40.0), note(1, "peer ended", [2], 40.2), note(3, "peer ended", [2], 40.1)]
+    )
     assert judge(rs, False, None, 4).kind == HANG
 
 
@@ -145,8 +189,13 @@ def test_done_and_stopped():
 
 
 def test_history_counts_restarts_by_cause_and_node():
-    h = History.of([{"action": RESTART, "kind": DIED, "nodes": ["n2"]}, {"action": RESTART, "kind": UNKNOWN, "nodes": []},
-                    {"action": REQUEUE, "kind": HANG, "nodes": ["n3"]}])
+    h = History.of(
+        [
+            {"action": RESTART, "kind": DIED, "nodes": ["n2"]},
+            {"action": RESTART, "kind": UNKNOWN, "nodes": []},
+            {"action": REQUEUE, "kind": HANG, "nodes": ["n3"]},
+        ]
+    )
     assert (h.restarts, h.unattributed, h.caused) == (2, 1, Counter(n2=1))
 
 
@@ -180,7 +229,11 @@ def test_the_records_of_an_attempt(tmp_path, monkeypatch):
     assert sorted((e["rank"], e["rc"], e["signal"]) for e in r.exits) == [(1, 75, None), (2, 137, "SIGKILL")]
     assert r.notes[0]["step_started_at"] == 85.0 and r.notes[0]["missing_nodes"] == ["n2"]
     assert r.marked == ["n2"]
-    assert r.progress["resumed_step"] == 10 and r.progress["step"] == 12 and r.progress["trained_at"] <= r.progress["step_at"]
+    assert (
+        r.progress["resumed_step"] == 10
+        and r.progress["step"] == 12
+        and r.progress["trained_at"] <= r.progress["step_at"]
+    )
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
 
 
@@ -192,13 +245,31 @@ def test_outside_a_job_with_spares_nothing_is_written(tmp_path):
 
 def test_the_restart_log_merges_a_decision_with_its_completion(tmp_path):
     log = tmp_path / "restarts.jsonl"
-    lines = [{"id": "7-0-0", "job_id": "7", "action": RESTART, "kind": DIED, "step": 14, "fault_at": 100.0,
-              "seen_at": 100.5, "ended_at": 101.0},
-             {"id": "9-0-0", "job_id": "9", "action": END},
-             {"id": "7-0-0", "job_id": "7", "load_started_at": 120.0, "loaded_at": 122.0, "resumed_step": 10,
-              "trained_at": 123.0}]
+    lines = [
+        {
+            "id": "7-0-0",
+            "job_id": "7",
+            "action": RESTART,
+            "kind": DIED,
+            "step": 14,
+            "fault_at": 100.0,
+            "seen_at": 100.5,
+            "ended_at": 101.0,
+        },
+        {"id": "9-0-0", "job_id": "9", "action": END},
+        {
+            "id": "7-0-0",
+            "job_id": "7",
+            "load_started_at": 120.0,
+            "loaded_at": 122.0,
+            "resumed_step": 10,
+            "trained_at": 123.0,
+        },
+    ]
     log.write_text("".join(json.dumps(line) + "\n" for line in lines) + "{not json\n")
     (rec,) = read_log(log, "7")
     assert rec["trained_at"] == 123.0 and rec["kind"] == DIED
-    assert timing_line(rec) == ("training again from step 10 (4 step(s) lost), 23.0 s after the failure (detection 0.5 s, "
-                                "teardown 0.5 s, restart 19.0 s, load 2.0 s, first step 1.0 s)")
+    assert timing_line(rec) == (
+        "training again from step 10 (4 step(s) lost), 23.0 s after the failure (detection 0.5 s, "
+        "teardown 0.5 s, restart 19.0 s, load 2.0 s, first step 1.0 s)"
+    )

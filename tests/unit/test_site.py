@@ -1,4 +1,5 @@
 """Site profiles: the shipped ones validate; mistakes name the file, the key and what is allowed."""
+
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,17 @@ def test_unknown_key_is_an_error_naming_file_and_key(tmp_path):
     path = write(tmp_path, lambda d: d["network"].update(nccl_socket_ifnam="ib0"))
     with pytest.raises(SiteError) as e:
         load_site(str(path))
-    assert str(e.value) == f"{path}: network.nccl_socket_ifnam: unknown key (check the spelling; see docs/sites.md for the keys)"
+    assert (
+        str(e.value)
+        == f"{path}: network.nccl_socket_ifnam: unknown key (check the spelling; see docs/sites.md for the keys)"
+    )
 
 
 def test_bad_value_says_what_is_allowed(tmp_path):
     path = write(tmp_path, lambda d: d["network"].update(gdr_level="FAST"))
-    with pytest.raises(SiteError, match=r"mysite.yaml: network.gdr_level: Input should be 'LOC', 'PIX', 'PXB', 'PHB' or 'SYS'"):
+    with pytest.raises(
+        SiteError, match=r"mysite.yaml: network.gdr_level: Input should be 'LOC', 'PIX', 'PXB', 'PHB' or 'SYS'"
+    ):
         load_site(str(path))
     path = write(tmp_path, lambda d: d["partitions"][0].update(max_time="two days"))
     with pytest.raises(SiteError, match=r"partitions.0.max_time: time 'two days' is not a Slurm time; allowed forms"):
@@ -109,8 +115,18 @@ def test_unknown_partition():
         load_site("local").partition("gpu")
 
 
-@pytest.mark.parametrize("text,minutes", [("30", 30), ("1:30", 2), ("02:00:00", 120), ("1-00", 1440),
-                                          ("1-02:03", 1563), ("2-00:00:00", 2880), ("UNLIMITED", None)])
+@pytest.mark.parametrize(
+    "text,minutes",
+    [
+        ("30", 30),
+        ("1:30", 2),
+        ("02:00:00", 120),
+        ("1-00", 1440),
+        ("1-02:03", 1563),
+        ("2-00:00:00", 2880),
+        ("UNLIMITED", None),
+    ],
+)
 def test_slurm_times(text, minutes):
     assert parse_minutes(text) == minutes
 
@@ -122,20 +138,47 @@ def test_bad_times():
     assert format_minutes(1563) == "1-02:03:00" and format_minutes(90) == "01:30:00"
 
 
-@pytest.mark.parametrize("mutate,message", [
-    (lambda d: d["network"]["extra_env"].update({"X; touch canary #": "1"}), "network.extra_env: 'X; touch canary #' is not a shell variable name"),
-    (lambda d: d["submission"].update(extra_sbatch={"constraint\nrm -rf /": "x"}), "submission.extra_sbatch: 'constraint\\nrm -rf /' is not an sbatch long option"),
-    (lambda d: d["submission"].update(extra_sbatch={"--constraint": "x"}), "is not an sbatch long option"),
-    (lambda d: d["submission"].update(extra_sbatch={"nodes": "8"}), "submission.extra_sbatch: 'nodes' is set by hpc.submit"),
-    (lambda d: d["submission"].update(extra_sbatch={"job-name": "x"}), "'job-name' is set by hpc.submit"),
-    (lambda d: d["submission"].update(extra_sbatch={"constraint": "h200\necho owned"}), "the value of 'constraint' must be one line"),
-    (lambda d: d["submission"].update(account="acct\necho owned"), "submission.account: String should match pattern"),
-    (lambda d: d["network"].update(ib_hca=["mlx5_0", "^mlx5_1"]), "network.ib_hca: an item starting with ^ is not an exclude list here"),
-    (lambda d: d["network"].update(ib_hca=["mlx5_0", "=mlx5_1"]), "= (exact names) applies to the whole list"),
-    (lambda d: d["network"].update(ib_hca=["mlx5 0"]), "network.ib_hca: NCCL_IB_HCA='mlx5 0' is not an NCCL list"),
-    (lambda d: d["network"].update(nccl_socket_ifname="ib0,^eth"), "network.nccl_socket_ifname: NCCL_SOCKET_IFNAME='ib0,^eth' is not an NCCL list"),
-    (lambda d: d["network"].update(gloo_socket_ifname="^ib0"), "network.gloo_socket_ifname: '^ib0' is not a comma list of interface names"),
-])
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (
+            lambda d: d["network"]["extra_env"].update({"X; touch canary #": "1"}),
+            "network.extra_env: 'X; touch canary #' is not a shell variable name",
+        ),
+        (
+            lambda d: d["submission"].update(extra_sbatch={"constraint\nrm -rf /": "x"}),
+            "submission.extra_sbatch: 'constraint\\nrm -rf /' is not an sbatch long option",
+        ),
+        (lambda d: d["submission"].update(extra_sbatch={"--constraint": "x"}), "is not an sbatch long option"),
+        (
+            lambda d: d["submission"].update(extra_sbatch={"nodes": "8"}),
+            "submission.extra_sbatch: 'nodes' is set by hpc.submit",
+        ),
+        (lambda d: d["submission"].update(extra_sbatch={"job-name": "x"}), "'job-name' is set by hpc.submit"),
+        (
+            lambda d: d["submission"].update(extra_sbatch={"constraint": "h200\necho owned"}),
+            "the value of 'constraint' must be one line",
+        ),
+        (
+            lambda d: d["submission"].update(account="acct\necho owned"),
+            "submission.account: String should match pattern",
+        ),
+        (
+            lambda d: d["network"].update(ib_hca=["mlx5_0", "^mlx5_1"]),
+            "network.ib_hca: an item starting with ^ is not an exclude list here",
+        ),
+        (lambda d: d["network"].update(ib_hca=["mlx5_0", "=mlx5_1"]), "= (exact names) applies to the whole list"),
+        (lambda d: d["network"].update(ib_hca=["mlx5 0"]), "network.ib_hca: NCCL_IB_HCA='mlx5 0' is not an NCCL list"),
+        (
+            lambda d: d["network"].update(nccl_socket_ifname="ib0,^eth"),
+            "network.nccl_socket_ifname: NCCL_SOCKET_IFNAME='ib0,^eth' is not an NCCL list",
+        ),
+        (
+            lambda d: d["network"].update(gloo_socket_ifname="^ib0"),
+            "network.gloo_socket_ifname: '^ib0' is not a comma list of interface names",
+        ),
+    ],
+)
 def test_keys_that_reach_the_shell_are_validated_at_load(tmp_path, mutate, message):
     path = write(tmp_path, mutate)
     with pytest.raises(SiteError) as e:

@@ -1,4 +1,5 @@
 """Rank wiring from SLURM_* variables (pure functions; the real cluster proves it in test_cluster.py)."""
+
 import pytest
 
 from hpc.node.launcher import LAUNCHERS
@@ -7,9 +8,14 @@ from hpc.node.slurm_env import PORT_BASE, PORT_SPAN, RankError, derive, expand_t
 
 def task_env(procid, localid, nodeid, ntasks=8, nnodes=2, tpn="4(x2)", gpus="4", nodelist="gpu-a[001,010]"):
     env = {
-        "SLURM_JOB_ID": "123456", "SLURM_PROCID": str(procid), "SLURM_NTASKS": str(ntasks),
-        "SLURM_LOCALID": str(localid), "SLURM_NODEID": str(nodeid), "SLURM_JOB_NUM_NODES": str(nnodes),
-        "SLURM_JOB_NODELIST": nodelist, "SLURM_TASKS_PER_NODE": tpn,
+        "SLURM_JOB_ID": "123456",
+        "SLURM_PROCID": str(procid),
+        "SLURM_NTASKS": str(ntasks),
+        "SLURM_LOCALID": str(localid),
+        "SLURM_NODEID": str(nodeid),
+        "SLURM_JOB_NUM_NODES": str(nnodes),
+        "SLURM_JOB_NODELIST": nodelist,
+        "SLURM_TASKS_PER_NODE": tpn,
     }
     if gpus is not None:
         env["SLURM_GPUS_ON_NODE"] = gpus
@@ -69,13 +75,27 @@ def test_missing_variables_name_them():
 
 def test_step_variables_win_over_job_variables():
     env = task_env(0, 0, 0, ntasks=8)
-    env.update(SLURM_STEP_NODELIST="gpu-b7", SLURM_STEP_NUM_TASKS="4", SLURM_STEP_NUM_NODES="1", SLURM_STEP_TASKS_PER_NODE="4")
+    env.update(
+        SLURM_STEP_NODELIST="gpu-b7", SLURM_STEP_NUM_TASKS="4", SLURM_STEP_NUM_NODES="1", SLURM_STEP_TASKS_PER_NODE="4"
+    )
     info = derive(env)
     assert (info.world_size, info.num_nodes, info.master_addr) == (4, 1, "gpu-b7")
 
 
 # every process of torchrun / accelerate runs the rank command through hpc.node.launch --rank
-RANK_WRAP = ["/venv/bin/python", "-u", "-m", "hpc.node.launch", "--rank", "--", "/venv/bin/python", "-u", "train.py", "--lr", "1"]
+RANK_WRAP = [
+    "/venv/bin/python",
+    "-u",
+    "-m",
+    "hpc.node.launch",
+    "--rank",
+    "--",
+    "/venv/bin/python",
+    "-u",
+    "train.py",
+    "--lr",
+    "1",
+]
 
 
 def test_torchrun_one_task_per_node():
@@ -83,8 +103,19 @@ def test_torchrun_one_task_per_node():
     info = derive(env, LAUNCHERS["torchrun"])
     assert (info.node_rank, info.num_nodes, info.local_world_size, info.world_size) == (1, 2, 4, 8)
     argv = LAUNCHERS["torchrun"].node_argv(["/venv/bin/python", "-u", "train.py", "--lr", "1"], info)
-    assert argv == ["/venv/bin/python", "-u", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=4",
-                    "--node-rank=1", "--master-addr=gpu-a001", f"--master-port={info.master_port}", "--no-python", *RANK_WRAP]
+    assert argv == [
+        "/venv/bin/python",
+        "-u",
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc-per-node=4",
+        "--node-rank=1",
+        "--master-addr=gpu-a001",
+        f"--master-port={info.master_port}",
+        "--no-python",
+        *RANK_WRAP,
+    ]
 
 
 def test_torchrun_refuses_several_tasks_per_node():
@@ -103,9 +134,21 @@ def test_restart_count_changes_port_consistently():
 def test_accelerate_one_task_per_node(cuda, prefix):
     info = derive(task_env(1, 0, 1, ntasks=2, tpn="1(x2)", gpus="4"), LAUNCHERS["accelerate"])
     argv = LAUNCHERS["accelerate"].node_argv(["/venv/bin/python", "-u", "train.py", "--lr", "1"], info, cuda=cuda)
-    assert argv == [*prefix, "/venv/bin/python", "-u", "-m", "accelerate.commands.launch", "--multi_gpu",
-                    "--num_machines=2", "--num_processes=8", "--machine_rank=1", "--main_process_ip=gpu-a001",
-                    f"--main_process_port={info.master_port}", "--no_python", *RANK_WRAP]
+    assert argv == [
+        *prefix,
+        "/venv/bin/python",
+        "-u",
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_machines=2",
+        "--num_processes=8",
+        "--machine_rank=1",
+        "--main_process_ip=gpu-a001",
+        f"--main_process_port={info.master_port}",
+        "--no_python",
+        *RANK_WRAP,
+    ]
 
 
 def test_accelerate_single_rank_is_not_multi_gpu():

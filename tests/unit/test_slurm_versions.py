@@ -1,6 +1,7 @@
 """hpc.slurm_query's parsers and hpc.jobs' causes over other Slurm versions' outputs (data/slurm/versions/README.md):
 Slurm 24.11 and 26.05 run here from Debian's packages (text, with their --json as the independent oracle), and the
 heterogeneous and array job ids of Slurm 23.11's and 25.05's documentation."""
+
 import json
 from pathlib import Path
 
@@ -30,7 +31,10 @@ def oracle_id(job: dict) -> str:
 
 @pytest.mark.parametrize("case", RECORDED)
 def test_scontrol_text_agrees_with_its_json(case):
-    text, doc = (VERSIONS / f"{case}.scontrol").read_text(), json.loads((VERSIONS / f"{case}.scontrol.json").read_text())
+    text, doc = (
+        (VERSIONS / f"{case}.scontrol").read_text(),
+        json.loads((VERSIONS / f"{case}.scontrol.json").read_text()),
+    )
     records = [parse_scontrol(line) for line in text.splitlines() if line.strip()]
     by_id = {str(j["job_id"]): j for j in doc["jobs"]}  # `scontrol --json show job 6_1` lists the whole array 6
     assert records and {r["JobId"] for r in records} <= set(by_id)
@@ -46,10 +50,14 @@ def test_scontrol_text_agrees_with_its_json(case):
             if task is not None:
                 assert ctl["ArrayTaskId"] == str(task)
             else:  # the array's pending tasks: all of them ("2-3%1"), or the one asked for ("6_2" -> "2")
-                assert ctl["ArrayTaskId"] == job["array_task_string"] or ctl["ArrayTaskId"] in job["array_task_string"].split("%")[0].split("-")
+                assert ctl["ArrayTaskId"] == job["array_task_string"] or ctl["ArrayTaskId"] in job[
+                    "array_task_string"
+                ].split("%")[0].split("-")
 
 
-@pytest.mark.parametrize("case", [c for c in RECORDED if (VERSIONS / f"{c}.squeue.json").read_text().lstrip().startswith("{")])
+@pytest.mark.parametrize(
+    "case", [c for c in RECORDED if (VERSIONS / f"{c}.squeue.json").read_text().lstrip().startswith("{")]
+)
 def test_squeue_rows_agree_with_its_json(case):
     rows = parse_squeue((VERSIONS / f"{case}.squeue").read_text())
     jobs = json.loads((VERSIONS / f"{case}.squeue.json").read_text())["jobs"]
@@ -67,10 +75,14 @@ def test_jobs_from_slurmctld_alone(case):
     word = ctl["JobState"]
     assert job.state == word and job.finished == (word in ENDED_STATES) and job.nodes >= 1
     causes = [l for l in outcome_lines(job) if l.startswith("cause: ")]
-    expected = {"CANCELLED": "cause: cancelled (scancel)", "NODE_FAIL": "cause: a node of the job failed",
-                "PREEMPTED": "cause: a higher-priority job preempted it", "TIMEOUT": "cause: it reached its time limit",
-                "FAILED": "cause: the ranks or the batch script failed (exit code 3:0)"}.get(word)
-    assert [c[:len(expected)] for c in causes] == ([expected] if expected else [])
+    expected = {
+        "CANCELLED": "cause: cancelled (scancel)",
+        "NODE_FAIL": "cause: a node of the job failed",
+        "PREEMPTED": "cause: a higher-priority job preempted it",
+        "TIMEOUT": "cause: it reached its time limit",
+        "FAILED": "cause: the ranks or the batch script failed (exit code 3:0)",
+    }.get(word)
+    assert [c[: len(expected)] for c in causes] == ([expected] if expected else [])
     if word in ("NODE_FAIL", "TIMEOUT", "PREEMPTED", "CANCELLED"):
         assert any(l.startswith("next: ") and "resumes from its latest checkpoint" in l for l in outcome_lines(job))
     if word == "NODE_FAIL":
@@ -88,14 +100,23 @@ def doc_ids(name: str) -> list[str]:
     return [line.split()[0] for line in lines if line.strip() and not line.startswith("-")]
 
 
-@pytest.mark.parametrize("name,ids,listed", [
-    ("23.11-job_array-squeue.txt", ["1080_[5-1024]", "1080_1", "1080_2", "1080_3", "1080_4"],
-     ["1080_1", "1080_2", "1080_3", "1080_4", "1080_[5-1024]"]),
-    ("23.11-job_array-squeue-r.txt", ["1082_3", "1082_4", "1080", "1081", "1082_1", "1082_2"],
-     ["1080", "1081", "1082_1", "1082_2", "1082_3", "1082_4"]),
-    ("25.05-heterogeneous_jobs-squeue.txt", ["93+0", "93+1", "93+2"], ["93+0", "93+1", "93+2"]),
-    ("25.05-heterogeneous_jobs-sacct.txt", ["67767+0", "67767+1"], ["67767+0", "67767+1"]),
-])
+@pytest.mark.parametrize(
+    "name,ids,listed",
+    [
+        (
+            "23.11-job_array-squeue.txt",
+            ["1080_[5-1024]", "1080_1", "1080_2", "1080_3", "1080_4"],
+            ["1080_1", "1080_2", "1080_3", "1080_4", "1080_[5-1024]"],
+        ),
+        (
+            "23.11-job_array-squeue-r.txt",
+            ["1082_3", "1082_4", "1080", "1081", "1082_1", "1082_2"],
+            ["1080", "1081", "1082_1", "1082_2", "1082_3", "1082_4"],
+        ),
+        ("25.05-heterogeneous_jobs-squeue.txt", ["93+0", "93+1", "93+2"], ["93+0", "93+1", "93+2"]),
+        ("25.05-heterogeneous_jobs-sacct.txt", ["67767+0", "67767+1"], ["67767+0", "67767+1"]),
+    ],
+)
 def test_documented_ids_are_jobs_tasks_and_components(name, ids, listed):
     got = doc_ids(name)
     assert got == ids and sorted(got, key=job_sort_key) == listed  # hpc.jobs list's order
@@ -103,7 +124,8 @@ def test_documented_ids_are_jobs_tasks_and_components(name, ids, listed):
 
 
 def test_local_accounting_names_who_cancelled():
-    """Accounting's 'CANCELLED by 0' (the local Slurm 22.05's record) names the user id; scontrol's word alone does not."""
+    """Accounting's 'CANCELLED by 0' (the local Slurm 22.05's record) names the user id; scontrol's word alone does
+    not."""
     rows = parse_sacct((VERSIONS.parent / "cancelled.sacct").read_text())
     job = job_from(rows[-1]["JobIDRaw"], {}, rows)
     assert job.state.startswith("CANCELLED by ") and "cause: cancelled by user id 0 (scancel)" in outcome_lines(job)

@@ -1,6 +1,7 @@
 """The small files the project reads (leases, markers, metadata, recordings, configs) are regular files of bounded
 size, checked before they are read: a FIFO, a device or a directory is refused without blocking, a huge file without
 reading it."""
+
 from __future__ import annotations
 
 import os
@@ -10,9 +11,17 @@ import pytest
 from hpc.node.files import NotASmallFile, read_json_object, read_small, read_small_text, regular_file_problem
 
 
-@pytest.mark.parametrize("kind, says", [("fifo", "is a FIFO"), ("dir", "is a directory"), ("device", "is a character device"),
-                                        ("link-to-fifo", "is a FIFO"), ("huge", "holds 2049 bytes; at most 2048"),
-                                        ("binary", r": not a text file \(not UTF-8 at byte 0\)")])
+@pytest.mark.parametrize(
+    "kind, says",
+    [
+        ("fifo", "is a FIFO"),
+        ("dir", "is a directory"),
+        ("device", "is a character device"),
+        ("link-to-fifo", "is a FIFO"),
+        ("huge", "holds 2049 bytes; at most 2048"),
+        ("binary", r": not a text file \(not UTF-8 at byte 0\)"),
+    ],
+)
 def test_what_is_not_a_small_regular_file_is_refused_unread(kind, says, tmp_path):
     path = tmp_path / "f"
     if kind == "fifo":

@@ -8,6 +8,7 @@ ConfigError, DataError or HpcError under train/, by function) and each is one of
 * only at the start: what cannot be known before the job runs, with the reason.
 
 A new refusal fails this test until it is sorted into one of them."""
+
 from __future__ import annotations
 
 import ast
@@ -17,19 +18,26 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
-from train_helpers import FP8_SITE, TINY as TINY_PATH
+from train_helpers import FP8_SITE
+from train_helpers import TINY as TINY_PATH
 
 TINY = str(TINY_PATH)
 BAD_INPUT = {"ConfigError", "DataError", "HpcError"}
 OWN_COMMANDS = ("train/generate.py", "train/prepare.py")  # their own commands, not the trainer's start
 
 SHARED = {
-    "train/config.py:TrainConfig.check_paths", "train/config.py:apply_overrides", "train/config.py:split_cli",
-    "train/config.py:load_config", "train/data/sources.py:source_path", "train/tokenizer.py:_directory",
-    "train/layout.py:ParallelDims.build", "train/layout.py:ParallelDims.grad_accum", "train/run_check.py:check_run",
-    "train/run_check.py:model_dims", "train/config.py:_validated",
+    "train/config.py:TrainConfig.check_paths",
+    "train/config.py:apply_overrides",
+    "train/config.py:split_cli",
+    "train/config.py:load_config",
+    "train/data/sources.py:source_path",
+    "train/tokenizer.py:_directory",
+    "train/layout.py:ParallelDims.build",
+    "train/layout.py:ParallelDims.grad_accum",
+    "train/run_check.py:check_run",
+    "train/run_check.py:model_dims",
+    "train/config.py:_validated",
 }
 GUARDED = {  # function -> the cases below that make its refusal
     "train/adapters.py:apply_lora": ["lora-target-missing", "lora-target-missing-dense-layers"],
@@ -108,7 +116,7 @@ def test_the_shared_refusals_run_at_submit(tmp_path, monkeypatch, capsys):
 
     def profile(frame, event, arg):
         if event == "call" and frame.f_code.co_filename.startswith(root + "train/"):
-            ran.add(f"{frame.f_code.co_filename[len(root):]}:{frame.f_code.co_qualname.replace('.<locals>', '')}")
+            ran.add(f"{frame.f_code.co_filename[len(root) :]}:{frame.f_code.co_qualname.replace('.<locals>', '')}")
 
     from hpc.submit import main
 
@@ -124,45 +132,154 @@ def test_the_shared_refusals_run_at_submit(tmp_path, monkeypatch, capsys):
     assert not SHARED - ran, f"not run by hpc.submit: {sorted(SHARED - ran)}"
 
 
-QWEN3 = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 2048}
+QWEN3 = {
+    "model_type": "qwen3",
+    "hidden_size": 64,
+    "intermediate_size": 192,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 2048,
+}
 TOKENIZER = {p.name: p.read_text() for p in (ROOT / "train" / "assets" / "tokenizer").iterdir() if p.is_file()}
 MODEL = ["model.shape=null", "model.path={T}/m"]
 
 # (id, trainer overrides, (nodes, GPUs per node), files, the line's telling part)
 CASES = [
-    ("lora-target-missing", ["model.shape=tiny-moe", "lora.enabled=true"], (1, 1), {},
-     "lora.target_modules: gate_proj is not a linear layer of decoder layer 0 (it has: k_proj, o_proj, q_proj, v_proj)"),
-    ("lora-target-missing-dense-layers", [*MODEL, "lora.enabled=true", "lora.target_modules=[q_proj,down_proj]"], (1, 1),
-     {"m/config.json": json.dumps({**QWEN3, "model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2,
-                                   "moe_intermediate_size": 32, "mlp_only_layers": [0]}), "m/model.safetensors": "x"},
-     "lora.target_modules: down_proj is not a linear layer of decoder layer 1"),
-    ("nf4-block", ["lora.enabled=true", "lora.quantize_base=nf4", "model.dims.hidden_size=36", "model.dims.intermediate_size=100"],
-     (1, 1), {}, "lora.quantize_base=nf4: model.layers.0.mlp.gate_proj holds 100 x 36 weights, not a multiple of 64"),
-    ("nf4-ranks", ["lora.enabled=true", "lora.quantize_base=nf4"], (1, 2), {},
-     "lora.quantize_base=nf4 trains on one rank (one GPU); this job has WORLD_SIZE=2"),
-    ("nf4-nodes", ["lora.enabled=true", "lora.quantize_base=nf4", "global_batch=4"], (2, 1), {},
-     "lora.quantize_base=nf4 trains on one rank (one GPU); this job has WORLD_SIZE=2"),
-    ("straggler-slow-rank", ["straggler.test_slow_rank=2", "straggler.test_slow_s=0.1"], (1, 2), {},
-     "straggler.test_slow_rank=2: the run has ranks 0 to 1"),
-    ("straggler-stop-rank", ["straggler.test_stop_rank=4"], (2, 2), {}, "straggler.test_stop_rank=4: the run has ranks 0 to 3"),
-    ("top-k", ["model.shape=tiny-moe", "model.dims.num_experts_per_tok=9"], (1, 1), {},
-     "model.dims.num_experts_per_tok=9 is more than num_experts=8"),
-    ("top-k-path", MODEL, (1, 1), {"m/config.json": json.dumps({**QWEN3, "model_type": "qwen3_moe", "num_experts": 2,
-                                                                 "num_experts_per_tok": 4})},
-     "config.json: num_experts_per_tok=4 is more than num_experts=2"),
-    ("moe-dims-dense", ["model.dims.num_experts=8"], (1, 1), {}, "model.dims.num_experts applies to a mixture of experts"),
-    ("model-type", MODEL, (1, 1), {"m/config.json": json.dumps({**QWEN3, "model_type": "llama"})}, "holds a llama model; allowed: qwen3, qwen3_moe"),
-    ("vocab", ["model.dims.vocab_size=1000"], (1, 1), {}, "model: vocab_size=1000 is smaller than the tokenizer's 2048 tokens"),
+    (
+        "lora-target-missing",
+        ["model.shape=tiny-moe", "lora.enabled=true"],
+        (1, 1),
+        {},
+        "lora.target_modules: gate_proj is not a linear layer of decoder layer 0 (it has: k_proj, o_proj, q_proj, "
+        "v_proj)",
+    ),
+    (
+        "lora-target-missing-dense-layers",
+        [*MODEL, "lora.enabled=true", "lora.target_modules=[q_proj,down_proj]"],
+        (1, 1),
+        {
+            "m/config.json": json.dumps(
+                {
+                    **QWEN3,
+                    "model_type": "qwen3_moe",
+                    "num_experts": 4,
+                    "num_experts_per_tok": 2,
+                    "moe_intermediate_size": 32,
+                    "mlp_only_layers": [0],
+                }
+            ),
+            "m/model.safetensors": "x",
+        },
+        "lora.target_modules: down_proj is not a linear layer of decoder layer 1",
+    ),
+    (
+        "nf4-block",
+        [
+            "lora.enabled=true",
+            "lora.quantize_base=nf4",
+            "model.dims.hidden_size=36",
+            "model.dims.intermediate_size=100",
+        ],
+        (1, 1),
+        {},
+        "lora.quantize_base=nf4: model.layers.0.mlp.gate_proj holds 100 x 36 weights, not a multiple of 64",
+    ),
+    (
+        "nf4-ranks",
+        ["lora.enabled=true", "lora.quantize_base=nf4"],
+        (1, 2),
+        {},
+        "lora.quantize_base=nf4 trains on one rank (one GPU); this job has WORLD_SIZE=2",
+    ),
+    (
+        "nf4-nodes",
+        ["lora.enabled=true", "lora.quantize_base=nf4", "global_batch=4"],
+        (2, 1),
+        {},
+        "lora.quantize_base=nf4 trains on one rank (one GPU); this job has WORLD_SIZE=2",
+    ),
+    (
+        "straggler-slow-rank",
+        ["straggler.test_slow_rank=2", "straggler.test_slow_s=0.1"],
+        (1, 2),
+        {},
+        "straggler.test_slow_rank=2: the run has ranks 0 to 1",
+    ),
+    (
+        "straggler-stop-rank",
+        ["straggler.test_stop_rank=4"],
+        (2, 2),
+        {},
+        "straggler.test_stop_rank=4: the run has ranks 0 to 3",
+    ),
+    (
+        "top-k",
+        ["model.shape=tiny-moe", "model.dims.num_experts_per_tok=9"],
+        (1, 1),
+        {},
+        "model.dims.num_experts_per_tok=9 is more than num_experts=8",
+    ),
+    (
+        "top-k-path",
+        MODEL,
+        (1, 1),
+        {"m/config.json": json.dumps({**QWEN3, "model_type": "qwen3_moe", "num_experts": 2, "num_experts_per_tok": 4})},
+        "config.json: num_experts_per_tok=4 is more than num_experts=2",
+    ),
+    (
+        "moe-dims-dense",
+        ["model.dims.num_experts=8"],
+        (1, 1),
+        {},
+        "model.dims.num_experts applies to a mixture of experts",
+    ),
+    (
+        "model-type",
+        MODEL,
+        (1, 1),
+        {"m/config.json": json.dumps({**QWEN3, "model_type": "llama"})},
+        "holds a llama model; allowed: qwen3, qwen3_moe",
+    ),
+    (
+        "vocab",
+        ["model.dims.vocab_size=1000"],
+        (1, 1),
+        {},
+        "model: vocab_size=1000 is smaller than the tokenizer's 2048 tokens",
+    ),
     ("no-weights", MODEL, (1, 1), {"m/config.json": json.dumps(QWEN3)}, "has no *.safetensors files"),
     ("ep-dense", ["parallel.ep=2"], (1, 2), {}, "parallel.ep=2 needs a mixture-of-experts model"),
-    ("ep-divides", ["model.shape=tiny-moe", "parallel.ep=2", "global_batch=6", "micro_batch=2"], (3, 1), {},
-     "parallel.ep=2 must divide parallel.dp=3 and the model's num_experts=8"),
-    ("tp-kv", ["parallel.tp=2", "model.dims.num_key_value_heads=1", "model.dims.num_attention_heads=1"], (1, 2), {},
-     "parallel.tp=2 must divide the model's num_key_value_heads=1"),
-    ("batch", ["global_batch=6", "micro_batch=2"], (2, 2), {}, "global_batch=6 must be a multiple of micro_batch x dp = 2 x 4"),
+    (
+        "ep-divides",
+        ["model.shape=tiny-moe", "parallel.ep=2", "global_batch=6", "micro_batch=2"],
+        (3, 1),
+        {},
+        "parallel.ep=2 must divide parallel.dp=3 and the model's num_experts=8",
+    ),
+    (
+        "tp-kv",
+        ["parallel.tp=2", "model.dims.num_key_value_heads=1", "model.dims.num_attention_heads=1"],
+        (1, 2),
+        {},
+        "parallel.tp=2 must divide the model's num_key_value_heads=1",
+    ),
+    (
+        "batch",
+        ["global_batch=6", "micro_batch=2"],
+        (2, 2),
+        {},
+        "global_batch=6 must be a multiple of micro_batch x dp = 2 x 4",
+    ),
     ("lora-key-alone", ["lora.r=8"], (1, 1), {}, "lora.r is set but lora.enabled is not"),
-    ("merge-without-export", ["lora.enabled=true", "lora.merge=true"], (1, 1), {}, "lora.merge=true writes the merged model"),
+    (
+        "merge-without-export",
+        ["lora.enabled=true", "lora.merge=true"],
+        (1, 1),
+        {},
+        "lora.merge=true writes the merged model",
+    ),
 ]
 
 
@@ -171,7 +288,10 @@ def _fill(text: str, tmp: Path) -> str:
 
 
 def _setup(tmp: Path, files: dict, monkeypatch) -> None:
-    for rel, text in {**files, **({f"m/{k}": v for k, v in TOKENIZER.items()} if any(k.startswith("m/") for k in files) else {})}.items():
+    for rel, text in {
+        **files,
+        **({f"m/{k}": v for k, v in TOKENIZER.items()} if any(k.startswith("m/") for k in files) else {}),
+    }.items():
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp / rel).write_text(text)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
@@ -188,7 +308,9 @@ def test_the_trainers_refusal_is_made_at_submit_with_the_same_line(case, tmp_pat
     overrides = [_fill(o, tmp_path) for o in overrides]
     _setup(tmp_path, files, monkeypatch)
     monkeypatch.syspath_prepend(str(FP8_SITE))  # torchao (QLoRA's NF4), found where scripts/install.sh puts it
-    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}  # the trainer catches them: restored below
+    saved = {
+        s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)
+    }  # the trainer catches them: restored below
     world = nodes * gpus
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("LOCAL_RANK", "0")
@@ -211,18 +333,35 @@ def test_the_trainers_refusal_is_made_at_submit_with_the_same_line(case, tmp_pat
     from hpc.submit import main as submit_main
 
     with pytest.raises(SystemExit) as e:
-        submit_main(["--site", "local", "--nodes", str(nodes), "--gpus-per-node", str(gpus), "--dry-run", "--", "--config", TINY,
-                     *overrides])
+        submit_main(
+            [
+                "--site",
+                "local",
+                "--nodes",
+                str(nodes),
+                "--gpus-per-node",
+                str(gpus),
+                "--dry-run",
+                "--",
+                "--config",
+                TINY,
+                *overrides,
+            ]
+        )
     submitted = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(submitted) == 1, submitted
-    assert started[0].startswith("train: error: ") and submitted[0].startswith("hpc.submit: error: trainer: "), (started, submitted)
+    assert started[0].startswith("train: error: ") and submitted[0].startswith("hpc.submit: error: trainer: "), (
+        started,
+        submitted,
+    )
     assert says in started[0] and says in submitted[0], (says, started[0], submitted[0])
-    at_start, at_submit = started[0][started[0].index(says):], submitted[0][submitted[0].index(says):]
+    at_start, at_submit = started[0][started[0].index(says) :], submitted[0][submitted[0].index(says) :]
     assert at_start == at_submit
     assert not (tmp_path / "run").exists() and not (tmp_path / "jobs").exists()
 
 
 # ---------------------------------------------------------------- nothing is left behind by a refusal
+
 
 def _start(tmp: Path, monkeypatch, capsys, *overrides: str) -> tuple[int, str]:
     """``python -m train`` in process on one rank, as job ``mine``; its exit code and its one error line."""
@@ -263,8 +402,18 @@ def test_a_refused_lease_leaves_no_log_directory(tmp_path, monkeypatch, capsys):
     import time
 
     ckpt = _owned(tmp_path / "ckpt", "mine")
-    (ckpt / ".lease.json").write_text(json.dumps({"run_id": "live", "job_id": None, "job_name": "mine", "pid": os.getpid(),
-                                                  "host": socket.gethostname(), "started": time.time()}))
+    (ckpt / ".lease.json").write_text(
+        json.dumps(
+            {
+                "run_id": "live",
+                "job_id": None,
+                "job_name": "mine",
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": time.time(),
+            }
+        )
+    )
     code, line = _start(tmp_path, monkeypatch, capsys, f"log.dir={tmp_path}/run", f"checkpoint.dir={ckpt}")
     assert code == 2 and "is in use by a run 'mine'" in line
     assert not (tmp_path / "run").exists() and sorted(p.name for p in ckpt.iterdir()) == [".lease.json", ".owner.json"]
@@ -279,7 +428,9 @@ def test_a_fresh_start_refused_later_moves_no_checkpoint_aside(tmp_path, monkeyp
     (ckpt / "step-00000002" / "meta.json").write_text("{}")
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
     (tmp_path / "d.jsonl").write_text('{"text": "hello"}\nnot json\n')
-    code, line = _start(tmp_path, monkeypatch, capsys, f"log.dir={run}", "checkpoint.restart=fresh", f"data.path={tmp_path}/d.jsonl")
+    code, line = _start(
+        tmp_path, monkeypatch, capsys, f"log.dir={run}", "checkpoint.restart=fresh", f"data.path={tmp_path}/d.jsonl"
+    )
     assert code == 2 and "data.path" in line
     assert (ckpt / "step-00000002" / "meta.json").is_file() and (run / "metrics.jsonl").is_file()
     assert not [p for p in ckpt.iterdir() if p.name.startswith("before-fresh")]

@@ -30,17 +30,22 @@ def test_healthy_steps_pass(group):
     assert guard.problem(2, [torch.ones(3), torch.zeros(2)]) is None
 
 
-@pytest.mark.parametrize("values,step,what", [
-    ([(2.5, 1.0, 40), (math.nan, 1.0, 40), (math.inf, math.nan, 40)], 2, "the loss turned non-finite (nan or inf)"),
-    ([(2.5, 1.0, 40), (2.5, 1.0, 40), (2.5, math.inf, 40)], 3, "the gradient norm turned non-finite (nan or inf)"),
-    ([(2.5, 1.0, 40), (0.0, 0.0, 0)], 2, "its global batch holds no loss token"),
-])
+@pytest.mark.parametrize(
+    "values,step,what",
+    [
+        ([(2.5, 1.0, 40), (math.nan, 1.0, 40), (math.inf, math.nan, 40)], 2, "the loss turned non-finite (nan or inf)"),
+        ([(2.5, 1.0, 40), (2.5, 1.0, 40), (2.5, math.inf, 40)], 3, "the gradient norm turned non-finite (nan or inf)"),
+        ([(2.5, 1.0, 40), (0.0, 0.0, 0)], 2, "its global batch holds no loss token"),
+    ],
+)
 def test_the_first_failure_is_named(group, values, step, what):
     guard = StepGuard(torch.device("cpu"))
     steps(guard, values)
     steps(guard, [(2.0, 1.0, 40)], start=len(values) + 1)  # a later healthy step does not clear it
-    assert guard.problem(len(values) + 1) == (f"step {step}: {what}; the run stops without saving any step from {step} on "
-                                              "(lower optim.lr, set grad_clip, or check the data: seq_len, data.overlong)")
+    assert guard.problem(len(values) + 1) == (
+        f"step {step}: {what}; the run stops without saving any step from {step} on "
+        "(lower optim.lr, set grad_clip, or check the data: seq_len, data.overlong)"
+    )
 
 
 def test_non_finite_weights_are_named_only_when_checked(group):

@@ -1,4 +1,5 @@
 """Compute or network: the step-time split (CPU branch; the GPU branch reads the profiler's kernels)."""
+
 import time
 
 import torch

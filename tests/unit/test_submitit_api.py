@@ -1,13 +1,14 @@
 """The private parts of submitit that hpc/submitter.py builds on, as the installed submitit has them: an upgrade
 that renames or reshapes them fails here (pyproject.toml pins the versions tested), not at a user's submission."""
+
 import inspect
 import re
-import tomllib
 
 import submitit
+import tomllib
+from conftest import ROOT
 from submitit.core import utils
 
-from conftest import ROOT
 from hpc.submitter import RenderedExecutor
 
 
@@ -27,4 +28,7 @@ def test_the_installed_submitit_is_in_the_pinned_range():
     [pin] = [d for d in deps if d.startswith("submitit")]
     low, high = re.fullmatch(r"submitit>=([\d.]+),<([\d.]+)", pin).groups()
     version = tuple(int(x) for x in submitit.__version__.split(".")[:3])
-    assert tuple(int(x) for x in low.split(".")) <= version < tuple(int(x) for x in high.split(".")), (submitit.__version__, pin)
+    assert tuple(int(x) for x in low.split(".")) <= version < tuple(int(x) for x in high.split(".")), (
+        submitit.__version__,
+        pin,
+    )

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
 import pytest
+from train_helpers import ROOT, TINY
 
 from train.config import SHAPES, ConfigError, ParallelConfig, apply_overrides, load_config
 from train.parallel import ParallelDims, WorldEnv
-from train_helpers import ROOT, TINY
 
 
 def test_shipped_configs_validate():
@@ -16,7 +15,9 @@ def test_shipped_configs_validate():
 
 
 def test_overrides_parse_yaml_scalars():
-    raw = apply_overrides({"optim": {"lr": 1.0}}, ["optim.lr=1e-3", "parallel.tp=2", "export=null", "optim.betas=[0.9, 0.99]"])
+    raw = apply_overrides(
+        {"optim": {"lr": 1.0}}, ["optim.lr=1e-3", "parallel.tp=2", "export=null", "optim.betas=[0.9, 0.99]"]
+    )
     assert raw == {"optim": {"lr": 1e-3, "betas": [0.9, 0.99]}, "parallel": {"tp": 2}, "export": None}
     cfg = load_config(TINY, ["optim.lr=2e-3", "parallel.tp=2"])
     assert cfg.optim.lr == 2e-3 and cfg.parallel.tp == 2
@@ -54,5 +55,7 @@ def test_parallel_dims():
 
 
 def test_every_dense_qwen3_shape_allows_tp8():
-    assert all(SHAPES[s].num_key_value_heads == 8 for s in SHAPES if not s.startswith("tiny") and not SHAPES[s].num_experts)
+    assert all(
+        SHAPES[s].num_key_value_heads == 8 for s in SHAPES if not s.startswith("tiny") and not SHAPES[s].num_experts
+    )
     assert all(SHAPES[s].num_key_value_heads == 4 for s in ("30B-A3B", "235B-A22B"))  # the MoE models: tp up to 4

@@ -1,4 +1,5 @@
-"""Pure pieces of the trainer: learning-rate schedule, FLOPs per token, fused linear cross-entropy, one rank's master weights, checkpointed layers, checkpoint discovery and retention."""
+"""Pure pieces of the trainer: learning-rate schedule, FLOPs per token, fused linear cross-entropy, one rank's master
+weights, checkpointed layers, checkpoint discovery and retention."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_lr_schedule_warmup_then_cosine():
     assert lr_at(60, lr, warm, floor, total) == pytest.approx((lr + floor) / 2)
     assert lr_at(110, lr, warm, floor, total) == pytest.approx(floor)
     values = [lr_at(s, lr, warm, floor, total) for s in range(10, 111)]
-    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert all(a >= b for a, b in zip(values, values[1:], strict=False))
     assert lr_at(1, lr, 0, floor, 1) == pytest.approx(floor)
 
 
@@ -61,7 +62,8 @@ def test_latest_complete_checkpoint_ignores_tmp_and_unmarked(tmp_path):
 
 
 def test_linear_cross_entropy_matches_full_logits():
-    """Chunked loss and gradients equal cross_entropy on the full logits (fp32, a chunk size that leaves a remainder)."""
+    """Chunked loss and gradients equal cross_entropy on the full logits (fp32, a chunk size that leaves a
+    remainder)."""
     torch.manual_seed(0)
     hidden = torch.randn(37, 16, requires_grad=True)
     weight = (0.3 * torch.randn(50, 16)).requires_grad_()
@@ -71,7 +73,7 @@ def test_linear_cross_entropy_matches_full_logits():
     loss = linear_cross_entropy(hidden, weight, labels, chunk=8)
     grads = torch.autograd.grad(0.5 * loss, (hidden, weight))
     assert torch.allclose(loss, ref, atol=1e-6)
-    for g, r in zip(grads, ref_grads):
+    for g, r in zip(grads, ref_grads, strict=False):
         assert torch.allclose(2 * g, r, atol=1e-6)
 
 
@@ -103,31 +105,44 @@ def test_master_weights_accumulate_in_fp32_and_cast_back():
     mw = MasterWeights(model, master)
     mw.copy_to_model()
     plain.load_state_dict(model.state_dict())
-    assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(model.parameters(), master.parameters()))
+    assert all(
+        torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(model.parameters(), master.parameters(), strict=False)
+    )
     expected = [torch.zeros_like(m) for m in master.parameters()]
     for _ in range(3):
         x = torch.randn(4, 8, dtype=torch.bfloat16)
         model(x).square().sum().backward()
         plain(x).square().sum().backward()
-        for e, p in zip(expected, plain.parameters()):
+        for e, p in zip(expected, plain.parameters(), strict=False):
             e += p.grad.float()
         plain.zero_grad(set_to_none=True)
         assert all(p.grad is None for p in model.parameters())
-    assert all(m.grad.dtype == torch.float32 and torch.equal(m.grad, e) for m, e in zip(master.parameters(), expected))
+    assert all(
+        m.grad.dtype == torch.float32 and torch.equal(m.grad, e)
+        for m, e in zip(master.parameters(), expected, strict=False)
+    )
     torch.optim.SGD(master.parameters(), lr=0.1).step()
     mw.copy_to_model()
-    assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(model.parameters(), master.parameters()))
+    assert all(
+        torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(model.parameters(), master.parameters(), strict=False)
+    )
     with pytest.raises(ValueError, match="same parameters"):
         MasterWeights(model, torch.nn.Linear(8, 8))
 
 
 def test_a_resume_trims_metrics_by_a_new_file_and_keeps_unreadable_lines_aside(tmp_path, capsys):
     path = tmp_path / "metrics.jsonl"
-    lines = [json.dumps({"step": 1, "loss": 2.0}), json.dumps({"step": 2, "loss": 1.5}), "{\"step\": 3, \"lo",
-             json.dumps({"step": 3, "loss": 1.2})]
+    lines = [
+        json.dumps({"step": 1, "loss": 2.0}),
+        json.dumps({"step": 2, "loss": 1.5}),
+        '{"step": 3, "lo',
+        json.dumps({"step": 3, "loss": 1.2}),
+    ]
     path.write_text("\n".join(lines) + "\n")
     inode = path.stat().st_ino
-    log = MetricsLog(tmp_path, True, 1, 10, tokens_per_step=1, flops_per_token=1.0, peak_flops_total=None, resume_step=2)
+    log = MetricsLog(
+        tmp_path, True, 1, 10, tokens_per_step=1, flops_per_token=1.0, peak_flops_total=None, resume_step=2
+    )
     log.close()
     assert path.read_text().splitlines() == lines[:2]
     assert path.stat().st_ino != inode  # replaced, not rewritten in place
@@ -144,5 +159,6 @@ def test_jobs_status_names_the_checkpoints_set_aside(tmp_path):
     (tmp_path / "config.yaml").write_text(f"log: {{dir: {tmp_path}}}\ncheckpoint: {{dir: {ckpt}}}\n")
     assert checkpoint_lines(tmp_path) == [
         f"checkpoints {ckpt}: steps 3, 9",
-        "set aside as damaged (1, see WHY.txt in each): step-00000006.bad-20261205-101010"]
+        "set aside as damaged (1, see WHY.txt in each): step-00000006.bad-20261205-101010",
+    ]
     assert checkpoint_lines(tmp_path / "nowhere") == []

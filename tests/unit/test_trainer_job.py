@@ -1,14 +1,15 @@
 """The trainer's part of a job: built from the words after ``--``, rendered once into the ranks' command line, loaded
 from exactly that line; the planner's layout as data; the torch-free tokenizer check against transformers' load."""
+
 import shlex
 from pathlib import Path
 
 import pytest
 
+from hpc.node.cli import HpcError
 from hpc.render import render_sbatch
 from hpc.site import load_site
 from hpc.spec import build_spec, plan_trainer
-from hpc.node.cli import HpcError
 from train.config import load_config, split_cli
 from train.interface import CONFIG_DIR
 from train.layout import Layout
@@ -25,7 +26,7 @@ def spec(site: str, args, monkeypatch, **kw):
 def launch_words(text: str) -> list[str]:
     line = next(l for l in text.splitlines() if l.endswith(" || rc=$?")).removesuffix(" || rc=$?")
     words = shlex.split(line)
-    return words[words.index("train") + 1:]
+    return words[words.index("train") + 1 :]
 
 
 def test_the_rendered_line_is_the_trainer_part_and_loads_as_checked(monkeypatch):
@@ -34,8 +35,17 @@ def test_the_rendered_line_is_the_trainer_part_and_loads_as_checked(monkeypatch)
     assert t.config == str(CONFIG_DIR / "demo.yaml") and t.overrides == ("optim.lr=1e-3", "log.dir=/runs/mine")
     assert [k for k, _ in t.run_dirs] == ["checkpoint.dir"]  # the user set log.dir: the job sets only checkpoint.dir
     words = launch_words(render_sbatch(s))
-    assert words == t.args() == ["--config", t.config, "optim.lr=1e-3", "log.dir=/runs/mine",
-                                 "checkpoint.dir=/home/alice/project/checkpoints/train"]
+    assert (
+        words
+        == t.args()
+        == [
+            "--config",
+            t.config,
+            "optim.lr=1e-3",
+            "log.dir=/runs/mine",
+            "checkpoint.dir=/home/alice/project/checkpoints/train",
+        ]
+    )
     config, overrides = split_cli(words)  # what the rank parses
     assert t.load() == load_config(config, overrides)
     assert t.load().log.dir == "/runs/mine" and t.load().optim.lr == 1e-3
@@ -58,12 +68,23 @@ def test_the_planner_layout_is_data_added_once(monkeypatch):
     assert given.trainer.layout is None and note is None and cfg.parallel.tp == 2
 
 
-@pytest.mark.parametrize("site, args, planned", [
-    ("ib-h200", ["global_batch=32"], (1, 1, False)),  # dense: the smallest tp, no checkpointing needed
-    ("ib-h200", ["model.shape=tiny-moe", "global_batch=32"], (1, 8, False)),  # 8 experts over a node's 8 GPUs (dp 16)
-    ("roce-h100", ["model.shape=32B", "seq_len=4096", "micro_batch=1", "global_batch=16"], (1, 1, True)),
-    ("roce-h100", ["model.shape=30B-A3B", "seq_len=4096", "micro_batch=1", "global_batch=16"], (1, 8, True)),  # 128 experts
-])
+@pytest.mark.parametrize(
+    "site, args, planned",
+    [
+        ("ib-h200", ["global_batch=32"], (1, 1, False)),  # dense: the smallest tp, no checkpointing needed
+        (
+            "ib-h200",
+            ["model.shape=tiny-moe", "global_batch=32"],
+            (1, 8, False),
+        ),  # 8 experts over a node's 8 GPUs (dp 16)
+        ("roce-h100", ["model.shape=32B", "seq_len=4096", "micro_batch=1", "global_batch=16"], (1, 1, True)),
+        (
+            "roce-h100",
+            ["model.shape=30B-A3B", "seq_len=4096", "micro_batch=1", "global_batch=16"],
+            (1, 8, True),
+        ),  # 128 experts
+    ],
+)
 def test_the_ranks_load_the_planned_layout_and_the_check_gets_their_config(site, args, planned, monkeypatch):
     """Dense and mixture-of-experts plans on 2 nodes x 8 GPUs: the config every rank loads from its command line carries
     the planner's tp, ep and activation checkpointing, and is the config the submit checked."""

@@ -6,8 +6,15 @@ The package's names load their module on first use, so ``train.data.config`` and
 
 import importlib
 
-_HOMES = {"DataConfig": "config", "DEMO_CHAT": "sources", "DEMO_CORPUS": "sources", "DataError": "sources",
-          "PackedStream": "stream", "TokenStream": "stream", "load_tokens": "text"}
+_HOMES = {
+    "DataConfig": "config",
+    "DEMO_CHAT": "sources",
+    "DEMO_CORPUS": "sources",
+    "DataError": "sources",
+    "PackedStream": "stream",
+    "TokenStream": "stream",
+    "load_tokens": "text",
+}
 
 __all__ = [*_HOMES, "load_tokenizer"]
 

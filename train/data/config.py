@@ -46,7 +46,9 @@ class DataConfig(pydantic.BaseModel, extra="forbid", strict=True, allow_inf_nan=
     @pydantic.model_validator(mode="after")
     def _chat_packs_documents(self) -> DataConfig:
         if self.format == "chat" and self.pack == "stream":
-            raise ValueError("data.pack=stream: chat data is packed by conversation; use data.pack=documents or leave it unset")
+            raise ValueError(
+                "data.pack=stream: chat data is packed by conversation; use data.pack=documents or leave it unset"
+            )
         return self
 
     @property

@@ -5,7 +5,8 @@
 the targets are what the model generates in each assistant turn: everything after the template's
 generation prompt (``<|im_start|>assistant\\n``, plus the empty think block that Qwen3 puts into the
 prompt when ``enable_thinking`` is off and the reply brings no reasoning of its own) up to and
-including the end-of-turn token that closes the turn (``<|im_end|>``). System, user and tool turns, role headers and scaffolding are not targets.
+including the end-of-turn token that closes the turn (``<|im_end|>``). System, user and tool turns, role headers and
+scaffolding are not targets.
 Spans follow turns, not text: each assistant turn starts where the template's rendering of the conversation before
 it, with the generation prompt, ends (that rendering must be a prefix of the whole). Text of the tokenizer's special
 tokens (``<|im_start|>``, ``<|im_end|>``, ...) inside a turn is refused: it would read as the template's own
@@ -67,7 +68,10 @@ class TextFormat:
             for where, record in batch:
                 text = record.get(self.field)
                 if not isinstance(text, str):
-                    raise DataError(f"data.text_field: {where} has no string field {self.field!r}; set data.text_field to the key holding the text")
+                    raise DataError(
+                        f"data.text_field: {where} has no string field {self.field!r}; set data.text_field to the key "
+                        "holding the text"
+                    )
                 texts.append(text)
             for enc in self.encoder.encode_batch_fast(texts, add_special_tokens=False):
                 ids = np.empty(len(enc.ids) + 1, dtype=np.int32)
@@ -83,8 +87,10 @@ class ChatFormat:
 
     def __init__(self, cfg: DataConfig, tokenizer, tokenizer_name: str):
         if not getattr(tokenizer, "chat_template", None):
-            raise DataError(f"data.tokenizer: {tokenizer_name} has no chat template (tokenizer_config.json chat_template or "
-                            "chat_template.jinja); data.format=chat needs one")
+            raise DataError(
+                f"data.tokenizer: {tokenizer_name} has no chat template (tokenizer_config.json chat_template or "
+                "chat_template.jinja); data.format=chat needs one"
+            )
         self.field, self.tokenizer, self.thinking = cfg.messages_field, tokenizer, cfg.enable_thinking
         self.encoder = _encoder(tokenizer)
         user = [{"role": "user", "content": _PROBE_USER}]
@@ -92,27 +98,41 @@ class ChatFormat:
         with_header = self.render(user, add_generation_prompt=True, enable_thinking=True)
         prompt = self.render(user, add_generation_prompt=True)
         replied = self.render(user + [{"role": "assistant", "content": _PROBE_REPLY}])
-        tail = replied[len(bare):]
+        tail = replied[len(bare) :]
         if not (with_header.startswith(bare) and prompt.startswith(with_header) and _PROBE_REPLY in tail):
-            raise DataError(f"data.tokenizer: {tokenizer_name}'s chat template does not render a conversation as its "
-                            "generation prompt followed by the reply; data.format=chat cannot find the assistant turns")
-        self.header = with_header[len(bare):]  # e.g. "<|im_start|>assistant\n"
-        self.prompt_extra = prompt[len(with_header):]  # e.g. "<think>\n\n</think>\n\n" with enable_thinking off
-        end = tail[tail.index(_PROBE_REPLY) + len(_PROBE_REPLY):]
+            raise DataError(
+                f"data.tokenizer: {tokenizer_name}'s chat template does not render a conversation as its "
+                "generation prompt followed by the reply; data.format=chat cannot find the assistant turns"
+            )
+        self.header = with_header[len(bare) :]  # e.g. "<|im_start|>assistant\n"
+        self.prompt_extra = prompt[len(with_header) :]  # e.g. "<think>\n\n</think>\n\n" with enable_thinking off
+        end = tail[tail.index(_PROBE_REPLY) + len(_PROBE_REPLY) :]
         end_ids = tokenizer(end, add_special_tokens=False)["input_ids"]
         if not end_ids:
-            raise DataError(f"data.tokenizer: {tokenizer_name}'s chat template closes an assistant turn with nothing; "
-                            "data.format=chat needs an end-of-turn token")
+            raise DataError(
+                f"data.tokenizer: {tokenizer_name}'s chat template closes an assistant turn with nothing; "
+                "data.format=chat needs an end-of-turn token"
+            )
         self.end_of_turn = tokenizer.decode(end_ids[:1])  # e.g. "<|im_end|>"
-        special = sorted({t.content for t in tokenizer.added_tokens_decoder.values() if t.special} | {self.end_of_turn}, key=len, reverse=True)
+        special = sorted(
+            {t.content for t in tokenizer.added_tokens_decoder.values() if t.special} | {self.end_of_turn},
+            key=len,
+            reverse=True,
+        )
         self.special = re.compile("|".join(map(re.escape, special)))
 
-    def render(self, messages: list, tools: list | None = None, add_generation_prompt: bool = False,
-               enable_thinking: bool | None = None) -> str | list[str]:
+    def render(
+        self,
+        messages: list,
+        tools: list | None = None,
+        add_generation_prompt: bool = False,
+        enable_thinking: bool | None = None,
+    ) -> str | list[str]:
         """A conversation (a list of turns) as text, or a list of conversations as a list of texts."""
         thinking = self.thinking if enable_thinking is None else enable_thinking
-        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                                  enable_thinking=thinking)
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt, enable_thinking=thinking
+        )
 
     def messages(self, where: Location, record: dict) -> list[dict]:
         """The record's turns (``messages_field``, or ``prompt`` + ``completion``), checked."""
@@ -129,8 +149,10 @@ class ChatFormat:
             else:
                 raise DataError(f"{key}: {where}: prompt and completion must both be strings or both lists of turns")
         else:
-            raise DataError(f"data.messages_field: {where} has no field {self.field!r} (nor prompt and completion); "
-                            "set data.messages_field to the key holding the list of turns")
+            raise DataError(
+                f"data.messages_field: {where} has no field {self.field!r} (nor prompt and completion); "
+                "set data.messages_field to the key holding the list of turns"
+            )
         if not isinstance(messages, list) or not messages:
             raise DataError(f"{key}: {where} must be a non-empty list of {{role, content}} turns")
         for i, turn in enumerate(messages):
@@ -138,13 +160,17 @@ class ChatFormat:
                 role = turn.get("role") if isinstance(turn, dict) else turn
                 raise DataError(f"{key}: {where} turn {i} has role {role!r}; allowed: {', '.join(ROLES)}")
             if not isinstance(turn.get("content"), str):
-                raise DataError(f"{key}: {where} turn {i} ({turn['role']}) has content of type "
-                                f"{type(turn.get('content')).__name__}; content must be a string")
+                raise DataError(
+                    f"{key}: {where} turn {i} ({turn['role']}) has content of type "
+                    f"{type(turn.get('content')).__name__}; content must be a string"
+                )
         if not any(turn["role"] == "assistant" for turn in messages):
             raise DataError(f"{key}: {where} has no assistant turn; there is nothing to learn from it")
         tools = record.get("tools")
         if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-            raise DataError(f"tools: {where} must be a list of tool descriptions (JSON objects), not {type(tools).__name__}")
+            raise DataError(
+                f"tools: {where} must be a list of tool descriptions (JSON objects), not {type(tools).__name__}"
+            )
         for i, turn in enumerate(messages):
             self._refuse_special_text(key, where, i, turn)
         return messages
@@ -157,8 +183,11 @@ class ChatFormat:
             if isinstance(value, str):
                 found = self.special.search(value)
                 if found:
-                    raise DataError(f"{key}: {where} turn {i} ({turn['role']}) {name} holds the special token text {found.group()!r}; "
-                                    "special tokens may not appear inside a turn (they are the chat template's own markers)")
+                    raise DataError(
+                        f"{key}: {where} turn {i} ({turn['role']}) {name} holds the special token text "
+                        f"{found.group()!r}; "
+                        "special tokens may not appear inside a turn (they are the chat template's own markers)"
+                    )
             elif isinstance(value, dict):
                 stack += [(f"{name}.{k}", v) for k, v in value.items()]
             elif isinstance(value, list):
@@ -178,8 +207,10 @@ class ChatFormat:
             else:
                 start = -1
             if start < cursor:
-                raise DataError(f"data.format=chat: {where}: the chat template renders the conversation before assistant turn "
-                                f"{k + 1} otherwise when later turns follow; its targets cannot be found turn by turn")
+                raise DataError(
+                    f"data.format=chat: {where}: the chat template renders the conversation before assistant turn "
+                    f"{k + 1} otherwise when later turns follow; its targets cannot be found turn by turn"
+                )
             end = text.find(self.end_of_turn, start)
             if end < 0:
                 raise DataError(f"data.format=chat: {where}: an assistant turn is not closed by {self.end_of_turn!r}")
@@ -190,10 +221,15 @@ class ChatFormat:
     def _prompts(self, conversations: list[list[dict]], tools: list | None) -> list[list[str]]:
         """Per conversation, per assistant turn: the conversation before that turn rendered with the generation prompt
         (for a conversation that opens with the assistant, the generation prompt alone)."""
-        befores = [conv[:k] for conv in conversations for k, turn in enumerate(conv) if turn["role"] == "assistant" and k]
+        befores = [
+            conv[:k] for conv in conversations for k, turn in enumerate(conv) if turn["role"] == "assistant" and k
+        ]
         rendered = iter(self.render(befores, tools=tools, add_generation_prompt=True) if befores else ())
         opening = self.header + self.prompt_extra
-        return [[next(rendered) if k else opening for k, turn in enumerate(conv) if turn["role"] == "assistant"] for conv in conversations]
+        return [
+            [next(rendered) if k else opening for k, turn in enumerate(conv) if turn["role"] == "assistant"]
+            for conv in conversations
+        ]
 
     def sample(self, where: Location, record: dict) -> Sample:
         return next(self.samples([(where, record)]))
@@ -212,7 +248,9 @@ class ChatFormat:
                 texts += self.render(conversations[at:end], tools=tools)
                 prompts += self._prompts(conversations[at:end], tools)
                 at = end
-            for (where, _), turn_prompts, text, enc in zip(batch, prompts, texts, self.encoder.encode_batch(texts, add_special_tokens=False)):
+            for (where, _), turn_prompts, text, enc in zip(
+                batch, prompts, texts, self.encoder.encode_batch(texts, add_special_tokens=False), strict=False
+            ):
                 spans = self.spans(text, turn_prompts, where)
                 ids = np.asarray(enc.ids, dtype=np.int32)
                 starts = np.fromiter((s for s, _ in enc.offsets), dtype=np.int64, count=len(ids))

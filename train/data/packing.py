@@ -51,12 +51,16 @@ class PackStats:
         seen = self.samples + self.dropped + self.no_loss
         if self.no_loss <= MAX_NO_LOSS_SHARE * seen and self.samples:
             return None
-        return (f"data.overlong={overlong}: {self.no_loss} of {seen} samples have no loss token within seq_len={seq_len} "
-                f"(the longest sample has {self.longest} tokens), more than {MAX_NO_LOSS_SHARE:.0%} or all; raise seq_len, "
-                "or set data.overlong=truncate_left (keeps each sample's end: the last replies) or drop")
+        return (
+            f"data.overlong={overlong}: {self.no_loss} of {seen} samples have no loss token within seq_len={seq_len} "
+            f"(the longest sample has {self.longest} tokens), more than {MAX_NO_LOSS_SHARE:.0%} or all; raise seq_len, "
+            "or set data.overlong=truncate_left (keeps each sample's end: the last replies) or drop"
+        )
 
 
-def pack(samples: Iterable[Sample], seq_len: int, overlong: str, pad_id: int) -> tuple[np.ndarray, np.ndarray, PackStats]:
+def pack(
+    samples: Iterable[Sample], seq_len: int, overlong: str, pad_id: int
+) -> tuple[np.ndarray, np.ndarray, PackStats]:
     """Rows ([rows, seq_len] tokens and flags) holding every sample whole; longer ones cut to their first seq_len tokens
     (``overlong`` truncate), their last (truncate_left) or left out (drop). A sample without a loss token (after the
     cut; a sample's first token never is one) is left out and counted (``no_loss``)."""

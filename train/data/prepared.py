@@ -135,8 +135,16 @@ def read_manifest(out: Path) -> dict | None:
         raise DataError(f"data.prepared: {out / MANIFEST} is corrupt; delete {out} and prepare again") from None
 
 
-def prepare(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: Path, rank: int = 0, world: int = 1,
-            log: Callable[[str], None] = print) -> dict | None:
+def prepare(
+    cfg: DataConfig,
+    seq_len: int,
+    tokenizer,
+    tokenizer_name: str,
+    out: Path,
+    rank: int = 0,
+    world: int = 1,
+    log: Callable[[str], None] = print,
+) -> dict | None:
     """Prepare this process's share of the chunks (index % world == rank) into ``out``; the process that completes
     the last chunk writes the manifest and gets it back (the others get None; of tasks finishing together, one).
     Chunks already done for the same key are kept, so an interrupted preparation resumes."""
@@ -162,8 +170,11 @@ def prepare(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: 
     except DataError as e:
         _write_text(out / f"error-{key}.txt", str(e) + "\n")
         raise
-    log(f"[prepare] task {rank}/{world}: {len(mine)} of {len(work)} chunks of {path} in {time.perf_counter() - t0:.1f}s "
-        f"(cpu {time.process_time() - cpu0:.1f}s)")
+    log(
+        f"[prepare] task {rank}/{world}: {len(mine)} of {len(work)} chunks of {path} in "
+        f"{time.perf_counter() - t0:.1f}s "
+        f"(cpu {time.process_time() - cpu0:.1f}s)"
+    )
     done = [_chunk_done(out, c.index, key) for c in work]
     if any(d is None for d in done):
         return None
@@ -175,8 +186,12 @@ def prepare(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: 
         _write_text(out / f"error-{key}.txt", refusal + "\n")
         raise DataError(refusal)
     fields = ("index", "rows", "samples", "tokens", "loss_tokens", "truncated", "dropped", "no_loss", "longest")
-    manifest = {**expected, "key": key, "chunks": [{k: d[k] for k in fields} for d in done],
-                "totals": {**total.__dict__, "packing_efficiency": round(total.efficiency(seq_len), 6)}}
+    manifest = {
+        **expected,
+        "key": key,
+        "chunks": [{k: d[k] for k in fields} for d in done],
+        "totals": {**total.__dict__, "packing_efficiency": round(total.efficiency(seq_len), 6)},
+    }
     return manifest if _publish_manifest(out, json.dumps(manifest, indent=1, sort_keys=True) + "\n", key) else None
 
 
@@ -203,8 +218,10 @@ class PreparedData:
             raise DataError(f"data.prepared: {out} is not prepared; run {how_to_prepare}")
         mismatch = manifest_mismatch(manifest, expected)
         if mismatch:
-            raise DataError(f"data.prepared: {out} was prepared with another {mismatch}; run {how_to_prepare} "
-                            "(it prepares again), or point data.prepared elsewhere")
+            raise DataError(
+                f"data.prepared: {out} was prepared with another {mismatch}; run {how_to_prepare} "
+                "(it prepares again), or point data.prepared elsewhere"
+            )
         self.manifest, self.seq_len = manifest, expected["seq_len"]
         self.tokens, self.flags = [], []
         for c in manifest["chunks"]:
@@ -213,11 +230,15 @@ class PreparedData:
                 tokens = np.load(stem.with_suffix(".tokens.npy"), mmap_mode="r")
                 flags = np.load(stem.with_suffix(".flags.npy"), mmap_mode="r")
             except (OSError, ValueError) as e:
-                raise DataError(f"data.prepared: {stem}.*.npy is missing or corrupt ({e}); run {how_to_prepare}") from None
+                raise DataError(
+                    f"data.prepared: {stem}.*.npy is missing or corrupt ({e}); run {how_to_prepare}"
+                ) from None
             shape = (c["rows"], self.seq_len)
             if tokens.shape != shape or flags.shape != shape or tokens.dtype != np.int32 or flags.dtype != np.uint8:
-                raise DataError(f"data.prepared: {stem}.*.npy holds {tokens.shape} {tokens.dtype} / {flags.shape} {flags.dtype}, "
-                                f"the manifest says {shape} int32 / uint8; run {how_to_prepare}")
+                raise DataError(
+                    f"data.prepared: {stem}.*.npy holds {tokens.shape} {tokens.dtype} / {flags.shape} {flags.dtype}, "
+                    f"the manifest says {shape} int32 / uint8; run {how_to_prepare}"
+                )
             self.tokens.append(tokens)
             self.flags.append(flags)
         self.offsets = np.cumsum([0] + [c["rows"] for c in manifest["chunks"]])
@@ -227,13 +248,14 @@ class PreparedData:
         """Tokens and flags [len(ids), seq_len] of global row ids."""
         chunk = np.searchsorted(self.offsets, ids, side="right") - 1
         local = ids - self.offsets[chunk]
-        tokens = np.stack([self.tokens[c][r] for c, r in zip(chunk, local)])
-        flags = np.stack([self.flags[c][r] for c, r in zip(chunk, local)])
+        tokens = np.stack([self.tokens[c][r] for c, r in zip(chunk, local, strict=False)])
+        flags = np.stack([self.flags[c][r] for c, r in zip(chunk, local, strict=False)])
         return tokens, flags
 
 
 def split_rows(num_rows: int, fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    """(train, eval) row ids: a row is held out when its golden-ratio hash falls below ``fraction``; fixed by the data alone."""
+    """(train, eval) row ids: a row is held out when its golden-ratio hash falls below ``fraction``; fixed by the data
+    alone."""
     ids = np.arange(num_rows, dtype=np.uint64)
     u = (ids * np.uint64(0x9E3779B97F4A7C15)) / np.float64(2**64)
     held = u < fraction
@@ -242,14 +264,27 @@ def split_rows(num_rows: int, fraction: float) -> tuple[np.ndarray, np.ndarray]:
 
 def summary(manifest: dict, out: Path) -> str:
     t = manifest["totals"]
-    return (f"{out}: {t['samples']:,} samples in {t['rows']:,} rows of {manifest['seq_len']} tokens, {t['loss_tokens']:,} loss tokens, "
-            f"packing efficiency {100 * t['packing_efficiency']:.1f}%; overlong ({manifest['overlong']}): "
-            f"{t['truncated']} truncated, {t['dropped']} dropped; {t['no_loss']} left out without a loss token (longest sample "
-            f"{t['longest']} tokens)")
+    return (
+        f"{out}: {t['samples']:,} samples in {t['rows']:,} rows of {manifest['seq_len']} tokens, {t['loss_tokens']:,} "
+        "loss tokens, "
+        f"packing efficiency {100 * t['packing_efficiency']:.1f}%; overlong ({manifest['overlong']}): "
+        f"{t['truncated']} truncated, {t['dropped']} dropped; {t['no_loss']} left out without a loss token (longest "
+        "sample "
+        f"{t['longest']} tokens)"
+    )
 
 
-def open_prepared(cfg: DataConfig, seq_len: int, tokenizer, tokenizer_name: str, out: Path, rank: int, world: int,
-                  how_to_prepare: str, log: Callable[[str], None]) -> PreparedData:
+def open_prepared(
+    cfg: DataConfig,
+    seq_len: int,
+    tokenizer,
+    tokenizer_name: str,
+    out: Path,
+    rank: int,
+    world: int,
+    how_to_prepare: str,
+    log: Callable[[str], None],
+) -> PreparedData:
     """The prepared data for this config: opened if ``out`` holds it; prepared first, over all ``world`` processes, if
     ``out`` holds nothing (each process its share, then polling the file system, never a collective, until the manifest
     is there); refused (DataError) if ``out`` was prepared with other settings or sources."""

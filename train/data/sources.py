@@ -28,7 +28,8 @@ class DataError(HpcError):
 
 @dataclass(frozen=True)
 class Chunk:
-    """One unit of work: bytes [start, end) of a JSONL file (lines starting there), rows [start, end) of a dataset, or a whole .txt."""
+    """One unit of work: bytes [start, end) of a JSONL file (lines starting there), rows [start, end) of a dataset, or
+    a whole .txt."""
 
     index: int
     start: int
@@ -54,19 +55,25 @@ class Location:
 
 
 def source_path(cfg: DataConfig) -> Path:
-    """The configured source (the demo corpus or chat set for data.path: null), checked to exist with an allowed suffix."""
+    """The configured source (the demo corpus or chat set for data.path: null), checked to exist with an allowed
+    suffix."""
     if cfg.path is None:
         return DEMO_CHAT if cfg.format == "chat" else DEMO_CORPUS
     path = Path(cfg.path).expanduser().resolve()
     if not path.exists():
-        raise DataError(f"data.path: {path} does not exist; give a .jsonl/.txt file, a datasets directory, or null for the demo data")
+        raise DataError(
+            f"data.path: {path} does not exist; give a .jsonl/.txt file, a datasets directory, or null for the demo "
+            "data"
+        )
     allowed = (".jsonl",) if cfg.format == "chat" else (".jsonl", ".txt")
     problem = None if path.is_dir() else regular_file_problem(path)
     if problem:  # a FIFO or a device would block or never end the read
         raise DataError(f"data.path: {path} is {problem}, not a regular file or a datasets directory")
     if path.is_file() and path.suffix not in allowed:
-        raise DataError(f"data.path: {path} has suffix {path.suffix!r}; allowed: "
-                        f"{', '.join(allowed)}, or a datasets save_to_disk directory (with data.format={cfg.format})")
+        raise DataError(
+            f"data.path: {path} has suffix {path.suffix!r}; allowed: "
+            f"{', '.join(allowed)}, or a datasets save_to_disk directory (with data.format={cfg.format})"
+        )
     return path
 
 
@@ -80,8 +87,10 @@ def _load_dataset(path: Path):
     try:
         import datasets
     except ImportError:
-        raise DataError(f"data.path: {path} is a directory, which needs the `datasets` package (pip install -e '.[datasets]'); "
-                        "otherwise use a .jsonl or .txt file") from None
+        raise DataError(
+            f"data.path: {path} is a directory, which needs the `datasets` package (pip install -e '.[datasets]'); "
+            "otherwise use a .jsonl or .txt file"
+        ) from None
     ds = datasets.load_from_disk(str(path))
     if isinstance(ds, datasets.DatasetDict):
         if "train" not in ds:
@@ -94,7 +103,10 @@ def chunks(path: Path, chunk_bytes: int) -> list[Chunk]:
     """The source's units of work, in order."""
     if path.is_dir():
         n = len(_load_dataset(path))
-        return [Chunk(i, s, min(s + DATASET_ROWS_PER_CHUNK, n)) for i, s in enumerate(range(0, max(n, 1), DATASET_ROWS_PER_CHUNK))]
+        return [
+            Chunk(i, s, min(s + DATASET_ROWS_PER_CHUNK, n))
+            for i, s in enumerate(range(0, max(n, 1), DATASET_ROWS_PER_CHUNK))
+        ]
     if path.suffix != ".jsonl":
         return [Chunk(0, 0, path.stat().st_size)]
     size = path.stat().st_size
@@ -116,8 +128,13 @@ def _jsonl_records(path: Path, chunk: Chunk) -> Iterator[tuple[Location, dict]]:
                 continue
             try:
                 record = json.loads(line)
-            except (ValueError, RecursionError) as e:  # also a number of over 4300 digits, or nesting deeper than Python's stack
-                why = getattr(e, "msg", None) or ("nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0][:120])
+            except (
+                ValueError,
+                RecursionError,
+            ) as e:  # also a number of over 4300 digits, or nesting deeper than Python's stack
+                why = getattr(e, "msg", None) or (
+                    "nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0][:120]
+                )
                 raise DataError(f"data.path: {where} is not valid JSON ({why})") from None
             if not isinstance(record, dict):
                 raise DataError(f"data.path: {where} is not a JSON object")
@@ -136,5 +153,7 @@ def records(path: Path, chunk: Chunk, text_field: str) -> Iterator[tuple[Locatio
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
-            raise DataError(f"data.path: {path} is not UTF-8 text (byte {e.start}); give a text file in UTF-8") from None
+            raise DataError(
+                f"data.path: {path} is not UTF-8 text (byte {e.start}); give a text file in UTF-8"
+            ) from None
         yield Location(path, 0), {text_field: text}

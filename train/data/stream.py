@@ -36,7 +36,14 @@ class TokenStream:
     """
 
     def __init__(
-        self, tokens: torch.Tensor, seq_len: int, global_batch: int, micro_batch: int, dp_rank: int, dp_size: int, seed: int
+        self,
+        tokens: torch.Tensor,
+        seq_len: int,
+        global_batch: int,
+        micro_batch: int,
+        dp_rank: int,
+        dp_size: int,
+        seed: int,
     ):
         if tokens.dim() != 1:
             raise DataError(f"tokens must be a 1-D tensor, got shape {tuple(tokens.shape)}")
@@ -61,7 +68,9 @@ class TokenStream:
         self.blocks = tokens[: self.num_blocks * (seq_len + 1)].view(self.num_blocks, seq_len + 1)
         self._init_order(seq_len, global_batch, micro_batch, dp_rank, dp_size, seed)
 
-    def _init_order(self, seq_len: int, global_batch: int, micro_batch: int, dp_rank: int, dp_size: int, seed: int) -> None:
+    def _init_order(
+        self, seq_len: int, global_batch: int, micro_batch: int, dp_rank: int, dp_size: int, seed: int
+    ) -> None:
         self.seq_len, self.global_batch, self.micro_batch = seq_len, global_batch, micro_batch
         self.dp_rank, self.dp_size, self.seed = dp_rank, dp_size, seed
         self.steps_per_epoch = self.num_blocks // global_batch
@@ -80,7 +89,8 @@ class TokenStream:
         return block[:, :-1].contiguous(), block[:, 1:].contiguous()
 
     def next_microbatches(self) -> list[tuple[torch.Tensor, ...]]:
-        """This rank's micro-batches for the next global step: (input_ids, labels), or with position_ids for packed rows."""
+        """This rank's micro-batches for the next global step: (input_ids, labels), or with position_ids for packed
+        rows."""
         if self.consumed + self.global_batch > self.num_blocks:
             self.epoch, self.consumed = self.epoch + 1, 0
         share = self.global_batch // self.dp_size
@@ -116,28 +126,39 @@ class PackedStream(TokenStream):
 
     Micro-batches are (input_ids, labels, position_ids); labels are -100 where the loss does not count."""
 
-    def __init__(self, data, row_ids: np.ndarray, global_batch: int, micro_batch: int, dp_rank: int, dp_size: int, seed: int):
+    def __init__(
+        self, data, row_ids: np.ndarray, global_batch: int, micro_batch: int, dp_rank: int, dp_size: int, seed: int
+    ):
         if global_batch % (micro_batch * dp_size):
-            raise DataError(f"global_batch={global_batch} must be divisible by micro_batch*dp_size={micro_batch}*{dp_size}={micro_batch * dp_size}")
+            raise DataError(
+                f"global_batch={global_batch} must be divisible by "
+                f"micro_batch*dp_size={micro_batch}*{dp_size}={micro_batch * dp_size}"
+            )
         self.data, self.row_ids = data, row_ids
         self.num_blocks = len(row_ids)
         if self.num_blocks < global_batch:
-            raise DataError(f"data too small: {self.num_blocks} packed rows of seq_len={data.seq_len}, fewer than "
-                             f"global_batch={global_batch}; use more data or a smaller seq_len/global_batch")
+            raise DataError(
+                f"data too small: {self.num_blocks} packed rows of seq_len={data.seq_len}, fewer than "
+                f"global_batch={global_batch}; use more data or a smaller seq_len/global_batch"
+            )
         self._init_order(data.seq_len, global_batch, micro_batch, dp_rank, dp_size, seed)
 
     def _rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return model_inputs(*self.data.rows(self.row_ids[ids.numpy()]))
 
 
-def eval_batches(data, row_ids: np.ndarray, rows: int, micro_batch: int, dp_rank: int, dp_size: int) -> list[tuple[torch.Tensor, ...]]:
+def eval_batches(
+    data, row_ids: np.ndarray, rows: int, micro_batch: int, dp_rank: int, dp_size: int
+) -> list[tuple[torch.Tensor, ...]]:
     """This rank's micro-batches of the first ``rows`` of ``row_ids`` (fewer if there are fewer; a multiple of
     micro_batch x dp_size, so every rank runs as many), each rank its contiguous share; fixed for the whole run."""
     unit = micro_batch * dp_size
     n = min(rows, len(row_ids)) // unit * unit
     if n == 0:
-        raise DataError(f"eval: {len(row_ids)} held-out rows, fewer than micro_batch x dp = {unit}; "
-                         "raise eval.fraction or give a larger eval.path")
+        raise DataError(
+            f"eval: {len(row_ids)} held-out rows, fewer than micro_batch x dp = {unit}; "
+            "raise eval.fraction or give a larger eval.path"
+        )
     share = n // dp_size
     mine = row_ids[dp_rank * share : (dp_rank + 1) * share]
     return [model_inputs(*data.rows(mine[i : i + micro_batch])) for i in range(0, share, micro_batch)]

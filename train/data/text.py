@@ -27,8 +27,11 @@ _CACHE_FORMAT = 1
 
 def _tokenize(cfg: DataConfig, path: Path, tokenizer) -> torch.Tensor:
     fmt = TextFormat(cfg, tokenizer)
-    docs = [torch.from_numpy(sample.ids).long()
-            for chunk in chunks(path, cfg.chunk_bytes) for sample in fmt.samples(records(path, chunk, cfg.text_field))]
+    docs = [
+        torch.from_numpy(sample.ids).long()
+        for chunk in chunks(path, cfg.chunk_bytes)
+        for sample in fmt.samples(records(path, chunk, cfg.text_field))
+    ]
     return torch.cat(docs) if docs else torch.empty(0, dtype=torch.int64)
 
 
