@@ -256,12 +256,32 @@ class ModelConfig(_Strict):
 
 
 class ParallelConfig(_Strict):
-    """dp x tp degrees; dp None means world_size // tp. ep (mixture of experts only): expert parallelism inside dp, each
-    group of ep data-parallel ranks splitting the experts and exchanging tokens by all-to-all; it divides dp and the experts."""
+    """dp x cp x tp degrees; dp None means world_size // (cp x tp). ep (mixture of experts only): expert parallelism
+    inside dp, each group of ep data-parallel ranks splitting the experts and exchanging tokens by all-to-all; it
+    divides dp and the experts. cp (context parallelism, dense models, text not packed by document): every sequence
+    split over cp ranks, load-balanced where seq_len is a multiple of 2 x cp (train/context_parallel.py)."""
 
     dp: int | None = Field(None, ge=1)
     tp: int = Field(1, ge=1)
     ep: int = Field(1, ge=1)
+    cp: int = Field(1, ge=1)
+
+
+def cp_problem(cp: int, seq_len: int, packed: bool) -> str | None:
+    """What is wrong with ``parallel.cp=cp`` for these sequences, or None when it is allowed."""
+    if cp == 1:
+        return None
+    if packed:
+        return (
+            f"parallel.cp={cp} splits each sequence over ranks, which rows packed by document (data.format=chat or "
+            "data.pack=documents) do not support: use parallel.cp=1, or text with data.pack=stream"
+        )
+    if seq_len % cp:
+        return (
+            f"parallel.cp={cp} must divide seq_len={seq_len} (a multiple of 2 x cp = {2 * cp} balances the ranks' "
+            "attention work)"
+        )
+    return None
 
 
 class OptimConfig(_Strict):
@@ -468,6 +488,9 @@ class TrainConfig(_Strict):
             )
         if (self.eval.every or self.eval.fraction) and not self.data.packed:
             raise ValueError("eval needs data packed by document: data.format=chat or data.pack=documents")
+        problem = cp_problem(self.parallel.cp, self.seq_len, self.data.packed)
+        if problem:
+            raise ValueError(problem)
         problem = self._no_effect()
         if problem:
             raise ValueError(problem)

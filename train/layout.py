@@ -3,7 +3,8 @@ validated degrees, the rules shared by the trainer and the planner, and the plan
 
 tp divides the model's KV heads (each TP rank holds whole KV heads) and the ranks per node (a TP group stays on one
 node's fast links); ep (a mixture of experts only) divides dp and the experts (each group of ep data-parallel ranks
-splits the experts)."""
+splits the experts); cp (context parallelism, a dense model) splits every sequence over cp ranks, inside dp and
+outside tp on the mesh, and FSDP shards over dp x cp together (the mesh dimension ``FSDP_DIM``)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,21 @@ def ep_problem(ep: int, dp: int, num_experts: int) -> str | None:
 def ep_degrees(dp: int, num_experts: int) -> list[int]:
     """Every allowed ep, smallest first ([1] for a dense model)."""
     return [1] if not num_experts else [e for e in range(1, dp + 1) if dp % e == 0 and num_experts % e == 0]
+
+
+# The device mesh's names for context parallelism: its own dimension, and dp x cp flattened, over which FSDP shards and
+# the loss is summed (torchtitan's dp_shard_cp).
+CP_DIM, FSDP_CP_DIM = "cp", "dp_cp"
+
+
+def cp_world_problem(cp: int, num_experts: int) -> str | None:
+    """What is wrong with ``parallel.cp=cp`` for this model (num_experts 0: dense), or None when it is allowed."""
+    if cp > 1 and num_experts:
+        return (
+            f"parallel.cp={cp} needs a dense model: a mixture of experts' load-balancing loss is computed over whole "
+            "sequences; use parallel.cp=1"
+        )
+    return None
 
 
 def _divisors(n: int) -> list[int]:
@@ -103,28 +119,34 @@ class WorldEnv:
 
 @dataclass(frozen=True)
 class ParallelDims:
-    """Validated parallel degrees: dp * tp == world_size, tp and ep by the rules above."""
+    """Validated parallel degrees: dp * cp * tp == world_size, tp, ep and cp by the rules above."""
 
     dp: int
     tp: int
     ep: int = 1
+    cp: int = 1
 
     @classmethod
     def build(cls, cfg: ParallelConfig, env: WorldEnv, kv_heads: int, num_experts: int = 0) -> ParallelDims:
-        tp = cfg.tp
-        problem = tp_problem(tp, kv_heads, env.local_world_size)
+        tp, cp = cfg.tp, cfg.cp
+        problem = tp_problem(tp, kv_heads, env.local_world_size) or cp_world_problem(cp, num_experts)
         if problem:
             raise ConfigError(problem)
-        dp = cfg.dp if cfg.dp is not None else env.world_size // tp
-        if dp * tp != env.world_size:
+        if cp > 1 and cfg.dp is None and env.world_size % (cp * tp):
             raise ConfigError(
-                f"parallel.dp={dp} x parallel.tp={tp} = {dp * tp} must equal WORLD_SIZE={env.world_size} (omit "
-                "parallel.dp to use WORLD_SIZE // tp)"
+                f"parallel.cp={cp} x parallel.tp={tp} = {cp * tp} must divide WORLD_SIZE={env.world_size}"
+            )
+        dp = cfg.dp if cfg.dp is not None else env.world_size // (cp * tp)
+        if dp * cp * tp != env.world_size:
+            cp_part = f" x parallel.cp={cp}" if cp > 1 else ""
+            raise ConfigError(
+                f"parallel.dp={dp}{cp_part} x parallel.tp={tp} = {dp * cp * tp} must equal WORLD_SIZE={env.world_size} "
+                f"(omit parallel.dp to use WORLD_SIZE // {'(cp x tp)' if cp > 1 else 'tp'})"
             )
         problem = ep_problem(cfg.ep, dp, num_experts)
         if problem:
             raise ConfigError(problem)
-        return cls(dp, tp, cfg.ep)
+        return cls(dp, tp, cfg.ep, cp)
 
     def grad_accum(self, global_batch: int, micro_batch: int) -> int:
         """Micro-batches per rank per step; global_batch must split evenly over micro_batch x dp."""
@@ -137,21 +159,22 @@ class ParallelDims:
 
 @dataclass(frozen=True)
 class Layout:
-    """The planner's choice for the trainer: parallel.tp, parallel.ep, activation checkpointing turned on, and
-    activation
-    offload (one GPU) turned on. The trainer gets it as ``overrides()``; ``apply`` is those overrides applied to a
-    loaded config."""
+    """The planner's choice for the trainer: parallel.tp, parallel.ep, activation checkpointing turned on, activation
+    offload (one GPU) turned on, and parallel.cp. The trainer gets it as ``overrides()``; ``apply`` is those overrides
+    applied to a loaded config."""
 
     tp: int
     ep: int = 1
     activation_checkpointing: bool = False
     activation_offload: bool = False
+    cp: int = 1
 
     def overrides(self) -> list[str]:
         """As trainer overrides (key.sub=value)."""
         return (
             [f"parallel.tp={self.tp}"]
             + ([f"parallel.ep={self.ep}"] if self.ep > 1 else [])
+            + ([f"parallel.cp={self.cp}"] if self.cp > 1 else [])
             + (["activation_checkpointing=true"] if self.activation_checkpointing else [])
             + (["activation_offload=true"] if self.activation_offload else [])
         )

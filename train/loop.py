@@ -29,16 +29,18 @@ from hpc.node.contract import EXIT_FAILED, RUN_CONFIG
 from hpc.node.hang import collective_failure, gather_nodes, mark_bad_nodes, name_the_missing
 from train import adapters, checkpoint, faults, resume
 from train.config import ConfigError, TrainConfig
+from train.context_parallel import SequenceShards
 from train.data.prepared import open_prepared, split_rows
 from train.data.stream import PackedStream, TokenStream, eval_batches
 from train.data.text import load_tokens_on_rank0
 from train.float8 import precompute_weight_scales
+from train.layout import CP_DIM
 from train.loss import IGNORE
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
 from train.model import build_meta_model, count_params, export_hf, hf_config, is_moe, load_initial_weights, materialize
 from train.moe import load_imbalance, routing_summary
 from train.packed_attention import check_packed_attention
-from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, parallelize
+from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, fsdp_mesh, parallelize
 from train.precision import MasterWeights
 from train.step_guard import StepFailed, StepGuard
 from train.steptime import timed_step
@@ -102,9 +104,21 @@ class Trainer:
         self.run_dir = Path(cfg.log.dir)
         self.mesh = build_mesh(dims, device)
         self.grad_accum = dims.grad_accum(cfg.global_batch, cfg.micro_batch)
+        # the ranks that share the step's loss: dp, or dp x cp (each cp rank holds a slice of every row)
+        self.batch_group = fsdp_mesh(self.mesh).get_group()
+        self.shards = (
+            SequenceShards(cfg.seq_len, dims.cp, self.mesh[CP_DIM].get_local_rank(), self.mesh[CP_DIM].get_group())
+            if dims.cp > 1
+            else None
+        )
         experts = f" (experts split over ep={dims.ep} of the dp ranks)" if dims.ep > 1 else ""
+        context = (
+            f" x cp={dims.cp} ({self.shards.num_chunks} chunks of {self.shards.chunk_len} tokens per row)"
+            if self.shards
+            else ""
+        )
         _log0(
-            f"[train] layout dp={dims.dp} x tp={dims.tp}{experts} on {env.world_size} ranks, mesh "
+            f"[train] layout dp={dims.dp}{context} x tp={dims.tp}{experts} on {env.world_size} ranks, mesh "
             f"({', '.join(self.mesh.mesh_dim_names)}) {self.mesh.mesh.tolist()}; "
             f"grad accumulation {self.grad_accum} x micro_batch {cfg.micro_batch}; device {device.type}"
         )
@@ -253,6 +267,7 @@ class Trainer:
             lora=cfg.lora,
             adapter_dtype=master_dtype,
             offload_to=device if cfg.activation_offload else None,
+            shards=self.shards,
         )
         self.master = build_meta_model(c).to(master_dtype) if twin else self.model
         load_initial_weights(self.master, cfg.model, c, cfg.seed, device, nf4=lora and cfg.lora.quantize_base == "nf4")
@@ -385,6 +400,7 @@ class Trainer:
             "dp": self.dims.dp,
             "tp": self.dims.tp,
             "ep": self.dims.ep,
+            "cp": self.dims.cp,
             "data": self.stream.state_dict(),
             "written_with": self.written_with,
             "tracker": self.tracking.run_ids() if self.tracking is not None else self._tracker_ids,
@@ -450,7 +466,11 @@ class Trainer:
         return t.pin_memory().to(self.device, non_blocking=True) if self.on_gpu else t
 
     def _summed_loss(self, input_ids: torch.Tensor, labels: torch.Tensor, *position_ids: torch.Tensor) -> torch.Tensor:
-        """The summed cross-entropy over one micro-batch's loss tokens (labels not -100)."""
+        """The summed cross-entropy over one micro-batch's loss tokens (labels not -100); with cp over this rank's
+        slice of the rows, at their global positions."""
+        if self.shards is not None:  # packed rows (their own position ids) are refused with cp
+            input_ids, labels = self.shards.shard(input_ids), self.shards.shard(labels)
+            position_ids = (self.shards.positions().expand_as(input_ids),)
         input_ids, labels = self._to_device(input_ids), self._to_device(labels)
         extra = {"position_ids": self._to_device(position_ids[0])} if position_ids else {}
         if self.on_gpu:
@@ -478,10 +498,11 @@ class Trainer:
             group["lr"] = lr
         micro = self.stream.next_microbatches()
         # The loss is the mean over the loss tokens of the whole global batch: each micro-batch's summed loss over the
-        # global count. FSDP averages gradients over dp, hence the factor dp.
+        # global count. FSDP averages gradients over dp (x cp), hence that factor. The cp ranks of a dp rank hold the
+        # same rows, so the count is summed over dp only.
         loss_tokens = torch.stack([(mb[1] != IGNORE).sum() for mb in micro]).sum().to(self.device)
         dist.all_reduce(loss_tokens, group=self.mesh["dp"].get_group())
-        scale = self.dims.dp / loss_tokens.clamp(min=1).float()
+        scale = self.dims.dp * self.dims.cp / loss_tokens.clamp(min=1).float()
         loss_sum = torch.zeros((), device=self.device)
         moe = {}
         with self._attention():
@@ -501,7 +522,7 @@ class Trainer:
             precompute_weight_scales(self.model)
         if self.master_weights is not None:
             self.master_weights.copy_to_model()
-        dist.all_reduce(loss_sum, group=self.mesh["dp"].get_group())
+        dist.all_reduce(loss_sum, group=self.batch_group)
         self.step += 1
         if self.step % GC_EVERY_STEPS == 0:
             gc.collect(1)

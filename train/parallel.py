@@ -1,17 +1,18 @@
 """Data x tensor parallelism, applied in one explicit order (as torchtitan does).
 
-1. ``ParallelDims`` (``train.layout``, torch-free) validates dp x tp against the world from the environment, before any
-   process group exists.
+1. ``ParallelDims`` (``train.layout``, torch-free) validates dp x cp x tp against the world from the environment, before
+   any process group exists.
 2. ``build_mesh`` makes a 2-D device mesh ("dp", "tp") with tp the inner, fastest-varying
    dimension, so a TP group is consecutive ranks, i.e. GPUs of one node. TP all-reduces
    activations in every layer, forward and backward, so it must ride on the fast intra-node
    links (NVLink); DP/FSDP traffic (all-gather of parameters, reduce-scatter of gradients)
-   is per layer but overlaps compute and tolerates the slower inter-node network.
+   is per layer but overlaps compute and tolerates the slower inter-node network. Context parallelism adds "cp"
+   between them (its key/value all-gathers per layer are next to TP on the critical path).
 3. ``parallelize``: LoRA adapters (optional, ``train.adapters``), then float8 decoder linears (optional,
    ``train.float8``; with LoRA only the frozen bases), then tensor parallel per decoder layer, then expert
-   parallel (``apply_ep``: a MoE model with ep > 1), then activation checkpointing, then torch.compile (optional), then
-   FSDP2
-   over the "dp" mesh dimension. A job of one rank gets
+   parallel (``apply_ep``: a MoE model with ep > 1), then context parallel attention (``train.context_parallel``: cp >
+   1), then activation checkpointing, then torch.compile (optional), then FSDP2 over the "dp" mesh dimension (dp x cp
+   with cp > 1: every cp rank computes gradients from its own tokens). A job of one rank gets
    no FSDP: with nothing to shard, its per-layer parameter and gradient copies only cost time
    (most of the 0.05 s of copy kernels in a 0.74 s Qwen3-1.7B step on one H200);
    ``train.precision.MasterWeights`` keeps the fp32 weights instead.
@@ -34,10 +35,10 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from hpc.node.contract import MASTER_ADDR_VAR
 from hpc.node.launcher import local_cuda_index
 from hpc.node.netcheck import bound_every_group, dist_timeout_s
-from train import adapters, offload
+from train import adapters, context_parallel, offload
 from train.config import LoraConfig
 from train.float8 import convert_decoder_linears, require_fp8
-from train.layout import ParallelDims, WorldEnv
+from train.layout import CP_DIM, FSDP_CP_DIM, ParallelDims, WorldEnv
 from train.moe import MoEBlock
 
 
@@ -68,7 +69,14 @@ def build_mesh(dims: ParallelDims, device: torch.device) -> DeviceMesh:
     """2-D mesh ("dp", "tp"); rank = dp_index * tp + tp_index, so TP groups are consecutive ranks on one node.
 
     With ep > 1 the dp dimension is split into ("efsdp", "ep"), ep the inner (an EP group is ep consecutive dp ranks,
-    on one node where ep x tp fits one), and "dp" is their flattened product: dp_index = efsdp_index x ep + ep_index."""
+    on one node where ep x tp fits one), and "dp" is their flattened product: dp_index = efsdp_index x ep + ep_index.
+
+    With cp > 1 (never with ep > 1): ("dp", "cp", "tp"), and "dp_cp" the flattened dp x cp that FSDP shards over."""
+    if dims.cp > 1:
+        mesh = init_device_mesh(device.type, (dims.dp, dims.cp, dims.tp), mesh_dim_names=("dp", CP_DIM, "tp"))
+        mesh["dp", CP_DIM]._flatten(FSDP_CP_DIM)
+        warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh", category=UserWarning)
+        return mesh
     if dims.ep == 1:
         return init_device_mesh(device.type, (dims.dp, dims.tp), mesh_dim_names=("dp", "tp"))
     mesh = init_device_mesh(device.type, (dims.dp // dims.ep, dims.ep, dims.tp), mesh_dim_names=("efsdp", "ep", "tp"))
@@ -97,6 +105,11 @@ LAYER_TP_PLAN = {
 MOE_LAYER_TP_PLAN = {k: v for k, v in LAYER_TP_PLAN.items() if not k.startswith("mlp.")}
 
 
+def fsdp_mesh(mesh: DeviceMesh) -> DeviceMesh:
+    """The ranks that FSDP shards over and that share each step's loss: dp, or dp x cp."""
+    return mesh[FSDP_CP_DIM] if CP_DIM in (mesh.mesh_dim_names or ()) else mesh["dp"]
+
+
 def apply_ep(layers: nn.ModuleList, mesh: DeviceMesh) -> list[MoEBlock]:
     """Split every MoE block's experts over the "ep" mesh dimension (weights sharded on the expert dimension) and give
     the block its EP group for the token all-to-all; returns the blocks."""
@@ -119,9 +132,13 @@ def parallelize(
     lora: LoraConfig | None = None,
     adapter_dtype: torch.dtype = torch.float32,
     offload_to: torch.device | None = None,
+    shards: context_parallel.SequenceShards | None = None,
 ) -> nn.Module:
-    """LoRA -> float8 -> TP -> activation checkpointing -> compile -> FSDP2, on a Qwen3ForCausalLM (typically on the
-    meta device).
+    """LoRA -> float8 -> TP -> EP -> CP -> activation checkpointing -> compile -> FSDP2, on a Qwen3ForCausalLM
+    (typically on the meta device).
+
+    ``shards`` (a mesh with "cp"): how the rows are cut over the cp ranks; every attention layer attends over its
+    slice (``train.context_parallel``).
 
     ``lora`` (enabled): the model is frozen and the target projections get adapters in ``adapter_dtype``
     (``train.adapters.apply_lora``), which TP shards with their base layers.
@@ -145,7 +162,7 @@ def parallelize(
         convert_decoder_linears(
             layers,
             fp8_recipe,
-            float8_all_gather=fp8_recipe == "tensorwise" and mesh["dp"].size() > 1,
+            float8_all_gather=fp8_recipe == "tensorwise" and fsdp_mesh(mesh).size() > 1,
             only_frozen=lora is not None and lora.enabled,
         )
     if mesh["tp"].size() > 1:
@@ -155,6 +172,8 @@ def parallelize(
     ep_blocks = apply_ep(layers, mesh) if "ep" in (mesh.mesh_dim_names or ()) else []
     if lora is not None and lora.enabled:  # again: TP's SequenceParallel and EP's sharded experts made new parameters
         adapters.freeze_base(model)
+    if shards is not None:
+        context_parallel.apply(model, shards)
     checkpointed = checkpointed_layers(len(layers), float(activation_checkpointing))
     store = offload.HostStore(offload_to) if offload_to is not None else None
     for i, layer in enumerate(layers):
@@ -172,7 +191,8 @@ def parallelize(
     if mesh.size() == 1:
         return model
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
-    reshard = mesh["dp"].size() > 1  # one dp rank: keep the gathered (cast) parameters for backward
+    shard_over = fsdp_mesh(mesh)
+    reshard = shard_over.size() > 1  # one dp rank: keep the gathered (cast) parameters for backward
     for block in ep_blocks:
         # Expert weights: FSDP over the ranks outside their EP group. Their gradients hold the sum over the EP group's
         # tokens (the all-to-all's backward brings them home), so they are averaged over all of dp, not efsdp.
@@ -182,8 +202,8 @@ def parallelize(
         # already)
         block.experts.set_force_sum_reduction_for_comms(mesh.device_type == "cpu" and mesh["efsdp"].size() > 1)
     for layer in layers:
-        fully_shard(layer, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)
+        fully_shard(layer, mesh=shard_over, mp_policy=mp, reshard_after_forward=reshard)
+    fully_shard(model, mesh=shard_over, mp_policy=mp, reshard_after_forward=False)
     return model
 
 
