@@ -1,5 +1,5 @@
-"""Layout planner: dp x tp (x ep for a mixture of experts) and activation checkpointing for a Qwen3 shape on a site's
-GPUs.
+"""Layout planner: dp x tp (x ep for a mixture of experts, x cp for long sequences) and activation checkpointing for a
+Qwen3 shape on a site's GPUs.
 
     python -m hpc.plan --site ib-h200 --nodes 4 --model 8B [--seq-len 4096] [--micro-batch 1] [--master-dtype fp32]
 
@@ -41,6 +41,13 @@ only when nothing fits without it either; for a
 mixture of experts at each tp the largest ep inside a node (ep x tp <= GPUs per node, ep
 dividing dp and the experts): the fewest expert weights to gather, and all-to-all on NVLink.
 
+Context parallelism (train/context_parallel.py; dense shapes, rows not packed by document): cp ranks split every
+sequence, so each holds seq_len / cp tokens' activations and loss; the state is sharded over dp x cp (as over dp
+alone: it is / world either way). Attention all-gathers one layer's keys and values of the whole sequence (2 x
+seq_len x KV heads / tp x head_dim in bf16), kept for backward in every layer without checkpointing (one layer with
+it), plus their gradient in backward. Rule: cp only when no layout fits at cp = 1, the smallest (dividing the GPUs
+outside tp, and seq_len by the trainer's rule) that fits.
+
 LoRA (``--lora-r R``, train/adapters.py; dense shapes): the frozen base holds no gradients and no AdamW
 state: 2 B/param in bf16 (``--quantize-base nf4``: 4 bits plus the double-quantized scales,
 ~0.52 B/param, on one GPU), sharded like the weights above; FSDP gathers its layers in bf16
@@ -63,7 +70,7 @@ from typing import Optional, Sequence
 from hpc.node.bandwidth import bus_factor
 from hpc.node.cli import HpcError, Parser, fail, path_text, whole
 from hpc.site import Partition, SiteProfile, load_site
-from train.config import SHAPES, TrainConfig
+from train.config import SHAPES, TrainConfig, cp_problem
 from train.interface import LOSS_CHUNK_TOKENS
 from train.layout import Layout, ep_degrees, tp_degrees
 from train.tokenizer import check_tokenizer
@@ -184,6 +191,7 @@ class Candidate:
     budget_gb: float
     ep: int = 1
     offload: bool = False
+    cp: int = 1
 
     @property
     def total_gb(self) -> float:
@@ -195,7 +203,7 @@ class Candidate:
 
     @property
     def layout(self) -> Layout:
-        return Layout(self.tp, self.ep, self.ac, self.offload)
+        return Layout(self.tp, self.ep, self.ac, self.offload, self.cp)
 
     @property
     def memory_option(self) -> str:
@@ -222,9 +230,12 @@ def memory(
     lora: Optional[Adapters] = None,
     ep: int = 1,
     offload: bool = False,
+    cp: int = 1,
 ) -> Candidate:
-    """Per-GPU memory (GB) of one layout, by the model in the module docstring (``offload``: with ``ac``, one GPU)."""
-    s = shape
+    """Per-GPU memory (GB) of one layout, by the model in the module docstring (``offload``: with ``ac``, one GPU;
+    ``tokens``: per micro-batch, which ``cp`` ranks split)."""
+    s, sequence, tokens = shape, tokens, tokens // cp
+    dp *= cp  # FSDP shards over dp x cp
     if lora is None:
         state = STATE_B[master_dtype] * (
             s.layers * s.dense_layer_params / (tp * dp) + s.layers * s.expert_layer_params / dp + s.embed_params / dp
@@ -240,15 +251,25 @@ def memory(
             gathered += BASE_B["bf16"] * s.layer_params  # one layer dequantized
     per_layer = s.act_bytes_per_token_layer(tp)
     act = tokens * ((0 if offload else s.layers * ACT_B * s.hidden) + per_layer if ac else s.layers * per_layer)
+    if cp > 1:  # the gathered keys and values of every layer kept for backward (one recomputed layer's), + gradient
+        act += ACT_B * 2 * sequence * s.kv_heads // tp * s.head_dim * ((1 if ac else s.layers) + 1)
     head_grad = 0 if lora else HEAD_GRAD_B * s.vocab * s.hidden
     loss = min(tokens, LOSS_CHUNK_TOKENS) * s.vocab * LOGIT_B + head_grad + ACT_B * tokens * s.hidden
     return Candidate(
-        tp, dp, ac, state / 1e9, gathered / 1e9, act / 1e9, loss / 1e9, gpu_gb * (1 - HEADROOM), ep, offload
+        tp, dp // cp, ac, state / 1e9, gathered / 1e9, act / 1e9, loss / 1e9, gpu_gb * (1 - HEADROOM), ep, offload, cp
     )
 
 
 def tp_choices(shape: Shape, gpus_per_node: int) -> list[int]:
     return tp_degrees(shape.kv_heads, gpus_per_node)
+
+
+def cp_choices(shape: Shape, world: int, tp: int, seq_len: int, packed: bool) -> list[int]:
+    """Every cp > 1 the trainer allows here, smallest first: dividing the GPUs outside tp and seq_len; none for a
+    mixture of experts."""
+    if shape.experts:
+        return []
+    return [c for c in range(2, world // tp + 1) if (world // tp) % c == 0 and not cp_problem(c, seq_len, packed)]
 
 
 def ep_choice(shape: Shape, tp: int, dp: int, gpus_per_node: int) -> int:
@@ -301,8 +322,10 @@ def plan(
     micro_batch: int,
     master_dtype: str = "fp32",
     lora: Optional[Adapters] = None,
+    packed: bool = False,
 ) -> Plan:
-    """The smallest fitting tp, checkpointing only if needed; PlanError when nothing fits."""
+    """The smallest fitting tp, checkpointing only if needed, context parallelism only if nothing fits without it
+    (``packed``: rows packed by document, which cp does not split); PlanError when nothing fits."""
     world, tokens = nodes * gpus_per_node, seq_len * micro_batch
     if lora is not None and shape.experts:
         raise PlanError(f"LoRA plans cover the dense Qwen3 shapes; Qwen3-{shape.name} is a mixture of experts")
@@ -328,6 +351,14 @@ def plan(
     )
     if world == 1:  # activation offload trains on one GPU: the last resort there
         cands += (memory(shape, 1, 1, True, tokens, gpu_gb, master_dtype, lora, offload=True),)
+    if not any(c.fits for c in cands):  # the sequence split over GPUs
+        split = [
+            memory(shape, t, world // (t * cp), ac, tokens, gpu_gb, master_dtype, lora, cp=cp)
+            for t in tp_choices(shape, gpus_per_node)
+            for cp in cp_choices(shape, world, t, seq_len, packed)
+            for ac in (False, True)
+        ]
+        cands += tuple(sorted(split, key=lambda c: c.cp))  # the smallest cp, then the smallest tp
     chosen = next((c for c in cands if c.fits), None)
     fewest = fewest_gpus(shape, gpus_per_node, gpu_gb, tokens, master_dtype, lora) if lora is not None else None
     if chosen is None and lora is not None:
@@ -362,7 +393,7 @@ def plan(
         raise PlanError(
             f"Qwen3-{shape.name} does not fit {nodes} node(s) x {gpus_per_node} GPU(s) of {gpu_gb:g} GB at "
             f"seq_len {seq_len} x micro_batch {micro_batch} with {master_dtype} master weights: the best layout "
-            f"(tp={best.tp}, activation checkpointing "
+            f"(tp={best.tp}{f', cp={best.cp}' if best.cp > 1 else ''}, activation checkpointing "
             f"{'on' if best.ac else 'off'}) needs {best.total_gb:.1f} GB of {best.budget_gb:.1f} GB usable; "
             f"use more nodes (FSDP shards the state over them{f'; it fits from {enough}' if enough else ''})"
             f"{', master_dtype bf16 (half the state)' if master_dtype == 'fp32' else ''} or a shorter seq_len / "
@@ -421,27 +452,29 @@ def report(p: Plan, site: SiteProfile, part: Partition) -> str:
             f"{BASE_B[p.lora.base]:.2f} B/param without "
             f"gradients or AdamW state, bf16 compute, {HEADROOM:.0%} headroom"
         ),
-        f"{'tp':>3} {'dp':>4} {'ep':>3} {'act.ckpt':>8} {'state':>7} {'gathered':>8} {'activ.':>7} {'loss':>7} "
-        f"{'total':>7} {'usable':>7}  fits",
+        f"{'tp':>3} {'dp':>4} {'ep':>3} {'cp':>3} {'act.ckpt':>8} {'state':>7} {'gathered':>8} {'activ.':>7} "
+        f"{'loss':>7} {'total':>7} {'usable':>7}  fits",
     ]
     for x in p.candidates:
         mark = "  <- chosen" if x == c else ""
         out.append(
-            f"{x.tp:>3} {x.dp:>4} {x.ep:>3} {x.memory_option:>8} {x.state_gb:7.1f} {x.gathered_gb:8.1f} "
+            f"{x.tp:>3} {x.dp:>4} {x.ep:>3} {x.cp:>3} {x.memory_option:>8} {x.state_gb:7.1f} {x.gathered_gb:8.1f} "
             f"{x.act_gb:7.1f} "
             f"{x.loss_gb:7.1f} {x.total_gb:7.1f} {x.budget_gb:7.1f}  {'yes' if x.fits else 'no'}{mark}"
         )
     out.append(
         f"tp candidates divide {p.gpus_per_node} GPUs per node and {s.kv_heads} KV heads: "
         f"{', '.join(map(str, tp_choices(s, p.gpus_per_node)))}; rule: smallest tp that fits, "
-        "activation checkpointing (one extra forward, ~1/3 more compute) only when needed"
+        "activation checkpointing (one extra forward, ~1/3 more compute) only when needed, cp (the sequence split "
+        "over GPUs) only when nothing fits without it"
     )
     out += tp_traffic_lines(p, exp.intra_node_gbps, exp.inter_node_gbps)
     out += ep_traffic_lines(p, exp.intra_node_gbps, exp.inter_node_gbps)
     if p.lora is not None:
         out.append(f"the fewest GPUs that fit this LoRA run: {p.fewest_gpus or 'none up to 64 nodes'}")
     out.append(
-        f"proposal: dp={c.dp} x tp={c.tp}{f' (ep={c.ep} inside dp)' if s.experts else ''}, activation checkpointing "
+        f"proposal: dp={c.dp}{f' x cp={c.cp}' if c.cp > 1 else ''} x tp={c.tp}"
+        f"{f' (ep={c.ep} inside dp)' if s.experts else ''}, activation checkpointing "
         f"{c.memory_option}  "
         f"->  {' '.join(c.layout.overrides())}"
     )
@@ -504,11 +537,22 @@ def plan_layout(
     shape = Shape.from_dims(cfg.model.shape or Path(cfg.model.path).name, dims, vocab)
     lora = Adapters(cfg.lora.r, "nf4" if cfg.lora.quantize_base == "nf4" else "bf16") if cfg.lora.enabled else None
     c = plan(
-        shape, nodes, gpus_per_node, part.gpu_memory_gb, cfg.seq_len, cfg.micro_batch, cfg.master_dtype, lora
+        shape,
+        nodes,
+        gpus_per_node,
+        part.gpu_memory_gb,
+        cfg.seq_len,
+        cfg.micro_batch,
+        cfg.master_dtype,
+        lora,
+        cfg.data.packed,
     ).chosen
-    layout = Layout(c.tp, c.ep, c.ac and not cfg.activation_checkpointing, c.offload and not cfg.activation_offload)
+    layout = Layout(
+        c.tp, c.ep, c.ac and not cfg.activation_checkpointing, c.offload and not cfg.activation_offload, c.cp
+    )
     note = (
-        f"planner: dp={c.dp} x tp={c.tp}{f' (ep={c.ep})' if c.ep > 1 else ''}, activation checkpointing "
+        f"planner: dp={c.dp}{f' x cp={c.cp}' if c.cp > 1 else ''} x tp={c.tp}{f' (ep={c.ep})' if c.ep > 1 else ''}, "
+        "activation checkpointing "
         f"{'on' if c.ac or cfg.activation_checkpointing else 'off'} "
         f"({c.total_gb:.3g} of {c.budget_gb:.3g} GB per GPU); adding {' '.join(layout.overrides())} "
         "(give parallel.tp= to choose yourself; python -m hpc.plan explains)"
