@@ -98,6 +98,11 @@ def section(model: type[BaseModel], prefix: str) -> list[str]:
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             nested.append((ann, key))
             continue
+        optional = [a for a in typing.get_args(ann) if a is not type(None)]
+        if len(optional) == 1 and isinstance(optional[0], type) and issubclass(optional[0], BaseModel):
+            nested.append((optional[0], key))
+            lines.append(f"| `{key}` | the section `{key}` below, or `null` | {default(field)} |  |  |")
+            continue
         lines.append(
             f"| `{key}` | {type_name(ann)} | {default(field)} | {bounds(field)} | {cell(field.description or '')} |"
         )

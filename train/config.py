@@ -187,6 +187,20 @@ def experts_problem(dims: dict, where: str) -> str | None:
     return None
 
 
+class RopeScaling(_Strict):
+    """YaRN RoPE scaling for sequences past the model's pretraining length (Qwen3: 32768): positions up to factor x
+    original_max_position_embeddings; passed to transformers as the model config's rope parameters."""
+
+    rope_type: Literal["yarn"] = "yarn"
+    factor: float = Field(gt=1)
+    original_max_position_embeddings: int = Field(ge=1)
+
+    @property
+    def reach(self) -> int:
+        """The longest sequence the scaled positions cover."""
+        return int(self.factor * self.original_max_position_embeddings)
+
+
 class ModelConfig(_Strict):
     """Either ``shape`` (random init with that shape's dims, ``dims`` overriding single ones) or ``path`` (a local HF
     directory)."""
@@ -195,6 +209,7 @@ class ModelConfig(_Strict):
     path: str | None = None
     dims: Dims = Dims()
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    rope_scaling: RopeScaling | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
@@ -491,6 +506,12 @@ class TrainConfig(_Strict):
         problem = cp_problem(self.parallel.cp, self.seq_len, self.data.packed)
         if problem:
             raise ValueError(problem)
+        scaling = self.model.rope_scaling
+        if scaling is not None and self.seq_len > scaling.reach:
+            raise ValueError(
+                f"seq_len={self.seq_len} is beyond model.rope_scaling's reach: factor x original_max_position_embeddings "
+                f"= {scaling.factor:g} x {scaling.original_max_position_embeddings} = {scaling.reach}"
+            )
         problem = self._no_effect()
         if problem:
             raise ValueError(problem)

@@ -53,7 +53,7 @@ def is_moe(config: Qwen3Config | Qwen3MoeConfig) -> bool:
 
 def hf_config(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3Config | Qwen3MoeConfig:
     """The config to train (Qwen3Config, or Qwen3MoeConfig for a mixture of experts): the directory's config.json, or
-    the shape's dims with the tokenizer's vocab and special tokens."""
+    the shape's dims with the tokenizer's vocab and special tokens; model.rope_scaling sets YaRN over either."""
     if cfg.path is not None:
         config = AutoConfig.from_pretrained(cfg.path)
         if type(config) not in (Qwen3Config, Qwen3MoeConfig):  # the config's validation refuses it first
@@ -71,6 +71,15 @@ def hf_config(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3Conf
         )
         config.eos_token_id = tokenizer.eos_token_id
         config.bos_token_id = tokenizer.bos_token_id
+    if cfg.rope_scaling is not None:  # YaRN over the model's own rope_theta; positions up to its reach
+        s = cfg.rope_scaling
+        config.rope_parameters = {
+            "rope_theta": config.rope_parameters["rope_theta"],
+            "rope_type": s.rope_type,
+            "factor": s.factor,
+            "original_max_position_embeddings": s.original_max_position_embeddings,
+        }
+        config.max_position_embeddings = s.reach
     # No padding_idx: nn.Embedding would freeze that row, while packed blocks hold no padding
     # and a tokenizer's pad is often its EOS, the document separator.
     config.pad_token_id = None
