@@ -1,6 +1,7 @@
 """docs/config.md is what scripts/gen_config_docs.py makes of the config models today."""
 
 import runpy
+import typing
 
 from conftest import ROOT
 
@@ -24,8 +25,11 @@ def test_every_key_is_documented_with_its_default():
         for name, field in model.model_fields.items():
             if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
                 yield from keys(field.annotation, f"{prefix}{name}.")
-            else:
-                yield f"{prefix}{name}", field
+                continue
+            yield f"{prefix}{name}", field
+            optional = [a for a in typing.get_args(field.annotation) if a is not type(None)]
+            if len(optional) == 1 and isinstance(optional[0], type) and issubclass(optional[0], BaseModel):
+                yield from keys(optional[0], f"{prefix}{name}.")  # a section that may be null
 
     rows = {line.split("|")[1].strip(" `"): line for line in text.splitlines() if line.startswith("| `")}
     expected = dict(keys(TrainConfig))
