@@ -1,9 +1,10 @@
 """Context parallelism through `python -m train`: the sequence split over ranks trains as one process does.
 
 Three launches of the tiny Qwen3 (fp32 on CPU, gloo), seq_len 32: one process, cp=2 (two ranks, each 2 of the 4
-chunks of every row) and dp=2 x cp=2 (four ranks). Every step's loss and gradient norm and the exported weights after
-the last step agree with the one process within TOL (relative for the gradient norm): the attention's key/value
-all-gather, its backward, the global RoPE positions and the loss over the whole rows are all in those numbers.
+chunks of every row; with activation checkpointing) and dp=2 x cp=2 (four ranks). Every step's loss and gradient
+norm and the exported weights after the last step agree with the one process within TOL (relative for the gradient
+norm): the attention's key/value all-gather, its backward, the global RoPE positions and the loss over the whole
+rows are all in those numbers.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from train_helpers import finish, launch, metrics
 
 STEPS = 10
 TOL = 1e-5
-LAYOUTS = {"one": (1, ()), "cp2": (2, ("parallel.cp=2",)), "dp2_cp2": (4, ("parallel.cp=2",))}
+LAYOUTS = {
+    "one": (1, ()),
+    "cp2": (2, ("parallel.cp=2", "activation_checkpointing=true")),  # the gathers run again in the recompute
+    "dp2_cp2": (4, ("parallel.cp=2",)),
+}
 
 
 @pytest.fixture(scope="module")

@@ -46,7 +46,7 @@ def test_planned_cp_passes_the_trainers_rules(seq_len):
     assert cp_choices(qwen3_shape("30B-A3B"), world, 1, LONG, packed=False) == []
 
 
-def test_packed_rows_are_not_split(tmp_path):
+def test_packed_rows_are_not_split():
     with pytest.raises(PlanError, match="Qwen3-8B does not fit 1 node"):
         plan(qwen3_shape("8B"), 1, 8, 80, LONG, 1, packed=True)
 
