@@ -4,7 +4,8 @@ Three launches of the tiny Qwen3 (fp32 on CPU, gloo), seq_len 32: one process, c
 chunks of every row; with activation checkpointing) and dp=2 x cp=2 (four ranks). Every step's loss and gradient
 norm and the exported weights after the last step agree with the one process within TOL (relative for the gradient
 norm): the attention's key/value all-gather, its backward, the global RoPE positions and the loss over the whole
-rows are all in those numbers.
+rows are all in those numbers. The attention alone, for a load-balanced and a plain cut, is checked in fp64 by
+tests/scripts/cp_attention.py.
 """
 
 from __future__ import annotations
@@ -48,3 +49,26 @@ def test_context_parallel_matches_one_process(runs, layout):
     assert m[STEPS]["loss"] < m[1]["loss"] - 0.1, "loss did not fall"
     dp = 2 if layout == "dp2_cp2" else 1
     assert f"layout dp={dp} x cp=2 (4 chunks of 8 tokens per row) x tp=1" in out
+
+
+def test_gathered_attention_equals_causal_attention_over_the_whole_sequence():
+    """tests/scripts/cp_attention.py on 2 CPU ranks: output and gradients, load-balanced and plain cuts, in fp64."""
+    import subprocess
+    import sys
+
+    from train_helpers import ROOT, clean_env
+
+    script = ROOT / "tests" / "scripts" / "cp_attention.py"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("[cp_attention]")), None)
+    print(line)
+    assert proc.returncode == 0 and line is not None and line.endswith(": equal"), (
+        proc.stdout[-2000:] + proc.stderr[-3000:]
+    )
