@@ -4,7 +4,7 @@ validated degrees, the rules shared by the trainer and the planner, and the plan
 tp divides the model's KV heads (each TP rank holds whole KV heads) and the ranks per node (a TP group stays on one
 node's fast links); ep (a mixture of experts only) divides dp and the experts (each group of ep data-parallel ranks
 splits the experts); cp (context parallelism, a dense model) splits every sequence over cp ranks, inside dp and
-outside tp on the mesh, and FSDP shards over dp x cp together (the mesh dimension ``FSDP_DIM``)."""
+outside tp on the mesh, and FSDP shards over dp x cp together (the mesh dimension ``FSDP_CP_DIM``)."""
 
 from __future__ import annotations
 
