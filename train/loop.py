@@ -370,8 +370,10 @@ class Trainer:
             self.step = meta["step"]
             self._tracker_ids = meta.get("tracker", {})
             self.progress.loaded(self.step)
+            cp = meta.get("cp", 1)  # written since context parallelism
             _log0(
-                f"[train] resumed from {path} (step {self.step}, saved under dp={meta['dp']} x tp={meta['tp']}), "
+                f"[train] resumed from {path} (step {self.step}, saved under dp={meta['dp']}"
+                f"{f' x cp={cp}' if cp > 1 else ''} x tp={meta['tp']}), "
                 f"loaded in {time.perf_counter() - t0:.2f} s"
             )
             return
