@@ -173,7 +173,8 @@ def model_type_problem(path: str, model_type) -> str | None:
     """Why a model.path directory of this config.json model_type cannot be trained, or None."""
     if model_type in MODEL_TYPES:
         return None
-    return f"model.path: {path} holds a {shown(model_type) if not isinstance(model_type, str) else model_type} model; allowed: {', '.join(MODEL_TYPES)}"
+    kind = shown(model_type) if not isinstance(model_type, str) else model_type
+    return f"model.path: {path} holds a {kind} model; allowed: {', '.join(MODEL_TYPES)}"
 
 
 def experts_problem(dims: dict, where: str) -> str | None:
@@ -446,8 +447,8 @@ class TrainConfig(_Strict):
     updates rounding away); fp8 puts the decoder's linear layers in float8; activation_checkpointing
     is true, false or the fraction of layers checkpointed; activation_offload keeps the checkpointed layers' inputs
     in host memory instead of the GPU's (one rank; train/offload.py); sdpa_backend puts that attention kernel first on
-    GPU (auto: PyTorch's choice); steps is the
-    last step, over which the schedule runs; export is a directory for the final HF model (relative: inside log.dir) or null."""
+    GPU (auto: PyTorch's choice); steps is the last step, over which the schedule runs; export is a directory for the
+    final HF model (relative: inside log.dir) or null."""
 
     model: ModelConfig
     data: DataConfig = DataConfig()
@@ -508,10 +509,11 @@ class TrainConfig(_Strict):
             raise ValueError(problem)
         scaling = self.model.rope_scaling
         if scaling is not None and self.seq_len > scaling.reach:
-            raise ValueError(
-                f"seq_len={self.seq_len} is beyond model.rope_scaling's reach: factor x original_max_position_embeddings "
-                f"= {scaling.factor:g} x {scaling.original_max_position_embeddings} = {scaling.reach}"
+            reach = (
+                f"factor x original_max_position_embeddings = {scaling.factor:g} x "
+                f"{scaling.original_max_position_embeddings} = {scaling.reach}"
             )
+            raise ValueError(f"seq_len={self.seq_len} is beyond model.rope_scaling's reach: {reach}")
         problem = self._no_effect()
         if problem:
             raise ValueError(problem)
@@ -529,7 +531,10 @@ class TrainConfig(_Strict):
                     + f"; set {name}.enabled=true, or leave the {name} keys out"
                 )
         if self.lora.merge and not self.export:
-            return "lora.merge=true writes the merged model into <export>/merged; set export (a directory) or leave lora.merge out"
+            return (
+                "lora.merge=true writes the merged model into <export>/merged; set export (a directory) or leave "
+                "lora.merge out"
+            )
         s = self.straggler
         for key, given, needs in (
             ("test_slow_s", s.test_slow_s > 0, s.test_slow_rank is not None),
