@@ -410,7 +410,8 @@ class TrainConfig(_Strict):
     AdamW state (fp32; bf16 halves their memory, as a plain bf16 loop does, at the cost of small
     updates rounding away); fp8 puts the decoder's linear layers in float8; activation_checkpointing
     is true, false or the fraction of layers checkpointed; activation_offload keeps the checkpointed layers' inputs
-    in host memory instead of the GPU's (one rank; train/offload.py); sdpa_backend puts that attention kernel first on
+    in host memory instead of the GPU's (one rank; train/offload.py); tiled_mlp runs the dense MLPs over the sequence
+    in checkpointed tiles of that many tokens (0: off; long sequences, train/tiled_mlp.py); sdpa_backend puts that attention kernel first on
     GPU (auto: PyTorch's choice); steps is the
     last step, over which the schedule runs; export is a directory for the final HF model (relative: inside log.dir) or null."""
 
@@ -419,6 +420,7 @@ class TrainConfig(_Strict):
     parallel: ParallelConfig = ParallelConfig()
     activation_checkpointing: bool | float = Field(False, ge=0, le=1)
     activation_offload: bool = False
+    tiled_mlp: int = Field(0, ge=0)
     compile: bool = False
     sdpa_backend: Literal["auto", "cudnn", "flash"] = "auto"
     seq_len: int = Field(ge=1)
@@ -465,6 +467,11 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "activation_offload=true offloads the inputs that checkpointed layers keep: "
                 "set activation_checkpointing=true (or a fraction of the layers)"
+            )
+        if self.tiled_mlp and (self.parallel.tp > 1 or self.model.num_experts()):
+            raise ValueError(
+                f"tiled_mlp={self.tiled_mlp} tiles a dense MLP over a rank's whole sequence: "
+                "not with parallel.tp > 1 or a MoE model; set tiled_mlp=0"
             )
         if (self.eval.every or self.eval.fraction) and not self.data.packed:
             raise ValueError("eval needs data packed by document: data.format=chat or data.pack=documents")

@@ -253,6 +253,7 @@ class Trainer:
             lora=cfg.lora,
             adapter_dtype=master_dtype,
             offload_to=device if cfg.activation_offload else None,
+            tiled_mlp=cfg.tiled_mlp,
         )
         self.master = build_meta_model(c).to(master_dtype) if twin else self.model
         load_initial_weights(self.master, cfg.model, c, cfg.seed, device, nf4=lora and cfg.lora.quantize_base == "nf4")

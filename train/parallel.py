@@ -39,6 +39,7 @@ from train.config import LoraConfig
 from train.float8 import convert_decoder_linears, require_fp8
 from train.layout import ParallelDims, WorldEnv
 from train.moe import MoEBlock
+from train.tiled_mlp import tile_mlp
 
 
 def init_distributed(env: WorldEnv) -> torch.device:
@@ -119,6 +120,7 @@ def parallelize(
     lora: LoraConfig | None = None,
     adapter_dtype: torch.dtype = torch.float32,
     offload_to: torch.device | None = None,
+    tiled_mlp: int = 0,
 ) -> nn.Module:
     """LoRA -> float8 -> TP -> activation checkpointing -> compile -> FSDP2, on a Qwen3ForCausalLM (typically on the
     meta device).
@@ -135,7 +137,8 @@ def parallelize(
     replicated over TP: their inputs and output gradients are TP-replicated, so their
     gradients are exact on every TP rank. ``offload_to`` (one rank: ``train.offload``): the checkpointed layers keep
     their inputs in host memory, copied from and back to that device. On a mesh of one rank there is no FSDP (and no
-    mixed-precision policy): the model computes in the dtype it is given.
+    mixed-precision policy): the model computes in the dtype it is given. ``tiled_mlp`` (tokens, one rank's whole
+    sequence: no TP): the dense MLPs run in checkpointed tiles (``train.tiled_mlp``).
     """
     layers = model.model.layers
     if lora is not None and lora.enabled:
@@ -158,6 +161,8 @@ def parallelize(
     checkpointed = checkpointed_layers(len(layers), float(activation_checkpointing))
     store = offload.HostStore(offload_to) if offload_to is not None else None
     for i, layer in enumerate(layers):
+        if tiled_mlp and not isinstance(layer.mlp, MoEBlock):
+            tile_mlp(layer.mlp, tiled_mlp)
         if store is not None:  # the layer compiled inside, the offloading wrapper outside the compiled code
             if compile:
                 layer.compile()
