@@ -28,11 +28,12 @@ from hpc.node.cli import HpcError
 from hpc.node.contract import EXIT_FAILED, RUN_CONFIG
 from hpc.node.hang import collective_failure, gather_nodes, mark_bad_nodes, name_the_missing
 from train import adapters, checkpoint, faults, resume
-from train.config import ConfigError, TrainConfig
 from train.data.prepared import open_prepared, split_rows
 from train.data.stream import PackedStream, TokenStream, eval_batches
 from train.data.text import load_tokens_on_rank0
 from train.float8 import precompute_weight_scales
+from train.front.config import ConfigError, TrainConfig
+from train.front.tokenizer import load_tokenizer, tokenizer_source
 from train.loss import IGNORE
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
 from train.model import build_meta_model, count_params, export_hf, hf_config, is_moe, load_initial_weights, materialize
@@ -43,7 +44,6 @@ from train.precision import MasterWeights
 from train.step_guard import StepFailed, StepGuard
 from train.steptime import timed_step
 from train.straggler import StragglerMonitor, describe
-from train.tokenizer import load_tokenizer, tokenizer_source
 from train.tracking import Tracking
 
 

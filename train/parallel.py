@@ -1,6 +1,6 @@
 """Data x tensor parallelism, applied in one explicit order (as torchtitan does).
 
-1. ``ParallelDims`` (``train.layout``, torch-free) validates dp x tp against the world from the environment, before any
+1. ``ParallelDims`` (``train.front.layout``, torch-free) validates dp x tp against the world from the environment, before any
    process group exists.
 2. ``build_mesh`` makes a 2-D device mesh ("dp", "tp") with tp the inner, fastest-varying
    dimension, so a TP group is consecutive ranks, i.e. GPUs of one node. TP all-reduces
@@ -35,9 +35,9 @@ from hpc.node.contract import MASTER_ADDR_VAR
 from hpc.node.launcher import local_cuda_index
 from hpc.node.netcheck import bound_every_group, dist_timeout_s
 from train import adapters, offload
-from train.config import LoraConfig
 from train.float8 import convert_decoder_linears, require_fp8
-from train.layout import ParallelDims, WorldEnv
+from train.front.config import LoraConfig
+from train.front.layout import ParallelDims, WorldEnv
 from train.moe import MoEBlock
 
 

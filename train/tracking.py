@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 if TYPE_CHECKING:
-    from train.config import TrainConfig
+    from train.front.config import TrainConfig
 
 
 def missing(names: list[str]) -> list[str]:

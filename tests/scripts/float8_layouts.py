@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 from transformers import Qwen3Config
 
-from train.config import ModelConfig, ParallelConfig
 from train.float8 import convert_decoder_linears, precompute_weight_scales
+from train.front.config import ModelConfig, ParallelConfig
 from train.model import build_meta_model, load_initial_weights
 from train.parallel import ParallelDims, WorldEnv, build_mesh, parallelize
 

@@ -83,5 +83,5 @@ def test_the_top_level_holds_the_designs_folders():
 def test_the_checks_see_imports():
     """The reader finds imports anywhere in a module (inside functions too), so the checks above can fail."""
     found = imported(ROOT / "hpc" / "spec.py")
-    assert {"train.config", "hostlist", "hpc.node.ownership"} <= found  # hostlist: inside parse_nodes
+    assert {"train.front.config", "hostlist", "hpc.node.ownership"} <= found  # hostlist: inside parse_nodes
     assert "hpc.node.ownership.check_owner" in found

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from hpc.node.cli import shown
 from hpc.node.contract import LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, RANK_VAR, WORLD_SIZE_VAR
-from train.config import ConfigError, ParallelConfig, TrainConfig, with_overrides
+from train.front.config import ConfigError, ParallelConfig, TrainConfig, with_overrides
 
 
 def tp_problem(tp: int, kv_heads: int, ranks_per_node: int) -> str | None:

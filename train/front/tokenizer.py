@@ -33,10 +33,10 @@ TOKENIZER_FILES = (
     "added_tokens.json",
     "chat_template.jinja",
 )
-DEMO_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "tokenizer"
+DEMO_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "assets" / "tokenizer"
 # The demo tokenizer plus Qwen3's chat tokens (<|im_start|>, <|im_end|> = EOS, <think>, </think>) and a Qwen3-style chat
 # template.
-DEMO_CHAT_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "chat_tokenizer"
+DEMO_CHAT_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "assets" / "chat_tokenizer"
 
 
 def tokenizer_source(data_tokenizer: str | None, model_path: str | None, chat: bool) -> str:

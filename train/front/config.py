@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hpc.node.cli import HpcError, shown
 from hpc.node.files import META_BYTES, NotASmallFile, read_json_object, read_small_text
 from hpc.node.strict_yaml import YamlError, load_yaml, parse_override
-from train.data.config import DataConfig
-from train.tokenizer import check_tokenizer, tokenizer_source
+from train.front.data_config import DataConfig
+from train.front.tokenizer import check_tokenizer, tokenizer_source
 from train.tracking import missing
 
 
@@ -475,7 +475,7 @@ class TrainConfig(_Strict):
 
     def _no_effect(self) -> str | None:
         """A key given where it does nothing is refused, not ignored (its feature switched off on purpose, ``enabled:
-        false``, is a warning instead: ``train.run_check.ignored_settings``)."""
+        false``, is a warning instead: ``train.front.run_check.ignored_settings``)."""
         for section, name in ((self.lora, "lora"), (self.fp8, "fp8")):
             unused = sorted(section.model_fields_set - {"enabled"})
             if unused and not section.enabled and "enabled" not in section.model_fields_set:
@@ -532,7 +532,7 @@ class TrainConfig(_Strict):
         """The files the run reads and writes, checked before any rank starts (torch-free): the data source (and
         eval.path), the tokenizer's files, and that the export can be created. Raises ConfigError or DataError with one
         line; returns the tokenizer's count of tokens where its tokenizer.json gives it."""
-        from train.data.sources import source_path
+        from train.front.data_sources import source_path
 
         source_path(self.data)
         if self.eval.path is not None:
