@@ -6,6 +6,7 @@ allowed there. ``load_config`` raises ``ConfigError`` with a one-line message.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Annotated, Literal
@@ -17,7 +18,6 @@ from hpc.node.files import META_BYTES, NotASmallFile, read_json_object, read_sma
 from hpc.node.strict_yaml import YamlError, load_yaml, parse_override
 from train.front.data_config import DataConfig
 from train.front.tokenizer import check_tokenizer, tokenizer_source
-from train.tracking import missing
 
 
 class ConfigError(HpcError):
@@ -368,7 +368,7 @@ class LogConfig(_Strict):
     def _installed(cls, names: list[str]) -> list[str]:
         if len(set(names)) != len(names):
             raise ValueError(f"log.tracker: {', '.join(names)} names a tracker twice")
-        absent = missing(names)
+        absent = [name for name in names if importlib.util.find_spec(name) is None]
         if absent:
             raise ValueError(f"log.tracker: {absent[0]} is not installed; pip install 'hpc-train[{absent[0]}]'")
         return names
