@@ -123,8 +123,8 @@ def _hf_dir(part: str, smoke: bool, out: Path) -> str:
     import torch
     from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
+    from train.data.tokenizer import load_tokenizer
     from train.front.config import ModelConfig
-    from train.front.tokenizer import load_tokenizer
     from train.model import hf_config
 
     shape, dims, *_ = (SMOKE if smoke else GPU)[part]
@@ -277,8 +277,9 @@ def _save_initial_adapters(cfg, path: Path) -> None:
     from safetensors.torch import save_file
 
     from train.adapters import LoraLinear, apply_lora, init_adapters
+    from train.data.tokenizer import load_tokenizer
     from train.front.config import LoraConfig
-    from train.front.tokenizer import load_tokenizer, tokenizer_source
+    from train.front.tokenizer import tokenizer_source
     from train.model import build_meta_model, hf_config
 
     config = hf_config(cfg.model, load_tokenizer(tokenizer_source(cfg.data.tokenizer, cfg.model.path, False)))

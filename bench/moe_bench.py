@@ -177,8 +177,8 @@ def _parity() -> dict:
     import torch
     from transformers import Qwen3MoeForCausalLM
 
+    from train.data.tokenizer import load_tokenizer
     from train.front.config import ModelConfig
-    from train.front.tokenizer import load_tokenizer
     from train.model import hf_config
     from train.moe import Qwen3MoeForTraining
 

@@ -76,8 +76,8 @@ def main() -> None:
     a = p.parse_args()
 
     from train.data.packing import IGNORE, model_inputs, pack
+    from train.data.tokenizer import load_tokenizer
     from train.front.config import ModelConfig
-    from train.front.tokenizer import load_tokenizer
     from train.model import Qwen3ForTraining, hf_config
 
     device = torch.device(a.device)

@@ -107,7 +107,8 @@ def slurm_task_env(**extra: str) -> dict:
 @pytest.fixture(scope="module")
 def tok():
     """The demo chat tokenizer."""
-    from train.front.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+    from train.data.tokenizer import load_tokenizer
+    from train.front.tokenizer import DEMO_CHAT_TOKENIZER_DIR
 
     return load_tokenizer(str(DEMO_CHAT_TOKENIZER_DIR))
 

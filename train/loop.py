@@ -31,9 +31,10 @@ from train import adapters, checkpoint, faults, resume
 from train.data.prepared import open_prepared, split_rows
 from train.data.stream import PackedStream, TokenStream, eval_batches
 from train.data.text import load_tokens_on_rank0
+from train.data.tokenizer import load_tokenizer
 from train.float8 import precompute_weight_scales
 from train.front.config import ConfigError, TrainConfig
-from train.front.tokenizer import load_tokenizer, tokenizer_source
+from train.front.tokenizer import tokenizer_source
 from train.loss import IGNORE
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
 from train.model import build_meta_model, count_params, export_hf, hf_config, is_moe, load_initial_weights, materialize

@@ -15,7 +15,8 @@ from train.data.prepared import PreparedData, describe, split_rows
 from train.front.data_sources import DEMO_CHAT
 from train.data.stream import PackedStream
 from train.generate import chat
-from train.front.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+from train.data.tokenizer import load_tokenizer
+from train.front.tokenizer import DEMO_CHAT_TOKENIZER_DIR
 from train_helpers import finish, launch, metrics
 
 SEQ, BATCH = 64, 8

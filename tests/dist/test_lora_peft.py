@@ -23,7 +23,8 @@ from train.generate import generate
 from train.front.data_sources import DEMO_CORPUS
 from train.loop import Trainer, lr_at
 from train.parallel import ParallelDims, WorldEnv, init_distributed
-from train.front.tokenizer import DEMO_TOKENIZER_DIR, load_tokenizer
+from train.data.tokenizer import load_tokenizer
+from train.front.tokenizer import DEMO_TOKENIZER_DIR
 from train_helpers import FP8_SITE, TINY, metrics, save_tiny_hf
 
 

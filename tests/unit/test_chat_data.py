@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from train.data.formats import ChatFormat
+from train.data.tokenizer import load_tokenizer
 from train.front.data_config import DataConfig
 from train.front.data_sources import DataError, Location
-from train.front.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+from train.front.tokenizer import DEMO_CHAT_TOKENIZER_DIR
 
 WHERE = Location(Path("conversations.jsonl"), 0)
 TOOLS = [

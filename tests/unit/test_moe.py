@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
+from train.data.tokenizer import load_tokenizer
 from train.front.config import ModelConfig
-from train.front.tokenizer import load_tokenizer
 from train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights
 from train.moe import Qwen3MoeForTraining, grouped_mlp, load_imbalance, looped_mlp, routing_summary
 

@@ -5,9 +5,9 @@ import pytest
 
 from hpc.plan import ep_choice, memory, plan, qwen3_shape, report, tp_choices
 from hpc.site import load_site
+from train.data.tokenizer import load_tokenizer
 from train.front.config import ConfigError, ModelConfig, ParallelConfig
 from train.front.layout import ParallelDims, WorldEnv
-from train.front.tokenizer import load_tokenizer
 from train.metrics import flops_per_token
 from train.model import count_params, hf_config
 

@@ -13,9 +13,9 @@ from hpc.node.cli import HpcError
 from hpc.node.contract import PREPARED_MANIFEST as MANIFEST
 from train.data.packing import IGNORE as IGNORE_LABEL
 from train.data.prepared import PreparedData, describe, open_prepared, prepare, split_rows
+from train.data.tokenizer import load_tokenizer
 from train.front.data_config import DataConfig
 from train.front.data_sources import DataError
-from train.front.tokenizer import load_tokenizer
 from train.prepare import task_of
 
 

@@ -14,7 +14,7 @@ _HOMES = {
     "PackedStream": "train.data.stream",
     "TokenStream": "train.data.stream",
     "load_tokens": "train.data.text",
-    "load_tokenizer": "train.front.tokenizer",
+    "load_tokenizer": "train.data.tokenizer",
 }
 
 __all__ = list(_HOMES)
