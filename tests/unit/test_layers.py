@@ -78,6 +78,56 @@ def test_the_front_door_and_the_login_side_import_no_torch(path):
     assert not heavy, f"{path.relative_to(ROOT)} imports {heavy}: the login side reads it without {', '.join(HEAVY)}"
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project's modules it imports (``from a import b`` names module a.b where there is one)."""
+    names = {module_name(p): p for folder in ("hpc", "train") for p in modules(folder)}
+    graph = {}
+    for name, path in names.items():
+        graph[name] = set()
+        for imported_name in imported(path):
+            while imported_name and imported_name not in names:
+                imported_name = imported_name.rpartition(".")[0]
+            if imported_name and imported_name != name:
+                graph[name].add(imported_name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, found = {}, {}, [], []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles():
+    """No two modules of hpc/ and train/ import each other, even through others, type-checking imports included."""
+    assert cycles(import_graph()) == []
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check can fail
+
+
 def test_the_top_level_holds_the_designs_folders():
     """The design's shape: hpc/ is the login side with the node side and the integrations inside it, train/ the
     trainer, sbatch_templates/ the job templates and site_configs/ the shipped profiles."""
