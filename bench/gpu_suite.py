@@ -91,7 +91,7 @@ def _device():
 
 
 def _config(part: str, smoke: bool, run_dir: str, side: str, model_path: str | None):
-    from train.config import TrainConfig
+    from train.front.config import TrainConfig
 
     shape, dims, seq, batch, steps = (SMOKE if smoke else GPU)[part]
     model = {"path": model_path} if model_path else {"shape": shape, "dims": dims}
@@ -123,9 +123,9 @@ def _hf_dir(part: str, smoke: bool, out: Path) -> str:
     import torch
     from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
-    from train.config import ModelConfig
+    from train.data.tokenizer import load_tokenizer
+    from train.front.config import ModelConfig
     from train.model import hf_config
-    from train.tokenizer import load_tokenizer
 
     shape, dims, *_ = (SMOKE if smoke else GPU)[part]
     tokenizer = load_tokenizer(None)
@@ -165,7 +165,7 @@ def _ours(cfg, part: str) -> dict:
 
 def _stream(cfg):
     from train.data import TokenStream, load_tokenizer, load_tokens
-    from train.tokenizer import tokenizer_source
+    from train.front.tokenizer import tokenizer_source
 
     tokenizer = load_tokenizer(tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat"))
     return TokenStream(
@@ -277,9 +277,10 @@ def _save_initial_adapters(cfg, path: Path) -> None:
     from safetensors.torch import save_file
 
     from train.adapters import LoraLinear, apply_lora, init_adapters
-    from train.config import LoraConfig
+    from train.data.tokenizer import load_tokenizer
+    from train.front.config import LoraConfig
+    from train.front.tokenizer import tokenizer_source
     from train.model import build_meta_model, hf_config
-    from train.tokenizer import load_tokenizer, tokenizer_source
 
     config = hf_config(cfg.model, load_tokenizer(tokenizer_source(cfg.data.tokenizer, cfg.model.path, False)))
     model = build_meta_model(config)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hpc.container import Container
 from hpc.gpu_request import BINDING_SBATCH_OPTIONS, GpuRequest, check_cpu_bind, check_gpu_bind, check_gres_flags
-from hpc.node.cli import HpcError, shown
+from hpc.node.cli import HpcError, NodeCheckError, shown
 from hpc.node.contract import (
     DEFAULT_MAX_EXCLUDED_NODES,
     DEFAULT_MAX_REQUEUES,
@@ -35,7 +35,7 @@ from hpc.node.contract import (
     STOP_SIGNALS,
 )
 from hpc.node.files import META_BYTES, NotASmallFile, read_small_text
-from hpc.node.netcheck import NcclList, NodeCheckError
+from hpc.node.netcheck import NcclList
 from hpc.node.strict_yaml import YamlError, load_yaml
 from hpc.shipped import SHIPPED_SITE_DIR
 from hpc.slurm_time import parse_minutes

@@ -26,11 +26,11 @@ from hpc.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.slurm_time import format_minutes, parse_minutes
 from hpc.sweep import Sweep, build_sweep, task_args
 from hpc.trainer_job import TrainerJob, runs_trainer, trainer_job
-from train.config import ConfigError, TrainConfig
-from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY
-from train.interface import MODULE as TRAINER_MODULE
-from train.layout import WorldEnv
-from train.run_check import check_run
+from train.front.config import ConfigError, TrainConfig
+from train.front.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY
+from train.front.interface import MODULE as TRAINER_MODULE
+from train.front.layout import WorldEnv
+from train.front.run_check import check_run
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the directory that holds the hpc and train packages
 
@@ -257,7 +257,7 @@ def plan_trainer(spec: JobSpec) -> tuple[JobSpec, Optional[TrainConfig], Optiona
 
 def check_rank_command(spec: JobSpec, cfg: Optional[TrainConfig] = None) -> None:
     """What every rank will run, checked here before anything is submitted: the trainer's config, files and layout for
-    this job's ranks (the trainer's own first check, train.run_check; ``cfg``: the job's config already loaded) and
+    this job's ranks (the trainer's own first check, train.front.run_check; ``cfg``: the job's config already loaded) and
     the owners of its directories, or that a ``-m MODULE`` exists for the job's python."""
     cmd = spec.command
     if spec.runs_trainer:

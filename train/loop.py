@@ -28,11 +28,14 @@ from hpc.node.cli import HpcError
 from hpc.node.contract import EXIT_FAILED, RUN_CONFIG
 from hpc.node.hang import collective_failure, gather_nodes, mark_bad_nodes, name_the_missing
 from train import adapters, checkpoint, faults, resume
-from train.config import ConfigError, TrainConfig
 from train.data.prepared import open_prepared, split_rows
 from train.data.stream import PackedStream, TokenStream, eval_batches
 from train.data.text import load_tokens_on_rank0
+from train.data.tokenizer import load_tokenizer
 from train.float8 import precompute_weight_scales
+from train.front.config import ConfigError, TrainConfig
+from train.front.layout import DP
+from train.front.tokenizer import tokenizer_source
 from train.loss import IGNORE
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
 from train.model import build_meta_model, count_params, export_hf, hf_config, is_moe, load_initial_weights, materialize
@@ -43,7 +46,6 @@ from train.precision import MasterWeights
 from train.step_guard import StepFailed, StepGuard
 from train.steptime import timed_step
 from train.straggler import StragglerMonitor, describe
-from train.tokenizer import load_tokenizer, tokenizer_source
 from train.tracking import Tracking
 
 
@@ -102,7 +104,7 @@ class Trainer:
         self.run_dir = Path(cfg.log.dir)
         self.mesh = build_mesh(dims, device)
         self.grad_accum = dims.grad_accum(cfg.global_batch, cfg.micro_batch)
-        experts = f" (experts split over ep={dims.ep} of the dp ranks)" if dims.ep > 1 else ""
+        experts = f" (experts split over ep={dims.ep} of the dp ranks)" if dims.ep_enabled else ""
         _log0(
             f"[train] layout dp={dims.dp} x tp={dims.tp}{experts} on {env.world_size} ranks, mesh "
             f"({', '.join(self.mesh.mesh_dim_names)}) {self.mesh.mesh.tolist()}; "
@@ -167,7 +169,7 @@ class Trainer:
         over all ranks if missing), or blocks of the token cache (rank 0 fills it, the others poll for it). Neither
         waits at a collective while data is being prepared."""
         cfg, name = self.cfg, self.tokenizer_name
-        dp_rank = self.mesh["dp"].get_local_rank()
+        dp_rank = self.mesh[DP].get_local_rank()
         if cfg.data.packed:
             check_packed_attention(cfg.model.attn_implementation)
             how = "python -m train.prepare --config FILE with the training run's overrides"
@@ -467,7 +469,7 @@ class Trainer:
             for mb in self.eval_batches:
                 total[0] += self._summed_loss(*mb).double()
                 total[1] += (mb[1] != IGNORE).sum().item()
-        dist.all_reduce(total, group=self.mesh["dp"].get_group())
+        dist.all_reduce(total, group=self.mesh[DP].get_group())
         return (total[0] / total[1].clamp(min=1)).item()
 
     def train_step(self) -> dict:
@@ -481,7 +483,7 @@ class Trainer:
         # The loss is the mean over the loss tokens of the whole global batch: each micro-batch's summed loss over the
         # global count. FSDP averages gradients over dp, hence the factor dp.
         loss_tokens = torch.stack([(mb[1] != IGNORE).sum() for mb in micro]).sum().to(self.device)
-        dist.all_reduce(loss_tokens, group=self.mesh["dp"].get_group())
+        dist.all_reduce(loss_tokens, group=self.mesh[DP].get_group())
         scale = self.dims.dp / loss_tokens.clamp(min=1).float()
         loss_sum = torch.zeros((), device=self.device)
         moe = {}
@@ -502,7 +504,7 @@ class Trainer:
             precompute_weight_scales(self.model)
         if self.master_weights is not None:
             self.master_weights.copy_to_model()
-        dist.all_reduce(loss_sum, group=self.mesh["dp"].get_group())
+        dist.all_reduce(loss_sum, group=self.mesh[DP].get_group())
         self.step += 1
         if self.step % GC_EVERY_STEPS == 0:
             gc.collect(1)
@@ -522,7 +524,7 @@ class Trainer:
         """The step's mean load-balancing loss (not in ``loss``) and the worst MoE layer's max/mean tokens per expert,
         over the global batch (collective over dp)."""
         stats = torch.cat([moe["aux"].reshape(1), moe["counts"].flatten()])
-        dist.all_reduce(stats, group=self.mesh["dp"].get_group())
+        dist.all_reduce(stats, group=self.mesh[DP].get_group())
         return {
             "moe_aux_loss": stats[0] / (self.grad_accum * self.dims.dp),
             "moe_load_imbalance": load_imbalance(stats[1:].view_as(moe["counts"])),

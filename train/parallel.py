@@ -1,19 +1,17 @@
-"""Data x tensor parallelism, applied in one explicit order (as torchtitan does).
+"""Data x tensor (x expert) parallelism, applied in one explicit order (as torchtitan does).
 
-1. ``ParallelDims`` (``train.layout``, torch-free) validates dp x tp against the world from the environment, before any
-   process group exists.
-2. ``build_mesh`` makes a 2-D device mesh ("dp", "tp") with tp the inner, fastest-varying
-   dimension, so a TP group is consecutive ranks, i.e. GPUs of one node. TP all-reduces
-   activations in every layer, forward and backward, so it must ride on the fast intra-node
-   links (NVLink); DP/FSDP traffic (all-gather of parameters, reduce-scatter of gradients)
-   is per layer but overlaps compute and tolerates the slower inter-node network.
+1. ``ParallelDims`` (``train.front.layout``, torch-free) validates dp x tp (and ep) against the world from the
+   environment, before any process group exists, and names the mesh's dimensions.
+2. ``build_mesh`` makes the device mesh: ("dp", "tp"), or with expert parallelism ("efsdp", "ep", "tp") whose first two
+   flatten to "dp"; tp is the inner, fastest-varying dimension, so a TP group is consecutive ranks, i.e. GPUs of one
+   node. TP all-reduces activations in every layer, forward and backward, so it must ride on the fast intra-node
+   links (NVLink); DP/FSDP traffic (all-gather of parameters, reduce-scatter of gradients) is per layer but overlaps
+   compute and tolerates the slower inter-node network.
 3. ``parallelize``: LoRA adapters (optional, ``train.adapters``), then float8 decoder linears (optional,
-   ``train.float8``; with LoRA only the frozen bases), then tensor parallel per decoder layer, then expert
-   parallel (``apply_ep``: a MoE model with ep > 1), then activation checkpointing, then torch.compile (optional), then
-   FSDP2
-   over the "dp" mesh dimension. A job of one rank gets
-   no FSDP: with nothing to shard, its per-layer parameter and gradient copies only cost time
-   (most of the 0.05 s of copy kernels in a 0.74 s Qwen3-1.7B step on one H200);
+   ``train.float8``; with LoRA only the frozen bases), then tensor parallel per decoder layer, then expert parallel
+   (``apply_ep``: a MoE model with ep on), then activation checkpointing, then torch.compile (optional), then FSDP2
+   over the "dp" mesh dimension. A job of one rank gets no FSDP: with nothing to shard, its per-layer parameter and
+   gradient copies only cost time (most of the 0.05 s of copy kernels in a 0.74 s Qwen3-1.7B step on one H200);
    ``train.precision.MasterWeights`` keeps the fp32 weights instead.
 """
 
@@ -35,10 +33,10 @@ from hpc.node.contract import MASTER_ADDR_VAR
 from hpc.node.launcher import local_cuda_index
 from hpc.node.netcheck import bound_every_group, dist_timeout_s
 from train import adapters, offload
-from train.config import LoraConfig
 from train.float8 import convert_decoder_linears, require_fp8
-from train.layout import ParallelDims, WorldEnv
-from train.moe import MoEBlock
+from train.front.config import LoraConfig
+from train.front.layout import DP, EFSDP, EP, TP, ParallelDims, WorldEnv
+from train.moe import MoEBlock, moe_blocks
 from train.tiled_mlp import tile_mlp
 
 
@@ -66,16 +64,15 @@ def init_distributed(env: WorldEnv) -> torch.device:
 
 
 def build_mesh(dims: ParallelDims, device: torch.device) -> DeviceMesh:
-    """2-D mesh ("dp", "tp"); rank = dp_index * tp + tp_index, so TP groups are consecutive ranks on one node.
-
-    With ep > 1 the dp dimension is split into ("efsdp", "ep"), ep the inner (an EP group is ep consecutive dp ranks,
-    on one node where ep x tp fits one), and "dp" is their flattened product: dp_index = efsdp_index x ep + ep_index."""
-    if dims.ep == 1:
-        return init_device_mesh(device.type, (dims.dp, dims.tp), mesh_dim_names=("dp", "tp"))
-    mesh = init_device_mesh(device.type, (dims.dp // dims.ep, dims.ep, dims.tp), mesh_dim_names=("efsdp", "ep", "tp"))
-    mesh["efsdp", "ep"]._flatten("dp")
-    # mesh["dp"] (the flattened dim, sliced from the root like "tp") warns on every use that this will change
-    warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh", category=UserWarning)
+    """The device mesh of ``dims.mesh_dims()``; rank = dp_index * tp + tp_index, so TP groups are consecutive ranks on
+    one node. With ep on, its (efsdp, ep) dimensions are flattened to dp as well: dp_index = efsdp_index x ep +
+    ep_index."""
+    shape, names = dims.mesh_dims()
+    mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
+    if dims.ep_enabled:
+        mesh[EFSDP, EP]._flatten(DP)
+        # mesh[DP] (the flattened dim, sliced from the root like TP) warns on every use that this will change
+        warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh", category=UserWarning)
     return mesh
 
 
@@ -101,11 +98,11 @@ MOE_LAYER_TP_PLAN = {k: v for k, v in LAYER_TP_PLAN.items() if not k.startswith(
 def apply_ep(layers: nn.ModuleList, mesh: DeviceMesh) -> list[MoEBlock]:
     """Split every MoE block's experts over the "ep" mesh dimension (weights sharded on the expert dimension) and give
     the block its EP group for the token all-to-all; returns the blocks."""
-    blocks = [m for m in layers.modules() if isinstance(m, MoEBlock)]
+    blocks = moe_blocks(layers)
     for block in blocks:
-        block.ep_group = mesh["ep"].get_group()
+        block.ep_group = mesh[EP].get_group()
         for name, param in list(block.experts.named_parameters(recurse=False)):
-            block.experts.register_parameter(name, nn.Parameter(distribute_tensor(param.data, mesh["ep"], [Shard(0)])))
+            block.experts.register_parameter(name, nn.Parameter(distribute_tensor(param.data, mesh[EP], [Shard(0)])))
     return blocks
 
 
@@ -148,14 +145,14 @@ def parallelize(
         convert_decoder_linears(
             layers,
             fp8_recipe,
-            float8_all_gather=fp8_recipe == "tensorwise" and mesh["dp"].size() > 1,
+            float8_all_gather=fp8_recipe == "tensorwise" and mesh[DP].size() > 1,
             only_frozen=lora is not None and lora.enabled,
         )
-    if mesh["tp"].size() > 1:
+    if mesh[TP].size() > 1:
         for layer in layers:
             plan = MOE_LAYER_TP_PLAN if isinstance(layer.mlp, MoEBlock) else LAYER_TP_PLAN
-            parallelize_module(layer, mesh["tp"], adapters.tp_plan(plan, layer))
-    ep_blocks = apply_ep(layers, mesh) if "ep" in (mesh.mesh_dim_names or ()) else []
+            parallelize_module(layer, mesh[TP], adapters.tp_plan(plan, layer))
+    ep_blocks = apply_ep(layers, mesh) if EP in (mesh.mesh_dim_names or ()) else []
     if lora is not None and lora.enabled:  # again: TP's SequenceParallel and EP's sharded experts made new parameters
         adapters.freeze_base(model)
     checkpointed = checkpointed_layers(len(layers), float(activation_checkpointing))
@@ -177,18 +174,18 @@ def parallelize(
     if mesh.size() == 1:
         return model
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
-    reshard = mesh["dp"].size() > 1  # one dp rank: keep the gathered (cast) parameters for backward
+    reshard = mesh[DP].size() > 1  # one dp rank: keep the gathered (cast) parameters for backward
     for block in ep_blocks:
         # Expert weights: FSDP over the ranks outside their EP group. Their gradients hold the sum over the EP group's
         # tokens (the all-to-all's backward brings them home), so they are averaged over all of dp, not efsdp.
-        fully_shard(block.experts, mesh=mesh["efsdp"], mp_policy=mp, reshard_after_forward=reshard)
-        block.experts.set_gradient_divide_factor(mesh["dp"].size())
+        fully_shard(block.experts, mesh=mesh[EFSDP], mp_policy=mp, reshard_after_forward=reshard)
+        block.experts.set_gradient_divide_factor(mesh[DP].size())
         # gloo has no pre-multiplied sum: sum, then divide (not on one efsdp rank, where FSDP divides in its copy
         # already)
-        block.experts.set_force_sum_reduction_for_comms(mesh.device_type == "cpu" and mesh["efsdp"].size() > 1)
+        block.experts.set_force_sum_reduction_for_comms(mesh.device_type == "cpu" and mesh[EFSDP].size() > 1)
     for layer in layers:
-        fully_shard(layer, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)
+        fully_shard(layer, mesh=mesh[DP], mp_policy=mp, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh[DP], mp_policy=mp, reshard_after_forward=False)
     return model
 
 

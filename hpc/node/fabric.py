@@ -11,8 +11,8 @@ import shutil
 import subprocess
 from typing import Callable, Mapping, Optional
 
+from hpc.node.cli import NodeCheckError
 from hpc.node.contract import FI_PROVIDER_VAR, NCCL_NET_PLUGIN_VAR, NCCL_NET_VAR
-from hpc.node.netcheck import NodeCheckError
 
 FI_INFO_TIMEOUT_S = 60
 BUILTIN_NETS = ("IB", "Socket")  # NCCL_NET values NCCL serves itself, without a plugin

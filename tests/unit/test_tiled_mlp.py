@@ -7,7 +7,7 @@ from train_helpers import TINY
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP
 
-from train.config import ConfigError, load_config
+from train.front.config import ConfigError, load_config
 from train.tiled_mlp import tile_mlp
 
 

@@ -6,6 +6,7 @@ allowed there. ``load_config`` raises ``ConfigError`` with a one-line message.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Annotated, Literal
@@ -15,9 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hpc.node.cli import HpcError, shown
 from hpc.node.files import META_BYTES, NotASmallFile, read_json_object, read_small_text
 from hpc.node.strict_yaml import YamlError, load_yaml, parse_override
-from train.data.config import DataConfig
-from train.tokenizer import check_tokenizer, tokenizer_source
-from train.tracking import missing
+from train.front.data_config import DataConfig
+from train.front.tokenizer import check_tokenizer, tokenizer_source
 
 
 class ConfigError(HpcError):
@@ -368,7 +368,7 @@ class LogConfig(_Strict):
     def _installed(cls, names: list[str]) -> list[str]:
         if len(set(names)) != len(names):
             raise ValueError(f"log.tracker: {', '.join(names)} names a tracker twice")
-        absent = missing(names)
+        absent = [name for name in names if importlib.util.find_spec(name) is None]
         if absent:
             raise ValueError(f"log.tracker: {absent[0]} is not installed; pip install 'hpc-train[{absent[0]}]'")
         return names
@@ -482,7 +482,7 @@ class TrainConfig(_Strict):
 
     def _no_effect(self) -> str | None:
         """A key given where it does nothing is refused, not ignored (its feature switched off on purpose, ``enabled:
-        false``, is a warning instead: ``train.run_check.ignored_settings``)."""
+        false``, is a warning instead: ``train.front.run_check.ignored_settings``)."""
         for section, name in ((self.lora, "lora"), (self.fp8, "fp8")):
             unused = sorted(section.model_fields_set - {"enabled"})
             if unused and not section.enabled and "enabled" not in section.model_fields_set:
@@ -539,7 +539,7 @@ class TrainConfig(_Strict):
         """The files the run reads and writes, checked before any rank starts (torch-free): the data source (and
         eval.path), the tokenizer's files, and that the export can be created. Raises ConfigError or DataError with one
         line; returns the tokenizer's count of tokens where its tokenizer.json gives it."""
-        from train.data.sources import source_path
+        from train.front.data_sources import source_path
 
         source_path(self.data)
         if self.eval.path is not None:

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 
 from hpc.node.cli import shown
 from hpc.node.contract import LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, RANK_VAR, WORLD_SIZE_VAR
-from train.config import ConfigError, ParallelConfig, TrainConfig, with_overrides
+from train.front.config import ConfigError, ParallelConfig, TrainConfig, with_overrides
+
+# The device mesh's dimension names (``ParallelDims.mesh_dims``): data and tensor parallel, and with ep on the expert
+# groups (ep) and the data-parallel ranks outside one (efsdp), which flatten to dp.
+DP, TP, EP, EFSDP = "dp", "tp", "ep", "efsdp"
 
 
 def tp_problem(tp: int, kv_heads: int, ranks_per_node: int) -> str | None:
@@ -125,6 +129,18 @@ class ParallelDims:
         if problem:
             raise ConfigError(problem)
         return cls(dp, tp, cfg.ep)
+
+    @property
+    def ep_enabled(self) -> bool:
+        """Expert parallelism on: each group of ep data-parallel ranks splits the experts."""
+        return self.ep > 1
+
+    def mesh_dims(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """The device mesh's shape and dimension names: (dp, tp); with ep on (dp // ep, ep, tp), whose efsdp and ep
+        flatten to dp (an EP group is ep consecutive dp ranks)."""
+        if self.ep_enabled:
+            return (self.dp // self.ep, self.ep, self.tp), (EFSDP, EP, TP)
+        return (self.dp, self.tp), (DP, TP)
 
     def grad_accum(self, global_batch: int, micro_batch: int) -> int:
         """Micro-batches per rank per step; global_batch must split evenly over micro_batch x dp."""
