@@ -127,7 +127,8 @@ def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default
         "--site",
         required=True,
         type=path_text,
-        help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) or a YAML path",
+        help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) "
+        "or a YAML path",
     )
     p.add_argument("--nodes", type=whole(1, MAX_COUNT), required=True)
     p.add_argument("--partition", help="partition name (default: the profile's default)")

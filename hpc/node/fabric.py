@@ -11,7 +11,8 @@ import shutil
 import subprocess
 from typing import Callable, Mapping, Optional
 
-from hpc.node.contract import FI_PROVIDER_VAR, NCCL_NET_PLUGIN_VAR, NCCL_NET_VAR
+from hpc.node.contract import FABRIC_MIN_VAR, FI_PROVIDER_VAR, NCCL_NET_PLUGIN_VAR, NCCL_NET_VAR
+from hpc.node.fabric_versions import check_versions, node_versions
 from hpc.node.netcheck import NodeCheckError
 
 FI_INFO_TIMEOUT_S = 60
@@ -54,7 +55,8 @@ def check_provider(value: str, run: Callable = subprocess.run, which: Callable =
         domains = provider_domains(r.stdout, provider) if r.returncode == 0 else []
         if not domains:
             said = next(
-                (l.strip() for l in (r.stderr + r.stdout).splitlines() if l.strip()), f"exit code {r.returncode}"
+                (line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()),
+                f"exit code {r.returncode}",
             )
             raise NodeCheckError(
                 f"{FI_PROVIDER_VAR}={value} but fi_info -p {provider} lists no {provider} device on this node "
@@ -106,11 +108,17 @@ def check_fabric(
     run: Callable = subprocess.run,
     which: Callable = shutil.which,
     load: Callable = ctypes.CDLL,
+    versions: Callable = node_versions,
 ) -> list[str]:
     """What this node's libfabric fabric offers, one summary per check ([] when FI_PROVIDER, NCCL_NET_PLUGIN and a
-    plugin's NCCL_NET are all unset)."""
+    plugin's NCCL_NET are all unset); with FABRIC_MIN_VAR set (an efa or slingshot job) the plugin's, libfabric's and
+    NCCL's versions too (`hpc.node.fabric_versions`)."""
     found = check_provider(environ[FI_PROVIDER_VAR], run, which) if environ.get(FI_PROVIDER_VAR) else []
     plugin, net = environ.get(NCCL_NET_PLUGIN_VAR), environ.get(NCCL_NET_VAR)
+    loaded = None
     if (plugin and plugin.lower() != "none") or (net and net not in BUILTIN_NETS and not plugin):
+        loaded = plugin_names(plugin)[0] if plugin else "libnccl-net.so"
         found.append(f"nccl net plugin {load_plugin(plugin, load)}")
+    if FABRIC_MIN_VAR in environ:
+        found.append(check_versions(environ, versions(environ, loaded, run)))
     return found
