@@ -658,3 +658,9 @@ def load_site(name: str) -> SiteProfile:
             if tuple(err["loc"]) == ("environment", "container"):
                 msg = "moved: write a top-level container: section with runtime: pyxis, image and mounts"
         raise SiteError(f"{path}: {_loc(err['loc'])}: {msg}") from None
+
+
+if __name__ == "__main__":  # python -m hpc.site init NAME: a profile written from the cluster (hpc/site_init.py)
+    from hpc.site_init import main
+
+    main()
