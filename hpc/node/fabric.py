@@ -75,9 +75,9 @@ def plugin_names(plugin: Optional[str]) -> list[str]:
     return [plugin, f"libnccl-net-{plugin}.so"] if bare else [plugin]
 
 
-def load_plugin(plugin: Optional[str], load: Callable = ctypes.CDLL) -> str:
-    """Load the NCCL net plugin as NCCL does (dlopen, RTLD_NOW | RTLD_LOCAL); its path-or-name and the newest
-    ncclNetPlugin_v* it exports. NodeCheckError naming what NCCL would not find or load."""
+def load_plugin(plugin: Optional[str], load: Callable = ctypes.CDLL) -> tuple[str, int]:
+    """Load the NCCL net plugin as NCCL does (dlopen, RTLD_NOW | RTLD_LOCAL); the path-or-name that loaded and the
+    newest ncclNetPlugin_v* it exports. NodeCheckError naming what NCCL would not find or load."""
     errors = []
     for name in plugin_names(plugin):
         try:
@@ -91,7 +91,7 @@ def load_plugin(plugin: Optional[str], load: Callable = ctypes.CDLL) -> str:
                 f"{NCCL_NET_PLUGIN_VAR}={plugin}: {name} loads but is not an NCCL net plugin "
                 "(it exports no ncclNetPlugin_v* table)"
             )
-        return f"{name} (ncclNetPlugin_v{version})"
+        return name, version
     what = (
         f"{NCCL_NET_PLUGIN_VAR}={plugin}"
         if plugin
@@ -117,8 +117,8 @@ def check_fabric(
     plugin, net = environ.get(NCCL_NET_PLUGIN_VAR), environ.get(NCCL_NET_VAR)
     loaded = None
     if (plugin and plugin.lower() != "none") or (net and net not in BUILTIN_NETS and not plugin):
-        loaded = plugin_names(plugin)[0] if plugin else "libnccl-net.so"
-        found.append(f"nccl net plugin {load_plugin(plugin, load)}")
+        loaded, version = load_plugin(plugin, load)
+        found.append(f"nccl net plugin {loaded} (ncclNetPlugin_v{version})")
     if FABRIC_MIN_VAR in environ:
         found.append(check_versions(environ, versions(environ, loaded, run)))
     return found

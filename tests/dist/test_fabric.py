@@ -120,5 +120,7 @@ def test_a_plugin_older_than_the_presets_minimum_stops_the_node(plugin, tmp_path
     assert r.stderr.startswith("hpc.node.launch: error: here: aws-ofi-nccl 1.6.0 is older than 1.7 on this node:"), (
         r.stderr
     )
+    r = launch(NCCL_NET_PLUGIN="old", LD_LIBRARY_PATH=str(tmp_path), **env)  # NCCL's libnccl-net-old.so, found so too
+    assert r.returncode == 2 and "aws-ofi-nccl 1.6.0 is older than 1.7" in r.stderr, r.stderr
     r = launch(NCCL_NET_PLUGIN=str(plugin / "libnccl-net-fake.so"), **env)  # no version string: unknown, not refused
     assert r.returncode == 0 and "versions aws-ofi-nccl unknown, libfabric 1.22.0, nccl " in r.stdout, r.stderr
