@@ -21,6 +21,7 @@ from hpc.dependency import parse_after
 from hpc.node.cli import HpcError, path_text, shown, whole
 from hpc.node.launcher import SRUN, Launcher, get_launcher
 from hpc.node.ownership import check_owner, run_dir_name
+from hpc.node.project_module import PROG as PROJECT_MODULE
 from hpc.plan import plan_layout
 from hpc.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.slurm_time import format_minutes, parse_minutes
@@ -97,12 +98,13 @@ class JobSpec:
 
     @property
     def command(self) -> tuple[str, ...]:
-        """What every rank runs: the trainer with its part's arguments, or the program (each array task's overrides are
-        added in the script)."""
+        """What every rank runs: the trainer with its part's arguments (through `hpc.node.project_module`, so a
+        train.py of the user's in the working directory is not taken for it), or the program (each array task's
+        overrides are added in the script)."""
         python = self.container.python if self.container else self.python
         if self.trainer is None:
             return (python, "-u", *self.program)
-        return (python, "-u", "-m", TRAINER_MODULE, *self.trainer.args())
+        return (python, "-u", "-m", PROJECT_MODULE, TRAINER_MODULE, *self.trainer.args())
 
     @property
     def launch_python(self) -> str:
@@ -125,7 +127,8 @@ def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default
         "--site",
         required=True,
         type=path_text,
-        help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) or a YAML path",
+        help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) "
+        "or a YAML path",
     )
     p.add_argument("--nodes", type=whole(1, MAX_COUNT), required=True)
     p.add_argument("--partition", help="partition name (default: the profile's default)")

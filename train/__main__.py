@@ -51,6 +51,8 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         env = WorldEnv.from_env()
+        if env.local_rank == 0:  # the file this node resolved: the project's, never a train.py beside the job
+            print(f"[train] trainer: {Path(__file__).resolve()}", flush=True)
         dims = check_run(cfg, env)  # the login side's check too
         for line in ignored_settings(cfg) if env.rank == 0 else ():
             print(f"[train] warning: {line}", flush=True)

@@ -11,11 +11,27 @@ import pytest
 from conftest import ROOT
 
 
-def imported(path: Path) -> set[str]:
-    """Every module a file imports (absolute names; relative imports resolved against its package)."""
+def script_block(node: ast.AST) -> bool:
+    """``if __name__ == "__main__":``: it runs only with the file as a script (``python -m``), as module __main__."""
+    test = getattr(node, "test", None)
+    return (
+        isinstance(node, ast.If)
+        and isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+    )
+
+
+def imported(path: Path, scripts: bool = True) -> set[str]:
+    """Every module a file imports (absolute names; relative imports resolved against its package); without the
+    ``__main__`` block's imports when ``scripts`` is false."""
     package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    if not scripts:
+        tree.body = [node for node in tree.body if not script_block(node)]
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -84,12 +100,13 @@ def module_name(path: Path) -> str:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the project's modules it imports (``from a import b`` names module a.b where there is one)."""
+    """Module -> the project's modules it imports (``from a import b`` names module a.b where there is one), leaving
+    out the ``__main__`` blocks: run as a script, a module is __main__, not the module its importers import."""
     names = {module_name(p): p for folder in ("hpc", "train") for p in modules(folder)}
     graph = {}
     for name, path in names.items():
         graph[name] = set()
-        for imported_name in imported(path):
+        for imported_name in imported(path, scripts=False):
             while imported_name and imported_name not in names:
                 imported_name = imported_name.rpartition(".")[0]
             if imported_name and imported_name != name:
