@@ -1,6 +1,6 @@
 """The GPU suite: every GPU path of the trainer against its oracle, in one run on one GPU, with a report.
 
-    python bench/gpu_suite.py [--parts dense lora moe qlora fp8-lora compile] [--out DIR] [--smoke]
+    python bench/gpu_suite.py [--parts dense lora moe qlora fp8-lora compile tiled-mlp] [--out DIR] [--smoke]
     (or: bash scripts/test.sh gpu [--parts ...])
 
 Parts (each side in its own process, so each has the GPU to itself and its own peak):
@@ -14,6 +14,7 @@ Parts (each side in its own process, so each has the GPU to itself and its own p
   qlora     Qwen3-32B with an NF4 base, LoRA and activation checkpointing on one GPU: start-up time, peak, 20 steps
   fp8-lora  LoRA on a float8 base against LoRA on the bf16 base
   compile   the trainer compiled against eager: losses and tokens/s
+  tiled-mlp the MLPs in checkpointed tiles (tiled_mlp) against whole sequences, both checkpointed
 Each comparison has its stated tolerance (TOLERANCE); the report (DIR/suite.md, DIR/suite.json, DIR/curves.png,
 DIR/moe_load.png) says pass or fail per part. --smoke runs the parts with the tiny shapes on the CPU (what the dist
 tier checks: the plumbing, the oracles, the report), skipping float8 and compile, which are GPU paths.
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from one_gpu import one_rank_trainer  # noqa: E402
 
-PARTS = ["dense", "lora", "moe", "qlora", "fp8-lora", "compile"]
+PARTS = ["dense", "lora", "moe", "qlora", "fp8-lora", "compile", "tiled-mlp"]
 SIDES = {
     "dense": ["ours", "hf"],
     "lora": ["ours", "peft"],
@@ -44,6 +45,7 @@ SIDES = {
     "qlora": ["ours"],
     "fp8-lora": ["ours", "ours-fp8"],
     "compile": ["ours", "ours-compiled"],
+    "tiled-mlp": ["ours", "ours-tiled"],
 }
 # The runs on a GPU and their --smoke stand-ins on the CPU: shape, dims overrides, seq, micro-batch, steps.
 GPU = {
@@ -53,6 +55,7 @@ GPU = {
     "qlora": ("32B", {"vocab_size": 151936}, 4096, 1, 20),
     "fp8-lora": ("1.7B", {}, 2048, 2, 50),
     "compile": ("0.6B", {}, 1024, 4, 30),
+    "tiled-mlp": ("0.6B", {}, 4096, 1, 30),
 }
 SMOKE = {
     "dense": ("tiny", {}, 64, 2, 6),
@@ -61,7 +64,9 @@ SMOKE = {
     "qlora": ("tiny", {}, 64, 2, 4),
     "fp8-lora": ("tiny", {}, 64, 2, 4),
     "compile": ("tiny", {}, 64, 2, 4),
+    "tiled-mlp": ("tiny", {}, 64, 2, 4),
 }
+TILE = {"gpu": 1024, "smoke": 16}  # tiled-mlp's tokens per tile
 # parts whose point is a GPU kernel path: --smoke reports them skipped
 GPU_ONLY = {
     "fp8-lora": "float8 needs a GPU of compute capability >= 8.9",
@@ -81,7 +86,7 @@ LORA = {
     "dropout": 0.0,
     "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
 }
-LR = {"dense": 3e-4, "lora": 1e-3, "moe": 3e-4, "qlora": 1e-3, "fp8-lora": 1e-3, "compile": 3e-4}
+LR = {"dense": 3e-4, "lora": 1e-3, "moe": 3e-4, "qlora": 1e-3, "fp8-lora": 1e-3, "compile": 3e-4, "tiled-mlp": 3e-4}
 
 
 def _device():
@@ -91,7 +96,7 @@ def _device():
 
 
 def _config(part: str, smoke: bool, run_dir: str, side: str, model_path: str | None):
-    from train.config import TrainConfig
+    from train.front.config import TrainConfig
 
     shape, dims, seq, batch, steps = (SMOKE if smoke else GPU)[part]
     model = {"path": model_path} if model_path else {"shape": shape, "dims": dims}
@@ -108,7 +113,8 @@ def _config(part: str, smoke: bool, run_dir: str, side: str, model_path: str | N
         steps=steps,
         **precision,
         compile=side == "ours-compiled",
-        activation_checkpointing=part == "qlora",
+        activation_checkpointing=part in ("qlora", "tiled-mlp"),
+        tiled_mlp=TILE["smoke" if smoke else "gpu"] if side == "ours-tiled" else 0,
         fp8={"enabled": side == "ours-fp8"},
         lora=lora,
         optim={"lr": LR[part]},
@@ -123,9 +129,9 @@ def _hf_dir(part: str, smoke: bool, out: Path) -> str:
     import torch
     from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
-    from train.config import ModelConfig
+    from train.data.tokenizer import load_tokenizer
+    from train.front.config import ModelConfig
     from train.model import hf_config
-    from train.tokenizer import load_tokenizer
 
     shape, dims, *_ = (SMOKE if smoke else GPU)[part]
     tokenizer = load_tokenizer(None)
@@ -165,7 +171,7 @@ def _ours(cfg, part: str) -> dict:
 
 def _stream(cfg):
     from train.data import TokenStream, load_tokenizer, load_tokens
-    from train.tokenizer import tokenizer_source
+    from train.front.tokenizer import tokenizer_source
 
     tokenizer = load_tokenizer(tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat"))
     return TokenStream(
@@ -277,9 +283,10 @@ def _save_initial_adapters(cfg, path: Path) -> None:
     from safetensors.torch import save_file
 
     from train.adapters import LoraLinear, apply_lora, init_adapters
-    from train.config import LoraConfig
+    from train.data.tokenizer import load_tokenizer
+    from train.front.config import LoraConfig
+    from train.front.tokenizer import tokenizer_source
     from train.model import build_meta_model, hf_config
-    from train.tokenizer import load_tokenizer, tokenizer_source
 
     config = hf_config(cfg.model, load_tokenizer(tokenizer_source(cfg.data.tokenizer, cfg.model.path, False)))
     model = build_meta_model(config)

@@ -60,7 +60,7 @@ CASES = {
 
 
 def _config(name: str, run_dir: str):
-    from train.config import TrainConfig
+    from train.front.config import TrainConfig
 
     shape, dims, batch, extra = CASES[name]
     extra = dict(extra)

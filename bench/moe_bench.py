@@ -38,7 +38,7 @@ SEQ, WARMUP, TIMED = 4096, 3, 10
 
 
 def _config(layers: int, batch: int, run_dir: str, compile: bool):
-    from train.config import TrainConfig
+    from train.front.config import TrainConfig
 
     return TrainConfig(
         model={"shape": "30B-A3B", "dims": {"num_hidden_layers": layers}},
@@ -177,10 +177,10 @@ def _parity() -> dict:
     import torch
     from transformers import Qwen3MoeForCausalLM
 
-    from train.config import ModelConfig
+    from train.data.tokenizer import load_tokenizer
+    from train.front.config import ModelConfig
     from train.model import hf_config
     from train.moe import Qwen3MoeForTraining
-    from train.tokenizer import load_tokenizer
 
     config = hf_config(ModelConfig(shape="30B-A3B", dims={"num_hidden_layers": 2}), load_tokenizer(None))
     torch.manual_seed(0)

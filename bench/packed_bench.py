@@ -75,10 +75,10 @@ def main() -> None:
     p.add_argument("--device", default="cuda", help="cuda; cpu only checks the script (e.g. --shape tiny --seq 256)")
     a = p.parse_args()
 
-    from train.config import ModelConfig
     from train.data.packing import IGNORE, model_inputs, pack
+    from train.data.tokenizer import load_tokenizer
+    from train.front.config import ModelConfig
     from train.model import Qwen3ForTraining, hf_config
-    from train.tokenizer import load_tokenizer
 
     device = torch.device(a.device)
     config = hf_config(ModelConfig(shape=a.shape), load_tokenizer(None))

@@ -42,7 +42,7 @@ SEQ = 1024
 def make_corpus(path: Path, mb: float, fmt: str = "text") -> int:
     if fmt == "chat":
         return make_chat_corpus(path, mb)
-    from train.data.sources import DEMO_CORPUS
+    from train.front.data_sources import DEMO_CORPUS
 
     paras = [p for line in DEMO_CORPUS.open() for p in json.loads(line)["text"].split("\n\n") if p.strip()]
     target, size, copy = int(mb * 1e6), 0, 0
@@ -63,7 +63,7 @@ def make_corpus(path: Path, mb: float, fmt: str = "text") -> int:
 
 
 def make_chat_corpus(path: Path, mb: float) -> int:
-    from train.data.sources import DEMO_CHAT
+    from train.front.data_sources import DEMO_CHAT
 
     records = [json.loads(line) for line in DEMO_CHAT.open()]
     target, size, copy = int(mb * 1e6), 0, 0

@@ -54,7 +54,7 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from train.config import TrainConfig, apply_overrides
+    from train.front.config import TrainConfig, apply_overrides
     from train.loop import Trainer
     from train.parallel import ParallelDims, WorldEnv, init_distributed
     from train.steptime import busy_seconds

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from hpc.node.cli import Parser, whole  # noqa: E402
-from train.config import load_config  # noqa: E402
+from train.front.config import load_config  # noqa: E402
 from train.metrics import MetricsLog  # noqa: E402
 from train.tracking import Tracking, missing  # noqa: E402
 

@@ -116,7 +116,7 @@ def _config(
     lr_warmup: int,
     fp8_recipe: str | None,
 ):
-    from train.config import TrainConfig
+    from train.front.config import TrainConfig
 
     return TrainConfig(
         model={"shape": shape},
@@ -339,7 +339,7 @@ def _check_overrides(items: list[str]) -> None:
     one."""
     from pydantic import ValidationError
 
-    from train.config import ConfigError, TrainConfig, apply_overrides
+    from train.front.config import ConfigError, TrainConfig, apply_overrides
 
     raw = {"model": {"shape": next(iter(CASES))}, "seq_len": SEQ, "micro_batch": 1, "global_batch": 1, "steps": 1}
     try:
@@ -387,7 +387,7 @@ def worker(args) -> None:
         fp8_recipe,
     )
     if ours and args.set:
-        from train.config import TrainConfig, apply_overrides
+        from train.front.config import TrainConfig, apply_overrides
 
         cfg = TrainConfig.model_validate(apply_overrides(cfg.model_dump(mode="json"), args.set))
     torch.manual_seed(cfg.seed)

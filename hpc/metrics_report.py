@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from hpc.node.cli import HpcError
+from hpc.tensorboard_events import write_scalars
 
 CAUSES = {"compute": "its computation slower", "host": "late, its computation not slower: a host-side stall"}
 PLOTTED = (("loss", "loss"), ("tokens_per_s", "tokens/s"), ("mfu", "MFU"))
@@ -130,13 +131,11 @@ def plot(records: list[dict], out: Path, title: str) -> None:
 
 def to_tensorboard(records: list[dict], logdir: Path) -> int:
     """Every numeric metric as a TensorBoard scalar ``train/<key>`` at its step; returns the scalars written."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    written = 0
-    with SummaryWriter(log_dir=str(logdir)) as writer:
-        for r in records:
-            for key, value in r.items():
-                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    writer.add_scalar(f"train/{key}", value, r["step"])
-                    written += 1
-    return written
+    scalars = [
+        (r["step"], f"train/{key}", value)
+        for r in records
+        for key, value in r.items()
+        if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)
+    ]
+    write_scalars(logdir, scalars)
+    return len(scalars)

@@ -70,10 +70,10 @@ from typing import Optional, Sequence
 from hpc.node.bandwidth import bus_factor
 from hpc.node.cli import HpcError, Parser, fail, path_text, whole
 from hpc.site import Partition, SiteProfile, load_site
-from train.config import SHAPES, TrainConfig, cp_problem
-from train.interface import LOSS_CHUNK_TOKENS
-from train.layout import Layout, ep_degrees, tp_degrees
-from train.tokenizer import check_tokenizer
+from train.front.config import SHAPES, TrainConfig, cp_problem
+from train.front.interface import LOSS_CHUNK_TOKENS
+from train.front.layout import Layout, ep_degrees, tp_degrees
+from train.front.tokenizer import check_tokenizer
 
 HEADROOM = 0.10
 STATE_B = {"fp32": 16, "bf16": 8}  # by master_dtype
@@ -173,7 +173,7 @@ class Shape:
 
 
 def qwen3_shape(name: str) -> Shape:
-    """A released Qwen3 shape from the trainer's table (train.config.SHAPES)."""
+    """A released Qwen3 shape from the trainer's table (train.front.config.SHAPES)."""
     if name not in SHAPES or name.startswith("tiny"):
         raise PlanError(f"--model {name}: allowed: {', '.join(n for n in SHAPES if not n.startswith('tiny'))}")
     return Shape.from_dims(name, SHAPES[name].model_dump(exclude_none=True))

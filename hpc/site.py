@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hpc.container import Container
 from hpc.gpu_request import BINDING_SBATCH_OPTIONS, GpuRequest, check_cpu_bind, check_gpu_bind, check_gres_flags
-from hpc.node.cli import HpcError, shown
+from hpc.node.cli import HpcError, NodeCheckError, shown
 from hpc.node.contract import (
     DEFAULT_MAX_EXCLUDED_NODES,
     DEFAULT_MAX_REQUEUES,
@@ -35,7 +35,7 @@ from hpc.node.contract import (
     STOP_SIGNALS,
 )
 from hpc.node.files import META_BYTES, NotASmallFile, read_small_text
-from hpc.node.netcheck import NcclList, NodeCheckError
+from hpc.node.netcheck import NcclList
 from hpc.node.strict_yaml import YamlError, load_yaml
 from hpc.shipped import SHIPPED_SITE_DIR
 from hpc.slurm_time import parse_minutes
@@ -371,6 +371,15 @@ class Bandwidth(Strict):
     )
 
 
+VERSION_RE = r"^[0-9]+(\.[0-9]+){0,3}[A-Za-z0-9.+-]*$"  # 1.9.1, 1.18.2amzn1.0, 2.21.5-1
+
+
+class FabricVersions(Strict):
+    aws_ofi_nccl: Optional[str] = Field(None, pattern=VERSION_RE, max_length=100, description="the plugin, e.g. 1.9.1")
+    libfabric: Optional[str] = Field(None, pattern=VERSION_RE, max_length=100, description="e.g. 1.21")
+    nccl: Optional[str] = Field(None, pattern=VERSION_RE, max_length=100, description="e.g. 2.21.5")
+
+
 class Network(Strict):
     fabric: Literal["infiniband", "roce", "ethernet", "loopback", "efa", "slingshot"]
     nccl_socket_ifname: str
@@ -389,7 +398,16 @@ class Network(Strict):
         "NCCL_NET_PLUGIN, the aws-ofi-nccl library on the nodes: a path, a library name "
         "or the suffix of libnccl-net-SUFFIX.so (default: libnccl-net.so on the library path)",
     )
-    efa_device_rdma: bool = Field(True, description="efa: FI_EFA_USE_DEVICE_RDMA=1 (p4d, p5 and newer; false for p3dn)")
+    efa_device_rdma: bool = Field(
+        True,
+        description="efa with a plugin older than 1.7 or libfabric older than 1.18 (network.versions): "
+        "FI_EFA_USE_DEVICE_RDMA=1 (p4d, p5 and newer; false for p3dn)",
+    )
+    versions: FabricVersions = Field(
+        FabricVersions(),
+        description="efa, slingshot: the aws-ofi-nccl, libfabric and NCCL versions the site runs; the preset sets "
+        "what they need (unset: the current ones, checked on every node)",
+    )
 
     @model_validator(mode="after")
     def _libfabric(self) -> "Network":
@@ -407,6 +425,8 @@ class Network(Strict):
             )
         if self.fabric != "efa" and "efa_device_rdma" in self.model_fields_set:
             raise ValueError(f"efa_device_rdma is for fabric efa, not {self.fabric}")
+        if self.fabric not in ("efa", "slingshot") and "versions" in self.model_fields_set:
+            raise ValueError(f"versions are the libfabric plugin's of fabric efa or slingshot, not of {self.fabric}")
         return self
 
     @field_validator("extra_env")
@@ -638,3 +658,9 @@ def load_site(name: str) -> SiteProfile:
             if tuple(err["loc"]) == ("environment", "container"):
                 msg = "moved: write a top-level container: section with runtime: pyxis, image and mounts"
         raise SiteError(f"{path}: {_loc(err['loc'])}: {msg}") from None
+
+
+if __name__ == "__main__":  # python -m hpc.site init NAME: a profile written from the cluster (hpc/site_init.py)
+    from hpc.site_init import main
+
+    main()

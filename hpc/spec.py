@@ -21,16 +21,17 @@ from hpc.dependency import parse_after
 from hpc.node.cli import HpcError, path_text, shown, whole
 from hpc.node.launcher import SRUN, Launcher, get_launcher
 from hpc.node.ownership import check_owner, run_dir_name
+from hpc.node.project_module import PROG as PROJECT_MODULE
 from hpc.plan import plan_layout
 from hpc.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.slurm_time import format_minutes, parse_minutes
 from hpc.sweep import Sweep, build_sweep, task_args
 from hpc.trainer_job import TrainerJob, runs_trainer, trainer_job
-from train.config import ConfigError, TrainConfig
-from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY
-from train.interface import MODULE as TRAINER_MODULE
-from train.layout import WorldEnv
-from train.run_check import check_run
+from train.front.config import ConfigError, TrainConfig
+from train.front.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY
+from train.front.interface import MODULE as TRAINER_MODULE
+from train.front.layout import WorldEnv
+from train.front.run_check import check_run
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the directory that holds the hpc and train packages
 
@@ -97,12 +98,13 @@ class JobSpec:
 
     @property
     def command(self) -> tuple[str, ...]:
-        """What every rank runs: the trainer with its part's arguments, or the program (each array task's overrides are
-        added in the script)."""
+        """What every rank runs: the trainer with its part's arguments (through `hpc.node.project_module`, so a
+        train.py of the user's in the working directory is not taken for it), or the program (each array task's
+        overrides are added in the script)."""
         python = self.container.python if self.container else self.python
         if self.trainer is None:
             return (python, "-u", *self.program)
-        return (python, "-u", "-m", TRAINER_MODULE, *self.trainer.args())
+        return (python, "-u", "-m", PROJECT_MODULE, TRAINER_MODULE, *self.trainer.args())
 
     @property
     def launch_python(self) -> str:
@@ -125,7 +127,8 @@ def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default
         "--site",
         required=True,
         type=path_text,
-        help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) or a YAML path",
+        help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) "
+        "or a YAML path",
     )
     p.add_argument("--nodes", type=whole(1, MAX_COUNT), required=True)
     p.add_argument("--partition", help="partition name (default: the profile's default)")
@@ -257,7 +260,7 @@ def plan_trainer(spec: JobSpec) -> tuple[JobSpec, Optional[TrainConfig], Optiona
 
 def check_rank_command(spec: JobSpec, cfg: Optional[TrainConfig] = None) -> None:
     """What every rank will run, checked here before anything is submitted: the trainer's config, files and layout for
-    this job's ranks (the trainer's own first check, train.run_check; ``cfg``: the job's config already loaded) and
+    this job's ranks (the trainer's own first check, train.front.run_check; ``cfg``: the job's config already loaded) and
     the owners of its directories, or that a ``-m MODULE`` exists for the job's python."""
     cmd = spec.command
     if spec.runs_trainer:

@@ -31,8 +31,8 @@ from hpc.site import load_site
 from hpc.spec import MAX_COUNT, JobSpec, SpecError, add_allocation_args, build_spec, check_rank_command, plan_trainer
 from hpc.submitter import check_after, first_log, follow, submit, test_only
 from hpc.sweep import write_table
-from train.config import TrainConfig
-from train.run_check import ignored_settings
+from train.front.config import TrainConfig
+from train.front.run_check import ignored_settings
 
 PROG = "hpc.submit"
 

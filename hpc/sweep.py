@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 from hpc.node.cli import HpcError, shown
 from hpc.node.files import META_BYTES, read_json_object, read_small_text
 from hpc.node.ownership import slug
-from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, RUN_DIR_KEYS
+from train.front.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, RUN_DIR_KEYS
 
 SWEEP_FILE = "sweep.json"  # the task table of an array job, in its job directory
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")

@@ -10,9 +10,9 @@ from typing import Optional, Sequence
 
 from hpc.node.cli import HpcError, shown
 from hpc.site import SiteProfile
-from train.config import ConfigError, TrainConfig, load_config, split_cli
-from train.interface import CHECKPOINT_DIR_KEY, CONFIG_DIR, LOG_DIR_KEY, MODULE, STRAGGLER_STOP_KEY
-from train.layout import Layout
+from train.front.config import ConfigError, TrainConfig, load_config, split_cli
+from train.front.interface import CHECKPOINT_DIR_KEY, CONFIG_DIR, LOG_DIR_KEY, MODULE, STRAGGLER_STOP_KEY
+from train.front.layout import Layout
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,12 @@
 # preempted, so a test that preempts its own low job leaves the others' jobs running.
 # Clients need SLURM_CONF=$LAB/etc/slurm.conf (written to $LAB/env.sh).
 set -euo pipefail
+# The daemons started here outlive this script: they must not inherit its caller's descriptors (a lock held around
+# the call, a test runner's output pipe), which would stay open as long as the cluster runs.
+for fd in /proc/$$/fd/*; do
+  fd=${fd##*/}
+  [ "$fd" -gt 2 ] && [ "$fd" -lt 255 ] && eval "exec $fd>&-" 2>/dev/null
+done
 LAB=${LAB:-/tmp/hpc-slurm}
 MODE=${MODE:-netns}
 NNODES=${NNODES:-4}

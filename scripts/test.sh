@@ -42,8 +42,27 @@ esac
 if [ "$tier" = unit ] || [ "$tier" = dist ]; then
   exec .venv/bin/python -m pytest "${paths[@]}" "$@"
 fi
-bash scripts/cluster.sh up || exit 1
-.venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile "${paths[@]}" "$@"
-rc=$?
+# The whole suite: the tiers one after another, each timed; the closing table (scripts/tier_times.py) puts every
+# tier's wall time and every slurm file's beside the budget in docs/development.md. TIMES_DIR may hold an "install"
+# line from .ci/run.
+times=${TIMES_DIR:-$(mktemp -d)}
+rc=0
+run_tier() {  # run_tier TIER [pytest args...]: one tier on TEST_WORKERS workers, its wall time to $times/walls
+  local name=$1 t0=$SECONDS
+  shift
+  .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile "tests/$name" --junitxml="$times/$name.xml" "$@" \
+    || { [ $? -eq 5 ] || rc=1; }  # 5: no test selected (a -k that matches another tier only)
+  echo "$name $((SECONDS - t0))" >>"$times/walls"
+}
+if [ "$tier" = slurm ]; then
+  bash scripts/cluster.sh up || exit 1
+  run_tier slurm "$@"
+else
+  run_tier unit "$@"
+  run_tier dist "$@"
+  bash scripts/cluster.sh up || exit 1
+  run_tier slurm "$@"
+fi
 bash scripts/cluster.sh down >/dev/null 2>&1
+.venv/bin/python scripts/tier_times.py "$times"
 exit $rc

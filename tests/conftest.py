@@ -107,7 +107,8 @@ def slurm_task_env(**extra: str) -> dict:
 @pytest.fixture(scope="module")
 def tok():
     """The demo chat tokenizer."""
-    from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+    from train.data.tokenizer import load_tokenizer
+    from train.front.tokenizer import DEMO_CHAT_TOKENIZER_DIR
 
     return load_tokenizer(str(DEMO_CHAT_TOKENIZER_DIR))
 
@@ -117,7 +118,7 @@ def source(tmp_path_factory) -> Path:
     """The first data_helpers.LINES chats of the demo chat data, as a file."""
     from data_helpers import LINES
 
-    from train.data.sources import DEMO_CHAT
+    from train.front.data_sources import DEMO_CHAT
 
     path = tmp_path_factory.mktemp("src") / "chat.jsonl"
     with DEMO_CHAT.open() as f:

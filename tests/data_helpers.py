@@ -12,7 +12,7 @@ LINES = 600  # about 150 kB of the demo chat data: 10 chunks of 16 kB
 
 def cfg(path: Path, **kw):
     """The chat DataConfig of ``path`` in 16 kB chunks."""
-    from train.data.config import DataConfig
+    from train.front.data_config import DataConfig
 
     return DataConfig(format="chat", path=str(path), chunk_bytes=16384, **kw)
 

@@ -88,8 +88,9 @@ def tiny_hf_chat(out: Path, rows: int = 64) -> tuple[Path, Path]:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from train.data.sources import DEMO_CHAT
-    from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+    from train.data.tokenizer import load_tokenizer
+    from train.front.data_sources import DEMO_CHAT
+    from train.front.tokenizer import DEMO_CHAT_TOKENIZER_DIR
 
     model, data = out / "qwen3-tiny", out / "chat.jsonl"
     tok = load_tokenizer(str(DEMO_CHAT_TOKENIZER_DIR))
@@ -118,7 +119,8 @@ def save_tiny_hf(out: Path, seed: int = 0) -> Path:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from train.tokenizer import DEMO_TOKENIZER_DIR, load_tokenizer
+    from train.data.tokenizer import load_tokenizer
+    from train.front.tokenizer import DEMO_TOKENIZER_DIR
 
     config = Qwen3Config(
         vocab_size=2048,

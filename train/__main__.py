@@ -16,8 +16,8 @@ from pathlib import Path
 from hpc.node.cli import error_line
 from hpc.node.contract import EXIT_FAILED
 from hpc.node.stop_flag import StopBeforeStart, StopFlag
-from train.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY
-from train.interface import MODULE as PROG
+from train.front.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY
+from train.front.interface import MODULE as PROG
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,10 +36,11 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
     from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, JOB_NAME_VAR
     from hpc.node.lease import slurm_job_id
     from hpc.node.ownership import check_owner, claim, unclaim, unnamed_owner
-    from train.config import load_config
-    from train.layout import WorldEnv
-    from train.run_check import check_run, ignored_settings
-    from train.tokenizer import load_tokenizer, tokenizer_source
+    from train.data.tokenizer import load_tokenizer
+    from train.front.config import load_config
+    from train.front.layout import WorldEnv
+    from train.front.run_check import check_run, ignored_settings
+    from train.front.tokenizer import tokenizer_source
 
     parser = Parser(prog=f"python -m {PROG}", description="Train Qwen3 with dp x tp (FSDP2 + tensor parallel).")
     parser.add_argument("--config", required=True, type=path_text, help="YAML config, e.g. train/configs/tiny.yaml")
@@ -50,6 +51,8 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         env = WorldEnv.from_env()
+        if env.local_rank == 0:  # the file this node resolved: the project's, never a train.py beside the job
+            print(f"[train] trainer: {Path(__file__).resolve()}", flush=True)
         dims = check_run(cfg, env)  # the login side's check too
         for line in ignored_settings(cfg) if env.rank == 0 else ():
             print(f"[train] warning: {line}", flush=True)

@@ -36,8 +36,8 @@ from torch.distributed.tensor import DTensor, Replicate, distribute_module, dist
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 from torch.distributed.tensor.parallel.style import ParallelStyle
 
-from train.config import ConfigError, LoraConfig
-from train.run_check import NF4_BLOCK, missing_target, nf4_block_problem
+from train.front.config import ConfigError, LoraConfig
+from train.front.run_check import NF4_BLOCK, missing_target, nf4_block_problem
 from train.shards import fill
 
 PEFT_PREFIX = "base_model.model."  # PEFT's key prefix for a Qwen3ForCausalLM's adapters
@@ -73,7 +73,7 @@ def apply_lora(model: nn.Module, cfg: LoraConfig, adapter_dtype: torch.dtype) ->
     for i, layer in enumerate(model.model.layers):
         linears = {name.rsplit(".", 1)[-1]: name for name, m in layer.named_modules() if isinstance(m, nn.Linear)}
         for target in cfg.target_modules:
-            if target not in linears:  # train.run_check refuses it first, from the config's fields
+            if target not in linears:  # train.front.run_check refuses it first, from the config's fields
                 raise ConfigError(missing_target(target, i, linears))
             parent_name, _, leaf = linears[target].rpartition(".")
             parent = layer.get_submodule(parent_name)
@@ -190,7 +190,7 @@ def nf4_scaler_block(numel: int) -> int:
 def nf4_weight(w: torch.Tensor, name: str):
     """The frozen base projection ``name``'s weight as an NF4Tensor (blocks of NF4_BLOCK; the block rule's
     ConfigError)."""
-    problem = nf4_block_problem(name, tuple(w.shape))  # train.run_check refuses it first, from the config's fields
+    problem = nf4_block_problem(name, tuple(w.shape))  # train.front.run_check refuses it first
     if problem:
         raise ConfigError(problem)
     _, to_nf4 = nf4_api()

@@ -23,7 +23,7 @@ import dataclasses
 import torch
 from torch import nn
 
-from train.config import ConfigError
+from train.front.config import ConfigError
 
 # float8 matrix products need both dimensions of a weight to be multiples of 16
 _ALIGN = 16

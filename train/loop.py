@@ -28,13 +28,15 @@ from hpc.node.cli import HpcError
 from hpc.node.contract import EXIT_FAILED, RUN_CONFIG
 from hpc.node.hang import collective_failure, gather_nodes, mark_bad_nodes, name_the_missing
 from train import adapters, checkpoint, faults, resume
-from train.config import ConfigError, TrainConfig
 from train.context_parallel import SequenceShards
 from train.data.prepared import open_prepared, split_rows
 from train.data.stream import PackedStream, TokenStream, eval_batches
 from train.data.text import load_tokens_on_rank0
+from train.data.tokenizer import load_tokenizer
 from train.float8 import precompute_weight_scales
-from train.layout import CP_DIM
+from train.front.config import ConfigError, TrainConfig
+from train.front.layout import CP, DP
+from train.front.tokenizer import tokenizer_source
 from train.loss import IGNORE
 from train.metrics import MetricsLog, flops_per_token, peak_flops, peak_memory_gib
 from train.model import build_meta_model, count_params, export_hf, hf_config, is_moe, load_initial_weights, materialize
@@ -45,7 +47,6 @@ from train.precision import MasterWeights
 from train.step_guard import StepFailed, StepGuard
 from train.steptime import timed_step
 from train.straggler import StragglerMonitor, describe
-from train.tokenizer import load_tokenizer, tokenizer_source
 from train.tracking import Tracking
 
 
@@ -107,11 +108,11 @@ class Trainer:
         # the ranks that share the step's loss: dp, or dp x cp (each cp rank holds a slice of every row)
         self.batch_group = fsdp_mesh(self.mesh).get_group()
         self.shards = (
-            SequenceShards(cfg.seq_len, dims.cp, self.mesh[CP_DIM].get_local_rank(), self.mesh[CP_DIM].get_group())
-            if dims.cp > 1
+            SequenceShards(cfg.seq_len, dims.cp, self.mesh[CP].get_local_rank(), self.mesh[CP].get_group())
+            if dims.cp_enabled
             else None
         )
-        experts = f" (experts split over ep={dims.ep} of the dp ranks)" if dims.ep > 1 else ""
+        experts = f" (experts split over ep={dims.ep} of the dp ranks)" if dims.ep_enabled else ""
         context = (
             f" x cp={dims.cp} ({self.shards.num_chunks} chunks of {self.shards.chunk_len} tokens per row)"
             if self.shards
@@ -181,7 +182,7 @@ class Trainer:
         over all ranks if missing), or blocks of the token cache (rank 0 fills it, the others poll for it). Neither
         waits at a collective while data is being prepared."""
         cfg, name = self.cfg, self.tokenizer_name
-        dp_rank = self.mesh["dp"].get_local_rank()
+        dp_rank = self.mesh[DP].get_local_rank()
         if cfg.data.packed:
             check_packed_attention(cfg.model.attn_implementation)
             how = "python -m train.prepare --config FILE with the training run's overrides"
@@ -268,6 +269,7 @@ class Trainer:
             adapter_dtype=master_dtype,
             offload_to=device if cfg.activation_offload else None,
             shards=self.shards,
+            tiled_mlp=cfg.tiled_mlp,
         )
         self.master = build_meta_model(c).to(master_dtype) if twin else self.model
         load_initial_weights(self.master, cfg.model, c, cfg.seed, device, nf4=lora and cfg.lora.quantize_base == "nf4")
@@ -488,7 +490,7 @@ class Trainer:
             for mb in self.eval_batches:
                 total[0] += self._summed_loss(*mb).double()
                 total[1] += (mb[1] != IGNORE).sum().item()
-        dist.all_reduce(total, group=self.mesh["dp"].get_group())
+        dist.all_reduce(total, group=self.mesh[DP].get_group())
         return (total[0] / total[1].clamp(min=1)).item()
 
     def train_step(self) -> dict:
@@ -503,7 +505,7 @@ class Trainer:
         # global count. FSDP averages gradients over dp (x cp), hence that factor. The cp ranks of a dp rank hold the
         # same rows, so the count is summed over dp only.
         loss_tokens = torch.stack([(mb[1] != IGNORE).sum() for mb in micro]).sum().to(self.device)
-        dist.all_reduce(loss_tokens, group=self.mesh["dp"].get_group())
+        dist.all_reduce(loss_tokens, group=self.mesh[DP].get_group())
         scale = self.dims.dp * self.dims.cp / loss_tokens.clamp(min=1).float()
         loss_sum = torch.zeros((), device=self.device)
         moe = {}
@@ -544,7 +546,7 @@ class Trainer:
         """The step's mean load-balancing loss (not in ``loss``) and the worst MoE layer's max/mean tokens per expert,
         over the global batch (collective over dp)."""
         stats = torch.cat([moe["aux"].reshape(1), moe["counts"].flatten()])
-        dist.all_reduce(stats, group=self.mesh["dp"].get_group())
+        dist.all_reduce(stats, group=self.mesh[DP].get_group())
         return {
             "moe_aux_loss": stats[0] / (self.grad_accum * self.dims.dp),
             "moe_load_imbalance": load_imbalance(stats[1:].view_as(moe["counts"])),

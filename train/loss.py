@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from train.interface import LOSS_CHUNK_TOKENS as CHUNK_TOKENS
+from train.front.interface import LOSS_CHUNK_TOKENS as CHUNK_TOKENS
 
 IGNORE = -100
 

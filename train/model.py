@@ -38,10 +38,10 @@ from transformers import (
 )
 
 from train.adapters import LoraLinear, hf_key, init_adapters, is_adapter_key, nf4_weight
-from train.config import ConfigError, ModelConfig, model_type_problem
+from train.front.config import ConfigError, ModelConfig, model_type_problem
+from train.front.run_check import vocab_problem, weights_problem
 from train.loss import linear_cross_entropy
 from train.moe import Qwen3MoeForTraining, to_hf_experts
-from train.run_check import vocab_problem, weights_problem
 from train.shards import fill
 
 _EXPORT_SHARD_SIZE = "5GB"
@@ -85,7 +85,7 @@ def hf_config(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen3Conf
     config.pad_token_id = None
     problem = vocab_problem(
         config.vocab_size, len(tokenizer)
-    )  # train.run_check refuses it first, from the tokenizer's files
+    )  # train.front.run_check refuses it first, from the tokenizer's files
     if problem:
         raise ConfigError(problem)
     config.use_cache = False
@@ -191,7 +191,7 @@ def _check_hf_tensors(path: str, want: dict[str, tuple[int, ...]]) -> None:
 def _load_hf_shards(model: nn.Module, path: str, config: Qwen3Config | Qwen3MoeConfig) -> None:
     """Fill the (parallelized, materialized) model from the directory's safetensors; each rank reads only its slices
     (of fused expert weights: the experts its shard holds, from the files' per-expert tensors). Collective."""
-    problem = weights_problem(path)  # train.run_check refuses it first
+    problem = weights_problem(path)  # train.front.run_check refuses it first
     if problem:
         raise ConfigError(problem)
     names = _hf_names(model)
@@ -337,7 +337,7 @@ def _stream_one_rank(
     time."""
     where = None
     if cfg.path is not None:
-        problem = weights_problem(cfg.path)  # train.run_check refuses it first
+        problem = weights_problem(cfg.path)  # train.front.run_check refuses it first
         if problem:
             raise ConfigError(problem)
         want = {

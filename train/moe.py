@@ -150,6 +150,7 @@ class MoEBlock(nn.Module):
 
 
 def moe_blocks(model: nn.Module) -> list[MoEBlock]:
+    """The model's MoE blocks, in layer order (the one place that finds them)."""
     return [m for m in model.modules() if isinstance(m, MoEBlock)]
 
 

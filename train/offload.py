@@ -7,7 +7,7 @@ a side stream (the GPU tensor is released once the copy is done; the compute str
 without keeping anything, and the backward brings the input back (prefetching the next layer's while this one
 recomputes), recomputes the layer with the forward's random state and back-propagates through it. The layer's
 parameters get their gradients from that inner backward, as with reentrant checkpointing: one rank only (no FSDP;
-``train.run_check.offload_problem``).
+``train.front.run_check.offload_problem``).
 """
 
 from __future__ import annotations

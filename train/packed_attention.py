@@ -12,7 +12,7 @@ import torch
 import transformers
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from train.config import ConfigError
+from train.front.config import ConfigError
 
 _FIRST, _SECOND = [3, 1, 4, 1, 5], [9, 2, 6]
 

@@ -1,20 +1,21 @@
-"""Data x tensor parallelism, applied in one explicit order (as torchtitan does).
+"""Data x tensor (x expert) parallelism, applied in one explicit order (as torchtitan does).
 
-1. ``ParallelDims`` (``train.layout``, torch-free) validates dp x cp x tp against the world from the environment, before
-   any process group exists.
-2. ``build_mesh`` makes a 2-D device mesh ("dp", "tp") with tp the inner, fastest-varying
-   dimension, so a TP group is consecutive ranks, i.e. GPUs of one node. TP all-reduces
-   activations in every layer, forward and backward, so it must ride on the fast intra-node
-   links (NVLink); DP/FSDP traffic (all-gather of parameters, reduce-scatter of gradients)
-   is per layer but overlaps compute and tolerates the slower inter-node network. Context parallelism adds "cp"
-   between them (its key/value all-gathers per layer are next to TP on the critical path).
+1. ``ParallelDims`` (``train.front.layout``, torch-free) validates dp x cp x tp (and ep) against the world from the
+   environment, before any process group exists, and names the mesh's dimensions.
+2. ``build_mesh`` makes the device mesh: ("dp", "tp"), or with expert parallelism ("efsdp", "ep", "tp") whose first two
+   flatten to "dp", or with context parallelism ("dp", "cp", "tp") whose first two flatten to "dp_cp"; tp is the
+   inner, fastest-varying dimension, so a TP group is consecutive ranks, i.e. GPUs of one node. TP all-reduces
+   activations in every layer, forward and backward, so it must ride on the fast intra-node links (NVLink); DP/FSDP
+   traffic (all-gather of parameters, reduce-scatter of gradients) is per layer but overlaps compute and tolerates the
+   slower inter-node network. "cp" sits between them (its key/value all-gathers per layer are next to TP on the
+   critical path).
 3. ``parallelize``: LoRA adapters (optional, ``train.adapters``), then float8 decoder linears (optional,
-   ``train.float8``; with LoRA only the frozen bases), then tensor parallel per decoder layer, then expert
-   parallel (``apply_ep``: a MoE model with ep > 1), then context parallel attention (``train.context_parallel``: cp >
-   1), then activation checkpointing, then torch.compile (optional), then FSDP2 over the "dp" mesh dimension (dp x cp
-   with cp > 1: every cp rank computes gradients from its own tokens). A job of one rank gets
-   no FSDP: with nothing to shard, its per-layer parameter and gradient copies only cost time
-   (most of the 0.05 s of copy kernels in a 0.74 s Qwen3-1.7B step on one H200);
+   ``train.float8``; with LoRA only the frozen bases), then tensor parallel per decoder layer, then expert parallel
+   (``apply_ep``: a MoE model with ep on), then context parallel attention (``train.context_parallel``: cp on), then
+   activation checkpointing, then torch.compile (optional), then FSDP2 over the "dp" mesh dimension ("dp_cp" with cp
+   on: every cp rank computes gradients from its own tokens). A job of one rank gets no FSDP: with nothing to shard,
+   its per-layer parameter and gradient copies only cost time (most of the 0.05 s of copy kernels in a 0.74 s
+   Qwen3-1.7B step on one H200);
    ``train.precision.MasterWeights`` keeps the fp32 weights instead.
 """
 
@@ -36,10 +37,11 @@ from hpc.node.contract import MASTER_ADDR_VAR
 from hpc.node.launcher import local_cuda_index
 from hpc.node.netcheck import bound_every_group, dist_timeout_s
 from train import adapters, context_parallel, offload
-from train.config import LoraConfig
 from train.float8 import convert_decoder_linears, require_fp8
-from train.layout import CP_DIM, FSDP_CP_DIM, ParallelDims, WorldEnv
-from train.moe import MoEBlock
+from train.front.config import LoraConfig
+from train.front.layout import CP, DP, DP_CP, EFSDP, EP, TP, ParallelDims, WorldEnv
+from train.moe import MoEBlock, moe_blocks
+from train.tiled_mlp import tile_mlp
 
 
 def init_distributed(env: WorldEnv) -> torch.device:
@@ -66,23 +68,17 @@ def init_distributed(env: WorldEnv) -> torch.device:
 
 
 def build_mesh(dims: ParallelDims, device: torch.device) -> DeviceMesh:
-    """2-D mesh ("dp", "tp"); rank = dp_index * tp + tp_index, so TP groups are consecutive ranks on one node.
-
-    With ep > 1 the dp dimension is split into ("efsdp", "ep"), ep the inner (an EP group is ep consecutive dp ranks,
-    on one node where ep x tp fits one), and "dp" is their flattened product: dp_index = efsdp_index x ep + ep_index.
-
-    With cp > 1 (never with ep > 1): ("dp", "cp", "tp"), and "dp_cp" the flattened dp x cp that FSDP shards over."""
-    if dims.cp > 1:
-        mesh = init_device_mesh(device.type, (dims.dp, dims.cp, dims.tp), mesh_dim_names=("dp", CP_DIM, "tp"))
-        mesh["dp", CP_DIM]._flatten(FSDP_CP_DIM)
+    """The device mesh of ``dims.mesh_dims()``; rank = dp_index * tp + tp_index, so TP groups are consecutive ranks on
+    one node. With ep on, its (efsdp, ep) dimensions are flattened to dp as well: dp_index = efsdp_index x ep +
+    ep_index; with cp on (never with ep), its (dp, cp) dimensions are flattened to dp_cp, which FSDP shards over."""
+    shape, names = dims.mesh_dims()
+    mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
+    flattened = dims.flattened()
+    if flattened is not None:
+        name, parts = flattened
+        mesh[parts]._flatten(name)
+        # a flattened dim sliced from the root (like TP) warns on every use that this will change
         warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh", category=UserWarning)
-        return mesh
-    if dims.ep == 1:
-        return init_device_mesh(device.type, (dims.dp, dims.tp), mesh_dim_names=("dp", "tp"))
-    mesh = init_device_mesh(device.type, (dims.dp // dims.ep, dims.ep, dims.tp), mesh_dim_names=("efsdp", "ep", "tp"))
-    mesh["efsdp", "ep"]._flatten("dp")
-    # mesh["dp"] (the flattened dim, sliced from the root like "tp") warns on every use that this will change
-    warnings.filterwarnings("ignore", message="Slicing a flattened dim from root mesh", category=UserWarning)
     return mesh
 
 
@@ -107,17 +103,17 @@ MOE_LAYER_TP_PLAN = {k: v for k, v in LAYER_TP_PLAN.items() if not k.startswith(
 
 def fsdp_mesh(mesh: DeviceMesh) -> DeviceMesh:
     """The ranks that FSDP shards over and that share each step's loss: dp, or dp x cp."""
-    return mesh[FSDP_CP_DIM] if CP_DIM in (mesh.mesh_dim_names or ()) else mesh["dp"]
+    return mesh[DP_CP] if CP in (mesh.mesh_dim_names or ()) else mesh[DP]
 
 
 def apply_ep(layers: nn.ModuleList, mesh: DeviceMesh) -> list[MoEBlock]:
     """Split every MoE block's experts over the "ep" mesh dimension (weights sharded on the expert dimension) and give
     the block its EP group for the token all-to-all; returns the blocks."""
-    blocks = [m for m in layers.modules() if isinstance(m, MoEBlock)]
+    blocks = moe_blocks(layers)
     for block in blocks:
-        block.ep_group = mesh["ep"].get_group()
+        block.ep_group = mesh[EP].get_group()
         for name, param in list(block.experts.named_parameters(recurse=False)):
-            block.experts.register_parameter(name, nn.Parameter(distribute_tensor(param.data, mesh["ep"], [Shard(0)])))
+            block.experts.register_parameter(name, nn.Parameter(distribute_tensor(param.data, mesh[EP], [Shard(0)])))
     return blocks
 
 
@@ -133,6 +129,7 @@ def parallelize(
     adapter_dtype: torch.dtype = torch.float32,
     offload_to: torch.device | None = None,
     shards: context_parallel.SequenceShards | None = None,
+    tiled_mlp: int = 0,
 ) -> nn.Module:
     """LoRA -> float8 -> TP -> EP -> CP -> activation checkpointing -> compile -> FSDP2, on a Qwen3ForCausalLM
     (typically on the meta device).
@@ -152,7 +149,8 @@ def parallelize(
     replicated over TP: their inputs and output gradients are TP-replicated, so their
     gradients are exact on every TP rank. ``offload_to`` (one rank: ``train.offload``): the checkpointed layers keep
     their inputs in host memory, copied from and back to that device. On a mesh of one rank there is no FSDP (and no
-    mixed-precision policy): the model computes in the dtype it is given.
+    mixed-precision policy): the model computes in the dtype it is given. ``tiled_mlp`` (tokens, one rank's whole
+    sequence: no TP): the dense MLPs run in checkpointed tiles (``train.tiled_mlp``).
     """
     layers = model.model.layers
     if lora is not None and lora.enabled:
@@ -165,11 +163,11 @@ def parallelize(
             float8_all_gather=fp8_recipe == "tensorwise" and fsdp_mesh(mesh).size() > 1,
             only_frozen=lora is not None and lora.enabled,
         )
-    if mesh["tp"].size() > 1:
+    if mesh[TP].size() > 1:
         for layer in layers:
             plan = MOE_LAYER_TP_PLAN if isinstance(layer.mlp, MoEBlock) else LAYER_TP_PLAN
-            parallelize_module(layer, mesh["tp"], adapters.tp_plan(plan, layer))
-    ep_blocks = apply_ep(layers, mesh) if "ep" in (mesh.mesh_dim_names or ()) else []
+            parallelize_module(layer, mesh[TP], adapters.tp_plan(plan, layer))
+    ep_blocks = apply_ep(layers, mesh) if EP in (mesh.mesh_dim_names or ()) else []
     if lora is not None and lora.enabled:  # again: TP's SequenceParallel and EP's sharded experts made new parameters
         adapters.freeze_base(model)
     if shards is not None:
@@ -177,6 +175,8 @@ def parallelize(
     checkpointed = checkpointed_layers(len(layers), float(activation_checkpointing))
     store = offload.HostStore(offload_to) if offload_to is not None else None
     for i, layer in enumerate(layers):
+        if tiled_mlp and not isinstance(layer.mlp, MoEBlock):
+            tile_mlp(layer.mlp, tiled_mlp)
         if store is not None:  # the layer compiled inside, the offloading wrapper outside the compiled code
             if compile:
                 layer.compile()
@@ -196,11 +196,11 @@ def parallelize(
     for block in ep_blocks:
         # Expert weights: FSDP over the ranks outside their EP group. Their gradients hold the sum over the EP group's
         # tokens (the all-to-all's backward brings them home), so they are averaged over all of dp, not efsdp.
-        fully_shard(block.experts, mesh=mesh["efsdp"], mp_policy=mp, reshard_after_forward=reshard)
-        block.experts.set_gradient_divide_factor(mesh["dp"].size())
+        fully_shard(block.experts, mesh=mesh[EFSDP], mp_policy=mp, reshard_after_forward=reshard)
+        block.experts.set_gradient_divide_factor(mesh[DP].size())
         # gloo has no pre-multiplied sum: sum, then divide (not on one efsdp rank, where FSDP divides in its copy
         # already)
-        block.experts.set_force_sum_reduction_for_comms(mesh.device_type == "cpu" and mesh["efsdp"].size() > 1)
+        block.experts.set_force_sum_reduction_for_comms(mesh.device_type == "cpu" and mesh[EFSDP].size() > 1)
     for layer in layers:
         fully_shard(layer, mesh=shard_over, mp_policy=mp, reshard_after_forward=reshard)
     fully_shard(model, mesh=shard_over, mp_policy=mp, reshard_after_forward=False)

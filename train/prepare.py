@@ -48,9 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from train.config import ConfigError, load_config
     from train.data.prepared import describe, key_of, prepare, read_manifest, summary
-    from train.tokenizer import load_tokenizer, tokenizer_source
+    from train.data.tokenizer import load_tokenizer
+    from train.front.config import ConfigError, load_config
+    from train.front.tokenizer import tokenizer_source
 
     try:
         cfg = load_config(args.config, args.overrides)

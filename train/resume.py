@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hpc.node.contract import CHECKPOINT_META, CHECKPOINT_PREFIX, FRESH_MARKER, METRICS_FILE
 from hpc.node.files import META_BYTES, read_json_object
-from train.config import TrainConfig
+from train.front.config import TrainConfig
 
 # The model config fields that decide the shapes of the saved state, and a mixture of experts' routing (which experts
 # a token reaches and how their outputs are weighted: the trained state means something else under another).

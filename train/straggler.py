@@ -30,7 +30,7 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
-from train.config import StragglerConfig
+from train.front.config import StragglerConfig
 from train.steptime import CollectiveWait
 
 T = TypeVar("T")
@@ -69,7 +69,7 @@ class StragglerMonitor:
 
     def __init__(self, cfg: StragglerConfig, rank: int, device: torch.device, log_every: int, nodes: list[str]):
         self.cfg, self.rank, self.device, self.nodes = cfg, rank, device, nodes
-        world = dist.get_world_size()  # the test ranks are ranks of it: train.run_check
+        world = dist.get_world_size()  # the test ranks are ranks of it: train.front.run_check
         self.persistent: list[dict] = []  # named stragglers that stop the run (straggler.stop_after)
         self.enabled = cfg.every > 0 and world > 1
         if not self.enabled:

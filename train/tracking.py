@@ -12,7 +12,6 @@ job continues the same tracker run; a step is recorded there once:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import struct
@@ -24,12 +23,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 if TYPE_CHECKING:
-    from train.config import TrainConfig
-
-
-def missing(names: list[str]) -> list[str]:
-    """The configured trackers whose package is not importable here."""
-    return [name for name in names if importlib.util.find_spec(name) is None]
+    from train.front.config import TrainConfig
 
 
 def job_name(run_dir: Path) -> str:

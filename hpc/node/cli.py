@@ -24,6 +24,10 @@ class HpcError(Exception):
     code = EXIT_BAD_INPUT
 
 
+class NodeCheckError(HpcError):
+    """This node cannot run the job as configured; the message is one line."""
+
+
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     """``repr(value)`` of a user's input cut to about ``limit`` characters (nested values shortened, never built
     whole)."""

@@ -57,6 +57,7 @@ NCCL_NET_PLUGIN_VAR = (
     "NCCL_NET_PLUGIN"  # the net plugin library: a suffix (libnccl-net-NAME.so) or a library name or path
 )
 FI_PROVIDER_VAR = "FI_PROVIDER"  # libfabric's provider: efa (AWS), cxi (HPE Slingshot)
+FABRIC_MIN_VAR = "HPC_FABRIC_MIN"  # the plugin, libfabric and NCCL versions a job's fabric settings rely on
 OFI_NET_NAME = "AWS Libfabric"  # the aws-ofi-nccl plugin's net, the name every version of it answers to
 NETWORK_VAR_PREFIXES = ("NCCL_", "GLOO_", "FI_")
 

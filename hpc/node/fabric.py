@@ -11,8 +11,9 @@ import shutil
 import subprocess
 from typing import Callable, Mapping, Optional
 
-from hpc.node.contract import FI_PROVIDER_VAR, NCCL_NET_PLUGIN_VAR, NCCL_NET_VAR
-from hpc.node.netcheck import NodeCheckError
+from hpc.node.cli import NodeCheckError
+from hpc.node.contract import FABRIC_MIN_VAR, FI_PROVIDER_VAR, NCCL_NET_PLUGIN_VAR, NCCL_NET_VAR
+from hpc.node.fabric_versions import check_versions, node_versions
 
 FI_INFO_TIMEOUT_S = 60
 BUILTIN_NETS = ("IB", "Socket")  # NCCL_NET values NCCL serves itself, without a plugin
@@ -54,7 +55,8 @@ def check_provider(value: str, run: Callable = subprocess.run, which: Callable =
         domains = provider_domains(r.stdout, provider) if r.returncode == 0 else []
         if not domains:
             said = next(
-                (l.strip() for l in (r.stderr + r.stdout).splitlines() if l.strip()), f"exit code {r.returncode}"
+                (line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()),
+                f"exit code {r.returncode}",
             )
             raise NodeCheckError(
                 f"{FI_PROVIDER_VAR}={value} but fi_info -p {provider} lists no {provider} device on this node "
@@ -73,9 +75,9 @@ def plugin_names(plugin: Optional[str]) -> list[str]:
     return [plugin, f"libnccl-net-{plugin}.so"] if bare else [plugin]
 
 
-def load_plugin(plugin: Optional[str], load: Callable = ctypes.CDLL) -> str:
-    """Load the NCCL net plugin as NCCL does (dlopen, RTLD_NOW | RTLD_LOCAL); its path-or-name and the newest
-    ncclNetPlugin_v* it exports. NodeCheckError naming what NCCL would not find or load."""
+def load_plugin(plugin: Optional[str], load: Callable = ctypes.CDLL) -> tuple[str, int]:
+    """Load the NCCL net plugin as NCCL does (dlopen, RTLD_NOW | RTLD_LOCAL); the path-or-name that loaded and the
+    newest ncclNetPlugin_v* it exports. NodeCheckError naming what NCCL would not find or load."""
     errors = []
     for name in plugin_names(plugin):
         try:
@@ -89,7 +91,7 @@ def load_plugin(plugin: Optional[str], load: Callable = ctypes.CDLL) -> str:
                 f"{NCCL_NET_PLUGIN_VAR}={plugin}: {name} loads but is not an NCCL net plugin "
                 "(it exports no ncclNetPlugin_v* table)"
             )
-        return f"{name} (ncclNetPlugin_v{version})"
+        return name, version
     what = (
         f"{NCCL_NET_PLUGIN_VAR}={plugin}"
         if plugin
@@ -106,11 +108,17 @@ def check_fabric(
     run: Callable = subprocess.run,
     which: Callable = shutil.which,
     load: Callable = ctypes.CDLL,
+    versions: Callable = node_versions,
 ) -> list[str]:
     """What this node's libfabric fabric offers, one summary per check ([] when FI_PROVIDER, NCCL_NET_PLUGIN and a
-    plugin's NCCL_NET are all unset)."""
+    plugin's NCCL_NET are all unset); with FABRIC_MIN_VAR set (an efa or slingshot job) the plugin's, libfabric's and
+    NCCL's versions too (`hpc.node.fabric_versions`)."""
     found = check_provider(environ[FI_PROVIDER_VAR], run, which) if environ.get(FI_PROVIDER_VAR) else []
     plugin, net = environ.get(NCCL_NET_PLUGIN_VAR), environ.get(NCCL_NET_VAR)
+    loaded = None
     if (plugin and plugin.lower() != "none") or (net and net not in BUILTIN_NETS and not plugin):
-        found.append(f"nccl net plugin {load_plugin(plugin, load)}")
+        loaded, version = load_plugin(plugin, load)
+        found.append(f"nccl net plugin {loaded} (ncclNetPlugin_v{version})")
+    if FABRIC_MIN_VAR in environ:
+        found.append(check_versions(environ, versions(environ, loaded, run)))
     return found

@@ -4,12 +4,10 @@ the node's ranks); each launcher's tasks per node, the Slurm values it needs and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Sequence
 
 from hpc.node.cli import HpcError
-
-if TYPE_CHECKING:
-    from hpc.node.slurm_env import RankInfo
+from hpc.node.rank_info import RankInfo
 
 LAUNCH_MODULE = "hpc.node.launch"  # the first thing on every task: python -m hpc.node.launch
 

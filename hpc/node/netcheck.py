@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Mapping, Optional
 
-from hpc.node.cli import HpcError, shown
+from hpc.node.cli import NodeCheckError, shown
 from hpc.node.contract import (
     DEFAULT_DIST_TIMEOUT_S,
     DIST_TIMEOUT_VAR,
@@ -23,14 +23,11 @@ from hpc.node.contract import (
     NCCL_IB_HCA_VAR,
     NCCL_SOCKET_IFNAME_VAR,
 )
+from hpc.node.fabric import check_fabric
 
 IB_SYSFS = Path("/sys/class/infiniband")
 
 _SIOCGIFFLAGS, _SIOCGIFADDR, _IFF_UP = 0x8913, 0x8915, 0x1
-
-
-class NodeCheckError(HpcError):
-    """This node cannot run the job as configured; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -257,7 +254,5 @@ def check_node(
     if environ.get(NCCL_IB_HCA_VAR) and environ.get(NCCL_IB_DISABLE_VAR) != "1":
         got = check_ib_hca(environ[NCCL_IB_HCA_VAR], hca_ports() if ports is None else ports)
         parts.append(f"nccl ib {', '.join(p.describe() for p in got)}")
-    from hpc.node.fabric import check_fabric  # libfabric's provider and the NCCL net plugin (it imports this module)
-
     parts += check_fabric(environ)
     return "; ".join(parts) or "no NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME or NCCL_IB_HCA set: nothing to check"

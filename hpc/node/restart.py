@@ -48,14 +48,11 @@ from hpc.node.contract import (
 from hpc.node.hang import GRACE_S, STORE_TIMEOUT_S
 from hpc.node.lease import slurm_job_id
 from hpc.node.restart_policy import (
-    DONE_ACTION,
-    END,
-    REQUEUE,
-    RESTART,
-    STOP,
+    Action,
     Decision,
     Failure,
     History,
+    Kind,
     Limits,
     decide,
     decisive,
@@ -110,7 +107,7 @@ def restart_lines(decisions: list[dict]) -> list[str]:
     lines = []
     for rec in sorted(decisions, key=lambda r: (r.get("restart", 0), r.get("attempt", 0))):
         where = f"run {rec.get('restart', 0)} attempt {rec.get('attempt', 0)}"
-        if rec.get("action") != RESTART:
+        if rec.get("action") != Action.RESTART:
             lines.append(f"{where}: {rec.get('what')}: {rec.get('why')}")
             continue
         replaced = rec.get("replaced") or {}
@@ -221,16 +218,16 @@ class Supervisor:
             rec, failure, decision = self._attempt(attempt, chosen, history, pending)
             rc = failure.rc
             pending = None
-            if decision.action == DONE_ACTION:
+            if decision.action == Action.DONE:
                 return 0
-            if decision.action == STOP:
+            if decision.action == Action.STOP:
                 self._leave_marks(self.out)
                 return 0
-            if decision.action == END:
+            if decision.action == Action.END:
                 self._leave_marks(set())
                 return rc or 1
             self.out |= set(decision.out)
-            if decision.action == REQUEUE or self.ending:
+            if decision.action == Action.REQUEUE or self.ending:
                 self._leave_marks(self.out | set(failure.nodes))
                 return rc
             self.stop_record.unlink(missing_ok=True)  # a persistent straggler's stop: this run goes on
@@ -321,13 +318,13 @@ class Supervisor:
             "decided_at": decided_at or ended_at,
             "ended_at": ended_at,
         }
-        if decision.action == RESTART:
+        if decision.action == Action.RESTART:
             rec["number"] = history.restarts + 1
-        if failure.kind != "done":
+        if failure.kind != Kind.DONE:
             n = history.restarts + 1
             tail = (
                 f"; restarting the ranks (restart {n} of at most {self.limits.max_restarts} in job {self.job_ref})"
-                if decision.action == RESTART
+                if decision.action == Action.RESTART
                 else f": {decision.why}"
             )
             print(f"[restart] {failure.what}{tail}", flush=True)

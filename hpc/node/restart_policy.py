@@ -2,22 +2,9 @@
 bad node's place), which end the job, and which go back to the queue: the decision table of `hpc.node.restart`.
 
 What ended an attempt is judged from what its tasks and ranks left (`hpc.node.attempt`): the first failure in time
-is the cause, the failures it brought on in the other ranks (their collectives failing) are not.
-
-| what ended the ranks | kind | then |
-| --- | --- | --- |
-| every rank reached the end | done | the job is done |
-| a clean stop (exit 75: the time limit, a preemption) | stopped | requeued, as without spares |
-| a clean stop after a persistent straggler's node was marked | straggler | restart without that node |
-| a collective timed out: the ranks missing at it are named | hang | restart without their node(s) |
-| a rank's process was killed by a signal (SIGKILL, SIGSEGV, ...) | died | restart without its node |
-| a node's ranks all ended without a record (the node's processes killed, the node gone) | vanished | restart without
-it |
-| bad input (exit 2) | bad input | never restarted or requeued |
-| a rank asked for none (exit 93, `EXIT_NO_RESTART`) | no restart | never restarted or requeued |
-| a rank's program failed by itself (a Python exception, ``sys.exit(1)``, any other code) | error | never restarted or
-requeued |
-| the step failed and nothing names a rank or node | unknown | restarted at most once per job, on the same nodes |
+is the cause, the failures it brought on in the other ranks (their collectives failing) are not. Its ``Kind`` (each
+member saying what ended the ranks) and ``decide`` make the table that docs/spares.md shows
+(``python scripts/gen_restart_table.py`` writes it).
 
 A node named by a failure leaves the job once it has caused ``max_restarts_per_node`` restarts (until then it goes back
 to the spares, behind those that never failed); a job restarts at most ``max_restarts`` times in all. When a restart
@@ -29,17 +16,65 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Optional
 
 from hpc.node.attempt import Records
 from hpc.node.contract import EXIT_BAD_INPUT, EXIT_NO_RESTART, EXIT_STOPPED
 
-DONE, STOPPED, STRAGGLER, HANG, DIED, VANISHED = "done", "stopped", "straggler", "hang", "died", "vanished"
-BAD_INPUT, NO_RESTART, ERROR, UNKNOWN = "bad input", "no restart", "error", "unknown"
-NAMES_A_NODE = (STRAGGLER, HANG, DIED, VANISHED)  # restarted without the node(s) named
-NEVER = (BAD_INPUT, NO_RESTART, ERROR)  # the program's own failure: never restarted or requeued
 
-RESTART, DONE_ACTION, STOP, END, REQUEUE = "restart", "done", "stop", "end", "requeue"
+class _Word(str, Enum):
+    """Members that are their words: in the records (JSON), the log lines and comparisons with strings."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Kind(_Word):
+    """What ended an attempt; ``what`` says it in the words of the decision table."""
+
+    DONE = "done"
+    STOPPED = "stopped"
+    STRAGGLER = "straggler"
+    HANG = "hang"
+    DIED = "died"
+    VANISHED = "vanished"
+    BAD_INPUT = "bad input"
+    NO_RESTART = "no restart"
+    ERROR = "error"
+    UNKNOWN = "unknown"
+
+    @property
+    def what(self) -> str:
+        return _WHAT[self]
+
+
+_WHAT = {
+    Kind.DONE: "every rank reached the end",
+    Kind.STOPPED: "a clean stop (exit 75: the time limit, a preemption)",
+    Kind.STRAGGLER: "a persistent straggler's stop (`preemption.exclude_stragglers_after`): its node was marked",
+    Kind.HANG: "a collective timed out: the ranks missing at it are named (a hung, stopped or stuck process, a node "
+    "gone quiet)",
+    Kind.DIED: "a rank's process killed by a signal (SIGKILL, SIGSEGV, SIGBUS, SIGABRT, ...)",
+    Kind.VANISHED: "a node's ranks all ended without a record (its processes killed at once, or the node gone)",
+    Kind.BAD_INPUT: "bad input (exit 2)",
+    Kind.NO_RESTART: 'exit 93 (`hpc.node.contract.EXIT_NO_RESTART`): a rank program\'s "do not restart or requeue me"',
+    Kind.ERROR: "a rank program failed by itself: a Python exception, `sys.exit(1)`, any other exit code",
+    Kind.UNKNOWN: "the step failed and nothing names a rank or node",
+}
+NAMES_A_NODE = (Kind.STRAGGLER, Kind.HANG, Kind.DIED, Kind.VANISHED)  # restarted without the node(s) named
+NEVER = (Kind.BAD_INPUT, Kind.NO_RESTART, Kind.ERROR)  # the program's own failure: never restarted or requeued
+
+
+class Action(_Word):
+    """What follows a decision: restart the ranks in the job, the job is done, stop (the batch script requeues),
+    end (the job failed), or requeue without the named nodes."""
+
+    RESTART = "restart"
+    DONE = "done"
+    STOP = "stop"
+    END = "end"
+    REQUEUE = "requeue"
 
 
 @dataclass(frozen=True)
@@ -48,7 +83,7 @@ class Failure:
     estimate: a process's end, or the start of the step that never finished), when it was first seen, and the exit
     code it leaves."""
 
-    kind: str
+    kind: Kind
     nodes: tuple[str, ...] = ()
     what: str = ""
     at: Optional[float] = None
@@ -91,7 +126,7 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
     """What ended the attempt (see the module's table). ``stopped``: the ranks left the stop record; ``rc``: srun's
     exit code (None when the supervisor ended the step); ``world``: the ranks the attempt started."""
     exits = _rank_level(records)
-    for code, kind in ((EXIT_BAD_INPUT, BAD_INPUT), (EXIT_NO_RESTART, NO_RESTART)):
+    for code, kind in ((EXIT_BAD_INPUT, Kind.BAD_INPUT), (EXIT_NO_RESTART, Kind.NO_RESTART)):
         hit = sorted((e for e in exits if e.get("rc") == code and not e.get("signal")), key=lambda e: e["at"])
         if hit:
             e = hit[0]
@@ -107,7 +142,7 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
         if e.get("signal"):
             events.append(
                 Failure(
-                    DIED,
+                    Kind.DIED,
                     (e["node"],),
                     f"{e['who']} was killed by {e['signal']} (exit {e['rc']})",
                     e["at"],
@@ -118,7 +153,7 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
         elif e.get("rank") is None or e["rank"] not in noted:  # not a collective's victim: the program's own failure
             events.append(
                 Failure(
-                    ERROR,
+                    Kind.ERROR,
                     (e["node"],),
                     f"{e['who']} ended with exit code {e['rc']} without a failed collective (an error in the program)",
                     e["at"],
@@ -137,7 +172,7 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
             if missing:
                 events.append(
                     Failure(
-                        HANG,
+                        Kind.HANG,
                         nodes,
                         f"a collective timed out{step}: {_ranks_on(missing, nodes)} did not arrive",
                         first["step_started_at"],
@@ -151,7 +186,7 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
             if gone:
                 events.append(
                     Failure(
-                        VANISHED,
+                        Kind.VANISHED,
                         nodes,
                         f"{_ranks_on(gone, nodes)} ended{step} without an exit "
                         "record (the node's processes killed at once, or the node gone)",
@@ -165,7 +200,7 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
     if stopped:
         if records.marked:
             return Failure(
-                STRAGGLER,
+                Kind.STRAGGLER,
                 tuple(records.marked),
                 f"the ranks stopped with a checkpoint after "
                 f"{', '.join(records.marked)} was marked bad (a persistent straggler)",
@@ -174,11 +209,13 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
                 records.progress.get("step_at"),
             )
         return Failure(
-            STOPPED, (), "the ranks stopped with a checkpoint saved (the time limit or a preemption)", None, 0
+            Kind.STOPPED, (), "the ranks stopped with a checkpoint saved (the time limit or a preemption)", None, 0
         )
     if rc == 0:
-        return Failure(DONE, (), "every rank reached the end", None, 0)
-    return Failure(UNKNOWN, (), f"the ranks ended with exit code {rc}, and no rank or node is named", None, rc or 1)
+        return Failure(Kind.DONE, (), "every rank reached the end", None, 0)
+    return Failure(
+        Kind.UNKNOWN, (), f"the ranks ended with exit code {rc}, and no rank or node is named", None, rc or 1
+    )
 
 
 def _ranks_on(ranks: list[int], nodes: tuple[str, ...]) -> str:
@@ -221,10 +258,10 @@ class History:
     def of(cls, decisions: list[dict]) -> "History":
         h = cls()
         for d in decisions:
-            if d.get("action") != RESTART:
+            if d.get("action") != Action.RESTART:
                 continue
             h.restarts += 1
-            h.unattributed += d.get("kind") == UNKNOWN
+            h.unattributed += d.get("kind") == Kind.UNKNOWN
             h.caused.update(d.get("nodes") or [])
         return h
 
@@ -237,7 +274,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # restart, done, stop (the batch script requeues), end (failed), requeue (without the named nodes)
+    action: Action
     why: str
     out: tuple[str, ...] = ()  # nodes that leave the job now (caused max_restarts_per_node restarts)
 
@@ -246,33 +283,34 @@ def decide(failure: Failure, history: History, limits: Limits, usable: set[str],
     """What to do after ``failure``: ``history`` before it; ``usable``: the allocation's nodes not out of the job
     before it; ``needed``: the nodes the ranks run on."""
     kind = failure.kind
-    if kind == DONE:
-        return Decision(DONE_ACTION, "done")
-    if kind == STOPPED:
-        return Decision(STOP, "stopped with a checkpoint saved: requeued by the batch script")
+    if kind == Kind.DONE:
+        return Decision(Action.DONE, "the job is done")
+    if kind == Kind.STOPPED:
+        return Decision(Action.STOP, "stopped with a checkpoint saved: requeued by the batch script")
     if kind in NEVER:
         reason = {
-            BAD_INPUT: "bad input is never restarted",
-            NO_RESTART: "the program asked not to be restarted or requeued",
-            ERROR: "an error in the program is never restarted",
+            Kind.BAD_INPUT: "bad input is never restarted",
+            Kind.NO_RESTART: "the program asked not to be restarted or requeued",
+            Kind.ERROR: "an error in the program is never restarted",
         }[kind]
-        return Decision(END, f"not restarted: {reason}")
+        return Decision(Action.END, f"not restarted: {reason}")
     if history.restarts >= limits.max_restarts:
         return Decision(
-            REQUEUE if kind in NAMES_A_NODE else END,
+            Action.REQUEUE if kind in NAMES_A_NODE else Action.END,
             f"not restarted: the job has restarted {history.restarts} time(s), at most {limits.max_restarts}",
         )
-    if kind == UNKNOWN:
+    if kind == Kind.UNKNOWN:
         if history.unattributed >= 1:
             return Decision(
-                END, "not restarted: a failure of unknown cause restarts at most once per job, and this is the second"
+                Action.END,
+                "not restarted: a failure of unknown cause restarts at most once per job, and this is the second",
             )
-        return Decision(RESTART, "a failure of unknown cause: restarted once, on the same nodes")
+        return Decision(Action.RESTART, "a failure of unknown cause: restarted once, on the same nodes")
     out = tuple(n for n in failure.nodes if history.caused[n] + 1 >= limits.max_restarts_per_node)
     healthy = len(usable - set(out))
     if healthy < needed:
-        return Decision(REQUEUE, f"not restarted: {healthy} healthy node(s) left, the ranks need {needed}", out)
-    return Decision(RESTART, "restarted on the allocation's healthy nodes", out)
+        return Decision(Action.REQUEUE, f"not restarted: {healthy} healthy node(s) left, the ranks need {needed}", out)
+    return Decision(Action.RESTART, "restarted on the allocation's healthy nodes", out)
 
 
 def place(

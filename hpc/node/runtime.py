@@ -12,8 +12,8 @@ import sys
 from importlib import metadata
 from typing import Mapping, Optional
 
+from hpc.node.cli import NodeCheckError
 from hpc.node.contract import EXPECT_PROJECT_VAR, EXPECT_PYTHON_VAR, EXPECT_TORCH_VAR, PROJECT_DIST
-from hpc.node.netcheck import NodeCheckError
 
 
 def installed(dist: str) -> Optional[str]:

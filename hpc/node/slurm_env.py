@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-from dataclasses import dataclass
 from typing import Mapping, Optional
 
 import hostlist
@@ -14,16 +13,9 @@ import hostlist
 from hpc.node.cli import HpcError, shown
 from hpc.node.contract import (
     ATTEMPT_VAR,
-    GROUP_RANK_VAR,
-    LOCAL_RANK_VAR,
-    LOCAL_WORLD_SIZE_VAR,
-    MASTER_ADDR_VAR,
-    MASTER_PORT_VAR,
-    NODE_RANK_VAR,
-    RANK_VAR,
-    WORLD_SIZE_VAR,
 )
 from hpc.node.launcher import LAUNCHERS, SRUN, Launcher
+from hpc.node.rank_info import RankInfo
 
 # property -> Slurm variables, first one present wins (step values before job values)
 SLURM_VARS: dict[str, tuple[str, ...]] = {
@@ -52,33 +44,6 @@ def node_name(environ: Mapping[str, str] = os.environ) -> str:
 
 class RankError(HpcError):
     """The environment cannot give a consistent rank layout; the message says what to change."""
-
-
-@dataclass(frozen=True)
-class RankInfo:
-    job_id: int
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    node_rank: int
-    num_nodes: int
-    master_addr: str
-    master_port: int
-    restart_count: int
-
-    def torch_env(self) -> dict[str, str]:
-        """The variables torch.distributed's env:// rendezvous reads."""
-        return {
-            RANK_VAR: str(self.rank),
-            WORLD_SIZE_VAR: str(self.world_size),
-            LOCAL_RANK_VAR: str(self.local_rank),
-            LOCAL_WORLD_SIZE_VAR: str(self.local_world_size),
-            NODE_RANK_VAR: str(self.node_rank),
-            GROUP_RANK_VAR: str(self.node_rank),
-            MASTER_ADDR_VAR: self.master_addr,
-            MASTER_PORT_VAR: str(self.master_port),
-        }
 
 
 def slurm_values(environ: Mapping[str, str]) -> dict[str, Optional[str]]:

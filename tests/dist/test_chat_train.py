@@ -91,7 +91,7 @@ def test_bad_chat_data_is_one_line_and_exit_2_on_every_rank(tmp_path):
 def test_unprepared_data_is_prepared_by_the_job_without_waiting_at_a_collective(tmp_path, pack):
     """Rank 0 tokenizes a 17 MB corpus (one chunk: all its work) far longer than the 4 s collective timeout; rank 1
     polls for the manifest (or the token cache) instead of waiting at a barrier, and the job trains."""
-    from train.data.sources import DEMO_CORPUS
+    from train.front.data_sources import DEMO_CORPUS
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(DEMO_CORPUS.read_text() * 8)  # one chunk (below) whose tokenizing outlasts the timeout on a quiet machine too

@@ -1,6 +1,6 @@
 """The GPU suite's plumbing on the CPU (``bench/gpu_suite.py --smoke``): the trainer's dense, LoRA and MoE runs
 against transformers' and peft's from the same weights, adapters, data and schedule agree within fp32 rounding, a QLoRA
-run starts and trains, and the report (JSON, Markdown, plots) is written."""
+run starts and trains, the MLPs in tiles train as the whole sequences do, and the report (JSON, Markdown, plots) is written."""
 import json
 import subprocess
 
@@ -14,7 +14,12 @@ def test_the_suite_smoke_run_passes_against_its_oracles(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     report = json.loads((tmp_path / "suite.json").read_text())
     results = report["results"]
-    for part, sides in (("dense", {"ours", "hf"}), ("lora", {"ours", "peft"}), ("moe", {"ours", "hf"})):
+    for part, sides in (
+        ("dense", {"ours", "hf"}),
+        ("lora", {"ours", "peft"}),
+        ("moe", {"ours", "hf"}),
+        ("tiled-mlp", {"ours", "ours-tiled"}),
+    ):
         assert results[part]["verdict"]["pass"] is True and set(results[part]["sides"]) == sides, results[part]
         assert results[part]["verdict"]["max_abs_diff"] <= 1e-3
     moe = results["moe"]["sides"]

@@ -9,13 +9,14 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-from train.data.config import DataConfig
+from train.front.data_config import DataConfig
 from train.data.packing import IGNORE
 from train.data.prepared import PreparedData, describe, split_rows
-from train.data.sources import DEMO_CHAT
+from train.front.data_sources import DEMO_CHAT
 from train.data.stream import PackedStream
 from train.generate import chat
-from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+from train.data.tokenizer import load_tokenizer
+from train.front.tokenizer import DEMO_CHAT_TOKENIZER_DIR
 from train_helpers import finish, launch, metrics
 
 SEQ, BATCH = 64, 8

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from train.data.sources import DEMO_CORPUS
+from train.front.data_sources import DEMO_CORPUS
 from train_helpers import clean_env, finish, launch, metrics, seed_checkpoint, train_cmd
 
 STEPS = 6

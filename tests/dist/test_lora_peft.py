@@ -18,12 +18,13 @@ import peft
 from transformers import AutoModelForCausalLM
 
 from train.adapters import PEFT_PREFIX, is_adapter_key
-from train.config import load_config
+from train.front.config import load_config
 from train.generate import generate
-from train.data.sources import DEMO_CORPUS
+from train.front.data_sources import DEMO_CORPUS
 from train.loop import Trainer, lr_at
 from train.parallel import ParallelDims, WorldEnv, init_distributed
-from train.tokenizer import DEMO_TOKENIZER_DIR, load_tokenizer
+from train.data.tokenizer import load_tokenizer
+from train.front.tokenizer import DEMO_TOKENIZER_DIR
 from train_helpers import FP8_SITE, TINY, metrics, save_tiny_hf
 
 

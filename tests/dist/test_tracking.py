@@ -158,7 +158,7 @@ def test_wandb_run_file_reader_across_blocks(tmp_path, monkeypatch):
 def test_steps_a_tracker_missed_are_sent_at_the_next_start(tmp_path, monkeypatch):
     """An attempt whose trackers stopped after step 5 while metrics.jsonl went on to the checkpoint at step 8: the next
     start (resume_step 8) sends steps 6-8 from metrics.jsonl, and only those, to the same runs."""
-    from train.config import load_config
+    from train.front.config import load_config
     from train.metrics import MetricsLog
     from train.tracking import Tracking
 

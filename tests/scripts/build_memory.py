@@ -20,7 +20,7 @@ import torch.distributed as dist
 from transformers import Qwen3Config
 
 from train.adapters import LoraLinear, nf4_api
-from train.config import LoraConfig, ModelConfig, ParallelConfig
+from train.front.config import LoraConfig, ModelConfig, ParallelConfig
 from train.model import build_meta_model, load_initial_weights
 from train.parallel import ParallelDims, WorldEnv, build_mesh, parallelize
 

@@ -1,5 +1,7 @@
 """Two ranks under torchrun (gloo): after one all_reduce rank 1 ends its process (``ended``) or stops it (``stopped``,
 SIGSTOP); rank 0's next all_reduce fails and rank 0 prints what hpc.node.hang.collective_failure calls the error.
+Rank 1 ends with exit 0: torchrun ends the other ranks when one fails, which could take rank 0 before it prints, but
+waits for them when one succeeds.
 
     torchrun --nproc-per-node=2 collective_failure.py {ended,stopped} TIMEOUT_S
 """
@@ -20,7 +22,7 @@ t = torch.ones(1)
 dist.all_reduce(t)
 if dist.get_rank() == 1:
     if mode == "ended":
-        os._exit(3)
+        os._exit(0)
     os.kill(os.getpid(), signal.SIGSTOP)
 try:
     dist.all_reduce(t)

@@ -18,8 +18,9 @@ import torch
 import torch.distributed as dist
 from transformers import Qwen3Config
 
-from train.config import ModelConfig, ParallelConfig
 from train.float8 import convert_decoder_linears, precompute_weight_scales
+from train.front.config import ModelConfig, ParallelConfig
+from train.front.layout import DP
 from train.model import build_meta_model, load_initial_weights
 from train.parallel import ParallelDims, WorldEnv, build_mesh, parallelize
 
@@ -51,7 +52,7 @@ def main() -> None:
     load_initial_weights(model, ModelConfig(shape="tiny"), config, seed=0, device=torch.device("cpu"))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
     ids = torch.randint(0, 256, (2 * dims.dp, 32), generator=torch.Generator().manual_seed(1))
-    dp_rank = mesh["dp"].get_local_rank()
+    dp_rank = mesh[DP].get_local_rank()
     local = ids.chunk(dims.dp)[dp_rank]  # each dp rank its share of the batch
     losses = []
     for _ in range(2):

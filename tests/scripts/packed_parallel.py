@@ -20,6 +20,7 @@ from transformers import Qwen3Config
 
 from train.data.formats import Sample
 from train.data.packing import IGNORE, START, TARGET, model_inputs, pack
+from train.front.layout import DP
 from train.model import build_meta_model, materialize
 from train.parallel import ParallelDims, build_mesh, parallelize
 
@@ -73,10 +74,10 @@ def main() -> int:
     assert stats.rows == 2, stats
     x, y, p = model_inputs(tokens, flags)
     total = int((y != IGNORE).sum())
-    dp_rank = mesh["dp"].get_local_rank()
+    dp_rank = mesh[DP].get_local_rank()
     loss = summed_loss(model, x[dp_rank : dp_rank + 1], y[dp_rank : dp_rank + 1], p[dp_rank : dp_rank + 1])
     (loss * dims.dp / total).backward()
-    dist.all_reduce(loss, group=mesh["dp"].get_group())
+    dist.all_reduce(loss, group=mesh[DP].get_group())
 
     ref_loss = torch.zeros(())
     for s in samples:

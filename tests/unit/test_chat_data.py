@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from train.data.config import DataConfig
 from train.data.formats import ChatFormat
-from train.data.sources import DataError, Location
-from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, load_tokenizer
+from train.data.tokenizer import load_tokenizer
+from train.front.data_config import DataConfig
+from train.front.data_sources import DataError, Location
+from train.front.tokenizer import DEMO_CHAT_TOKENIZER_DIR
 
 WHERE = Location(Path("conversations.jsonl"), 0)
 TOOLS = [

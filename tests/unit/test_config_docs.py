@@ -17,7 +17,7 @@ def test_config_docs_are_current():
 def test_every_key_is_documented_with_its_default():
     from pydantic import BaseModel
 
-    from train.config import TrainConfig
+    from train.front.config import TrainConfig
 
     text = GEN["render"]()
 

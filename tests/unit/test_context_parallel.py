@@ -6,9 +6,9 @@ import pytest
 import torch
 from train_helpers import TINY
 
-from train.config import ConfigError, ParallelConfig, load_config
 from train.context_parallel import SequenceShards
-from train.layout import Layout, ParallelDims, WorldEnv
+from train.front.config import ConfigError, ParallelConfig, load_config
+from train.front.layout import CP, DP, DP_CP, EFSDP, EP, TP, Layout, ParallelDims, WorldEnv
 
 
 @pytest.mark.parametrize("seq_len,cp", [(32, 2), (24, 4), (12, 3), (6, 2), (15, 5), (8, 1)])
@@ -44,6 +44,21 @@ def test_dims_with_cp():
         ParallelDims.build(ParallelConfig(dp=4, cp=2, tp=2), env, kv_heads=2)
     with pytest.raises(ConfigError, match=r"^parallel\.cp=2 needs a dense model"):
         ParallelDims.build(ParallelConfig(cp=2), env, kv_heads=2, num_experts=8)
+
+
+def test_mesh_dims_with_cp():
+    """cp sits between dp and tp, and dp x cp flatten to dp_cp (FSDP's dimension); ep keeps its own mesh."""
+    dims = ParallelDims(dp=2, tp=2, cp=4)
+    assert dims.cp_enabled and not dims.ep_enabled
+    assert dims.mesh_dims() == ((2, 4, 2), (DP, CP, TP))
+    assert dims.flattened() == (DP_CP, (DP, CP))
+    plain = ParallelDims(dp=4, tp=2)
+    assert not plain.cp_enabled
+    assert plain.mesh_dims() == ((4, 2), (DP, TP))
+    assert plain.flattened() is None
+    experts = ParallelDims(dp=4, tp=1, ep=2)
+    assert experts.mesh_dims() == ((2, 2, 1), (EFSDP, EP, TP))
+    assert experts.flattened() == (DP, (EFSDP, EP))
 
 
 @pytest.mark.parametrize(

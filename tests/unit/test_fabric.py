@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from hpc.node.cli import NodeCheckError
 from hpc.node.fabric import check_fabric, load_plugin, plugin_names, provider_domains
-from hpc.node.netcheck import NodeCheckError
 
 FI_INFO = Path(__file__).parent / "data" / "fi_info"
 

@@ -10,7 +10,7 @@ import torch
 from train_helpers import FP8_SITE, TINY
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from train.config import ConfigError, load_config
+from train.front.config import ConfigError, load_config
 
 sys.path.insert(0, str(FP8_SITE))
 

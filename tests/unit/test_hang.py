@@ -19,7 +19,7 @@ from hpc.node.hang import (
 )
 from hpc.site import load_site
 from hpc.trainer_job import trainer_job
-from train.config import ConfigError, load_config
+from train.front.config import ConfigError, load_config
 
 
 def test_the_arrived_wait_the_grace_and_leave_early_once_all_posted():

@@ -9,7 +9,7 @@ import pytest
 import torch
 from train_helpers import TINY
 
-from train.config import ConfigError, load_config
+from train.front.config import ConfigError, load_config
 
 
 @pytest.mark.parametrize(
@@ -76,8 +76,8 @@ def test_checkpoint_of_other_lora_settings_is_refused_in_one_line(tmp_path, save
 
 
 def test_qlora_on_several_ranks_is_one_line():
-    from train.layout import WorldEnv
-    from train.run_check import check_run
+    from train.front.layout import WorldEnv
+    from train.front.run_check import check_run
 
     cfg = load_config(TINY, ["lora.enabled=true", "lora.quantize_base=nf4"])
     with pytest.raises(
@@ -134,13 +134,13 @@ def test_qlora_on_several_ranks_is_one_line():
     ids=["qwen3", "qwen3-library-head-dim", "qwen3-moe", "qwen3-moe-dense-layers"],
 )
 def test_decoder_linears_are_the_linear_layers_transformers_builds(config, tmp_path):
-    """train.run_check's table of a decoder layer's linear layers (names and shapes, from a config.json's fields over
+    """train.front.run_check's table of a decoder layer's linear layers (names and shapes, from a config.json's fields over
     transformers' defaults) is what transformers builds, and what the trainer's own MoE model (which apply_lora wraps)
     has."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from train.front.run_check import decoder_linears, model_dims
     from train.model import build_meta_model
-    from train.run_check import decoder_linears, model_dims
 
     (tmp_path / "config.json").write_text(json.dumps(config))
     (tmp_path / "tokenizer.json").write_text("{}")
@@ -165,7 +165,7 @@ def test_decoder_linears_are_the_linear_layers_transformers_builds(config, tmp_p
 def test_library_defaults_are_transformers_defaults():
     from transformers import Qwen3Config, Qwen3MoeConfig
 
-    from train.run_check import LIBRARY_DEFAULTS
+    from train.front.run_check import LIBRARY_DEFAULTS
 
     for name, cls in (("qwen3", Qwen3Config), ("qwen3_moe", Qwen3MoeConfig)):
         ours, theirs = LIBRARY_DEFAULTS[name], cls()

@@ -64,3 +64,28 @@ def test_straggler_lines_name_each_slow_rank_once():
         "slower than the median over 4 windows when last named (at most 21%)",
     ]
     assert straggler_lines(records[:2]) == []
+
+
+def test_tensorboard_scalars_read_back_by_tensorboard(tmp_path):
+    """The torch-free event file: tensorboard's own CRC and its reader (an independent oracle) agree with it."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as tensorboard_crc
+
+    from hpc.metrics_report import to_tensorboard
+    from hpc.tensorboard_events import masked_crc32c
+
+    for data in (b"", b"a", b"123456789", bytes(range(256)) * 3):
+        assert masked_crc32c(data) == tensorboard_crc(data)
+    records = [rec(1, 3.0, mfu=0.25), rec(2, 2.5), {"step": 3, "loss": 2.0, "flag": True, "name": "x"}]
+    assert to_tensorboard(records, tmp_path / "tb") == 5 + 4 + 1  # mfu None, a bool and a string are not scalars
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert sorted(events.Tags()["scalars"]) == [
+        "train/grad_norm",
+        "train/loss",
+        "train/lr",
+        "train/mfu",
+        "train/tokens_per_s",
+    ]
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [(1, 3.0), (2, 2.5), (3, 2.0)]
+    assert [(e.step, e.value) for e in events.Scalars("train/mfu")] == [(1, 0.25)]

@@ -7,9 +7,9 @@ from train_helpers import FP8_SITE
 from transformers import Qwen3ForCausalLM, Qwen3MoeForCausalLM
 
 from train.adapters import LoraLinear, apply_lora
-from train.config import LoraConfig, ModelConfig
+from train.data.tokenizer import load_tokenizer
+from train.front.config import LoraConfig, ModelConfig
 from train.model import build_meta_model, hf_config, initial_value, load_initial_weights
-from train.tokenizer import load_tokenizer
 
 CPU = torch.device("cpu")
 

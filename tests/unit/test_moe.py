@@ -9,10 +9,10 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from train.config import ModelConfig
+from train.data.tokenizer import load_tokenizer
+from train.front.config import ModelConfig
 from train.model import build_meta_model, count_params, export_hf, hf_config, load_initial_weights
 from train.moe import Qwen3MoeForTraining, grouped_mlp, load_imbalance, looped_mlp, routing_summary
-from train.tokenizer import load_tokenizer
 
 
 def _config(**over) -> Qwen3MoeConfig:
@@ -127,7 +127,7 @@ def test_hf_directory_in_and_export_out(tmp_path, one_rank):
 
 
 def test_ep_errors_are_one_line_before_any_process_group():
-    from train.config import ConfigError, ParallelConfig
+    from train.front.config import ConfigError, ParallelConfig
     from train.parallel import ParallelDims, WorldEnv
 
     env = WorldEnv(rank=0, local_rank=0, world_size=4, local_world_size=4)
@@ -167,7 +167,7 @@ def test_a_checkpoint_of_other_routing_is_refused_like_other_dims(tmp_path, save
 
     from train_helpers import TINY
 
-    from train.config import load_config
+    from train.front.config import load_config
     from train.resume import mismatch, written_with
 
     cfg = load_config(TINY, ["model.shape=tiny-moe"])

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
+from hpc.node.cli import NodeCheckError
 from hpc.node.netcheck import (
     DEFAULT_DIST_TIMEOUT_S,
     HcaPort,
     Interface,
     NcclList,
-    NodeCheckError,
     check_gloo_ifname,
     check_ib_hca,
     check_nccl_ifname,

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from hpc.node.netcheck import NodeCheckError
+from hpc.node.cli import NodeCheckError
 from hpc.node.runtime import check_runtime, runtime
 
 

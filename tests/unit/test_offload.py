@@ -7,12 +7,12 @@ import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from train_helpers import TINY
 
-from train.config import ConfigError, LoraConfig, ModelConfig, ParallelConfig, load_config
-from train.layout import ParallelDims, WorldEnv
+from train.data.tokenizer import load_tokenizer
+from train.front.config import ConfigError, LoraConfig, ModelConfig, ParallelConfig, load_config
+from train.front.layout import ParallelDims, WorldEnv
+from train.front.run_check import offload_problem
 from train.model import build_meta_model, hf_config, load_initial_weights
 from train.parallel import build_mesh, parallelize
-from train.run_check import offload_problem
-from train.tokenizer import load_tokenizer
 
 CPU = torch.device("cpu")
 

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from train.config import ConfigError
 from train.data.formats import Sample
 from train.data.packing import IGNORE, START, TARGET, model_inputs, pack
+from train.front.config import ConfigError
 from train.loss import linear_cross_entropy
 from train.model import Qwen3ForTraining
 from train.packed_attention import check_packed_attention, documents_stay_apart

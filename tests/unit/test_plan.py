@@ -22,7 +22,7 @@ from hpc.plan import (
     tp_choices,
 )
 from hpc.site import load_site
-from train.config import load_config
+from train.front.config import load_config
 
 # the model cards' totals and non-embedding counts, in billions
 PUBLISHED = {
@@ -68,7 +68,7 @@ def test_memory_model_moves_the_right_way():
 
 
 def test_loss_memory_is_one_chunk_of_logits_as_the_trainer_computes_it():
-    CHUNK_TOKENS = LOSS_CHUNK_TOKENS  # train/interface.py: the trainer's loss and the planner share it
+    CHUNK_TOKENS = LOSS_CHUNK_TOKENS  # train/front/interface.py: the trainer's loss and the planner share it
     s = qwen3_shape("8B")
     one, eight = memory(s, 1, 16, False, CHUNK_TOKENS, 141), memory(s, 1, 16, False, 8 * CHUNK_TOKENS, 141)
     assert one.loss_gb == pytest.approx(
@@ -154,7 +154,7 @@ def test_lora_adapter_count_and_nf4_bytes_match_the_trainer():
 
     from hpc.plan import BASE_B
     from train.adapters import apply_lora, nf4_api, nf4_scaler_block
-    from train.config import SHAPES, load_config
+    from train.front.config import SHAPES, load_config
 
     _, to_nf4 = nf4_api()
     s = qwen3_shape("8B")

@@ -8,8 +8,8 @@ from train_helpers import TINY
 
 from hpc.plan import ACT_B, PlanError, cp_choices, memory, plan, plan_layout, qwen3_shape
 from hpc.site import load_site
-from train.config import ParallelConfig, load_config
-from train.layout import ParallelDims, WorldEnv
+from train.front.config import ParallelConfig, load_config
+from train.front.layout import ParallelDims, WorldEnv
 
 LONG = 131072
 

@@ -5,11 +5,11 @@ import pytest
 
 from hpc.plan import ep_choice, memory, plan, qwen3_shape, report, tp_choices
 from hpc.site import load_site
-from train.config import ConfigError, ModelConfig, ParallelConfig
-from train.layout import ParallelDims, WorldEnv
+from train.data.tokenizer import load_tokenizer
+from train.front.config import ConfigError, ModelConfig, ParallelConfig
+from train.front.layout import ParallelDims, WorldEnv
 from train.metrics import flops_per_token
 from train.model import count_params, hf_config
-from train.tokenizer import load_tokenizer
 
 
 def test_total_active_and_flops_equal_the_trainers_model():

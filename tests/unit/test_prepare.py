@@ -11,12 +11,12 @@ from data_helpers import SEQ, cfg, long_prompt_chats
 
 from hpc.node.cli import HpcError
 from hpc.node.contract import PREPARED_MANIFEST as MANIFEST
-from train.data.config import DataConfig
 from train.data.packing import IGNORE as IGNORE_LABEL
 from train.data.prepared import PreparedData, describe, open_prepared, prepare, split_rows
-from train.data.sources import DataError
+from train.data.tokenizer import load_tokenizer
+from train.front.data_config import DataConfig
+from train.front.data_sources import DataError
 from train.prepare import task_of
-from train.tokenizer import load_tokenizer
 
 
 def test_prepared_rows_are_memory_mapped_and_split_deterministically(tmp_path, source, tok):
@@ -129,7 +129,7 @@ def test_data_whose_samples_all_lose_their_loss_tokens_is_refused(tmp_path, tok,
 
 def chat_samples(tok, src: Path):
     from train.data.formats import ChatFormat
-    from train.data.sources import Location
+    from train.front.data_sources import Location
 
     records = [(Location(src, i), json.loads(line)) for i, line in enumerate(src.read_text().splitlines())]
     return list(ChatFormat(DataConfig(format="chat"), tok, "chat").samples(records))

@@ -10,21 +10,10 @@ from hpc.node import attempt
 from hpc.node.attempt import Progress, Records, read, record_collective, record_exit, record_start
 from hpc.node.restart import read_log, timing_line
 from hpc.node.restart_policy import (
-    BAD_INPUT,
-    DIED,
-    DONE,
-    END,
-    ERROR,
-    HANG,
-    NO_RESTART,
-    REQUEUE,
-    RESTART,
-    STOPPED,
-    STRAGGLER,
-    UNKNOWN,
-    VANISHED,
+    Action,
     Failure,
     History,
+    Kind,
     Limits,
     decide,
     decisive,
@@ -73,17 +62,17 @@ def records(exits=(), notes=(), marked=(), progress=None) -> Records:
 
 
 def test_every_rank_done_and_a_clean_stop():
-    assert judge(records([exit_(r, 0, 10) for r in range(4)]), stopped=False, rc=0, world=4).kind == DONE
+    assert judge(records([exit_(r, 0, 10) for r in range(4)]), stopped=False, rc=0, world=4).kind == Kind.DONE
     stop = judge(records([exit_(r, 75, 10) for r in range(4)]), stopped=True, rc=0, world=4)
-    assert stop.kind == STOPPED and stop.nodes == ()
+    assert stop.kind == Kind.STOPPED and stop.nodes == ()
 
 
 def test_a_persistent_stragglers_stop_names_its_node():
     f = judge(records([exit_(r, 75, 10) for r in range(4)], marked=["n2"], progress={"step_at": 9.0}), True, 0, 4)
-    assert (f.kind, f.nodes, f.at) == (STRAGGLER, ("n2",), 9.0)
+    assert (f.kind, f.nodes, f.at) == (Kind.STRAGGLER, ("n2",), 9.0)
 
 
-@pytest.mark.parametrize("rc,kind", [(2, BAD_INPUT), (93, NO_RESTART)])
+@pytest.mark.parametrize("rc,kind", [(2, Kind.BAD_INPUT), (93, Kind.NO_RESTART)])
 def test_bad_input_and_no_restart_win_over_what_followed(rc, kind):
     f = judge(records([exit_(1, rc, 10), exit_(2, 0, 9), exit_(3, 137, 12, "SIGKILL")]), False, None, 4)
     assert (f.kind, f.nodes, f.rc) == (kind, ("n1",), rc)
@@ -97,13 +86,13 @@ def test_a_ranks_own_error_is_not_restarted_though_the_others_collectives_failed
         [note(r, "peer ended", [1], 10.1) for r in (0, 2, 3)],
     )
     f = judge(rs, False, 1, 4)
-    assert (f.kind, f.nodes, f.rc) == (ERROR, ("n1",), 1) and "rank 1 on n1 ended with exit code 1" in f.what
+    assert (f.kind, f.nodes, f.rc) == (Kind.ERROR, ("n1",), 1) and "rank 1 on n1 ended with exit code 1" in f.what
 
 
 def test_a_killed_process_names_its_node():
     rs = records([exit_(2, 139, 10.0, "SIGSEGV")], [note(r, "peer ended", [2], 10.01) for r in (0, 1, 3)])
     f = judge(rs, False, None, 4)
-    assert (f.kind, f.nodes, f.at, f.rc) == (DIED, ("n2",), 10.0, 139) and "killed by SIGSEGV" in f.what
+    assert (f.kind, f.nodes, f.at, f.rc) == (Kind.DIED, ("n2",), 10.0, 139) and "killed by SIGSEGV" in f.what
 
 
 def test_a_timeout_names_the_missing_ranks_node_and_the_fault_at_the_steps_start():
@@ -111,7 +100,7 @@ def test_a_timeout_names_the_missing_ranks_node_and_the_fault_at_the_steps_start
         [exit_(r, 1, 40.5) for r in (0, 1, 3)], [note(r, "timeout", [2], 40.0) for r in (0, 1, 3)], marked=["n2"]
     )
     f = judge(rs, False, None, 4)
-    assert (f.kind, f.nodes, f.at, f.seen) == (HANG, ("n2",), 25.0, 40.0)
+    assert (f.kind, f.nodes, f.at, f.seen) == (Kind.HANG, ("n2",), 25.0, 40.0)
     assert f.what == "a collective timed out after step 12: rank 2 on n2 did not arrive"
 
 
@@ -119,23 +108,23 @@ def test_a_timeout_seen_as_a_closed_connection_by_some_ranks_is_a_timeout():
     rs = records(
         notes=[note(0, "timeout", [2], 40.0), note(1, "peer ended", [2], 40.2), note(3, "peer ended", [2], 40.1)]
     )
-    assert judge(rs, False, None, 4).kind == HANG
+    assert judge(rs, False, None, 4).kind == Kind.HANG
 
 
 def test_a_timeout_whose_store_did_not_answer_names_the_rank_that_said_nothing():
     rs = records(notes=[note(r, "timeout", [], 40.0, arrived=None) for r in (1, 2, 3)])
-    assert (judge(rs, False, None, 4).kind, judge(rs, False, None, 4).nodes) == (HANG, ("n1",))
+    assert (judge(rs, False, None, 4).kind, judge(rs, False, None, 4).nodes) == (Kind.HANG, ("n1",))
 
 
 def test_a_nodes_ranks_gone_without_records_name_the_node():
     rs = records([exit_(r, 1, 16) for r in (0, 1)], [note(r, "peer ended", [2, 3], 10.0) for r in (0, 1)])
     f = judge(rs, False, None, 4)
-    assert (f.kind, f.nodes) == (VANISHED, ("n2",)) and f.what.startswith("ranks 2, 3 on n2 ended after step 12")
+    assert (f.kind, f.nodes) == (Kind.VANISHED, ("n2",)) and f.what.startswith("ranks 2, 3 on n2 ended after step 12")
 
 
 def test_a_failure_that_names_nobody_is_unknown():
     f = judge(records(), False, 1, 4)
-    assert (f.kind, f.nodes, f.rc) == (UNKNOWN, (), 1)
+    assert (f.kind, f.nodes, f.rc) == (Kind.UNKNOWN, (), 1)
 
 
 def test_when_the_records_suffice_to_end_the_step():
@@ -151,19 +140,19 @@ ALL = {"n1", "n2", "n3"}
 
 
 def died(node: str = "n2") -> Failure:
-    return Failure(DIED, (node,), f"rank 2 on {node} was killed by SIGKILL", 10.0, 137, 10.0)
+    return Failure(Kind.DIED, (node,), f"rank 2 on {node} was killed by SIGKILL", 10.0, 137, 10.0)
 
 
-@pytest.mark.parametrize("kind", [BAD_INPUT, NO_RESTART, ERROR])
+@pytest.mark.parametrize("kind", [Kind.BAD_INPUT, Kind.NO_RESTART, Kind.ERROR])
 def test_the_programs_own_failures_end_the_job(kind):
-    assert decide(Failure(kind, ("n1",), "", 1.0, 1), History(), LIMITS, ALL, 2).action == END
+    assert decide(Failure(kind, ("n1",), "", 1.0, 1), History(), LIMITS, ALL, 2).action == Action.END
 
 
 def test_a_named_node_leaves_and_the_ranks_restart_while_a_spare_is_left():
     d = decide(died(), History(), LIMITS, ALL, 2)
-    assert (d.action, d.out) == (RESTART, ("n2",))
+    assert (d.action, d.out) == (Action.RESTART, ("n2",))
     d = decide(died(), History(restarts=1, caused=Counter(n1=1)), LIMITS, {"n2", "n3"}, 2)
-    assert (d.action, d.out) == (REQUEUE, ("n2",)) and "1 healthy node(s) left, the ranks need 2" in d.why
+    assert (d.action, d.out) == (Action.REQUEUE, ("n2",)) and "1 healthy node(s) left, the ranks need 2" in d.why
 
 
 def test_a_node_stays_until_it_caused_max_restarts_per_node():
@@ -174,26 +163,26 @@ def test_a_node_stays_until_it_caused_max_restarts_per_node():
 
 def test_the_restart_limit_falls_back_to_the_requeue():
     d = decide(died(), History(restarts=3), LIMITS, ALL, 2)
-    assert d.action == REQUEUE and "restarted 3 time(s), at most 3" in d.why
+    assert d.action == Action.REQUEUE and "restarted 3 time(s), at most 3" in d.why
 
 
 def test_an_unknown_failure_restarts_once_per_job():
-    f = Failure(UNKNOWN, (), "", None, 1)
-    assert decide(f, History(), LIMITS, ALL, 2).action == RESTART
-    assert decide(f, History(restarts=1, unattributed=1), LIMITS, ALL, 2).action == END
+    f = Failure(Kind.UNKNOWN, (), "", None, 1)
+    assert decide(f, History(), LIMITS, ALL, 2).action == Action.RESTART
+    assert decide(f, History(restarts=1, unattributed=1), LIMITS, ALL, 2).action == Action.END
 
 
 def test_done_and_stopped():
-    assert decide(Failure(DONE), History(), LIMITS, ALL, 2).action == "done"
-    assert decide(Failure(STOPPED), History(), LIMITS, ALL, 2).action == "stop"
+    assert decide(Failure(Kind.DONE), History(), LIMITS, ALL, 2).action == "done"
+    assert decide(Failure(Kind.STOPPED), History(), LIMITS, ALL, 2).action == "stop"
 
 
 def test_history_counts_restarts_by_cause_and_node():
     h = History.of(
         [
-            {"action": RESTART, "kind": DIED, "nodes": ["n2"]},
-            {"action": RESTART, "kind": UNKNOWN, "nodes": []},
-            {"action": REQUEUE, "kind": HANG, "nodes": ["n3"]},
+            {"action": Action.RESTART, "kind": Kind.DIED, "nodes": ["n2"]},
+            {"action": Action.RESTART, "kind": Kind.UNKNOWN, "nodes": []},
+            {"action": Action.REQUEUE, "kind": Kind.HANG, "nodes": ["n3"]},
         ]
     )
     assert (h.restarts, h.unattributed, h.caused) == (2, 1, Counter(n2=1))
@@ -249,14 +238,14 @@ def test_the_restart_log_merges_a_decision_with_its_completion(tmp_path):
         {
             "id": "7-0-0",
             "job_id": "7",
-            "action": RESTART,
-            "kind": DIED,
+            "action": Action.RESTART,
+            "kind": Kind.DIED,
             "step": 14,
             "fault_at": 100.0,
             "seen_at": 100.5,
             "ended_at": 101.0,
         },
-        {"id": "9-0-0", "job_id": "9", "action": END},
+        {"id": "9-0-0", "job_id": "9", "action": Action.END},
         {
             "id": "7-0-0",
             "job_id": "7",
@@ -268,7 +257,7 @@ def test_the_restart_log_merges_a_decision_with_its_completion(tmp_path):
     ]
     log.write_text("".join(json.dumps(line) + "\n" for line in lines) + "{not json\n")
     (rec,) = read_log(log, "7")
-    assert rec["trained_at"] == 123.0 and rec["kind"] == DIED
+    assert rec["trained_at"] == 123.0 and rec["kind"] == Kind.DIED
     assert timing_line(rec) == (
         "training again from step 10 (4 step(s) lost), 23.0 s after the failure (detection 0.5 s, "
         "teardown 0.5 s, restart 19.0 s, load 2.0 s, first step 1.0 s)"

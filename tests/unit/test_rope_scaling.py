@@ -8,9 +8,9 @@ from train_helpers import TINY
 from transformers import AutoTokenizer, Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
-from train.config import ConfigError, load_config
+from train.front.config import ConfigError, load_config
+from train.front.tokenizer import tokenizer_source
 from train.model import hf_config
-from train.tokenizer import tokenizer_source
 
 YARN = ["model.rope_scaling.factor=4.0", "model.rope_scaling.original_max_position_embeddings=32768"]
 POSITIONS = torch.tensor([[0, 1, 4095, 32767, 32768, 65536, 131071]])

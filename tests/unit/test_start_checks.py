@@ -2,7 +2,7 @@
 ConfigError, DataError or HpcError under train/, by function) and each is one of:
 
 * shared: a function the login side runs too (``hpc.submit`` traced running it, below);
-* guarded: a refusal deep in the torch code that ``train.run_check`` makes first with the same function's line: its
+* guarded: a refusal deep in the torch code that ``train.front.run_check`` makes first with the same function's line: its
   cases are refused by ``python -m train`` (in process, as rank 0 of the job's ranks, before any process group) and by
   ``hpc.submit --dry-run`` for the same ranks, with the same line;
 * only at the start: what cannot be known before the job runs, with the reason.
@@ -27,17 +27,17 @@ BAD_INPUT = {"ConfigError", "DataError", "HpcError"}
 OWN_COMMANDS = ("train/generate.py", "train/prepare.py")  # their own commands, not the trainer's start
 
 SHARED = {
-    "train/config.py:TrainConfig.check_paths",
-    "train/config.py:apply_overrides",
-    "train/config.py:split_cli",
-    "train/config.py:load_config",
-    "train/data/sources.py:source_path",
-    "train/tokenizer.py:_directory",
-    "train/layout.py:ParallelDims.build",
-    "train/layout.py:ParallelDims.grad_accum",
-    "train/run_check.py:check_run",
-    "train/run_check.py:model_dims",
-    "train/config.py:_validated",
+    "train/front/config.py:TrainConfig.check_paths",
+    "train/front/config.py:apply_overrides",
+    "train/front/config.py:split_cli",
+    "train/front/config.py:load_config",
+    "train/front/data_sources.py:source_path",
+    "train/front/tokenizer.py:tokenizer_dir",
+    "train/front/layout.py:ParallelDims.build",
+    "train/front/layout.py:ParallelDims.grad_accum",
+    "train/front/run_check.py:check_run",
+    "train/front/run_check.py:model_dims",
+    "train/front/config.py:_validated",
 }
 GUARDED = {  # function -> the cases below that make its refusal
     "train/adapters.py:apply_lora": ["lora-target-missing", "lora-target-missing-dense-layers"],
@@ -48,21 +48,21 @@ GUARDED = {  # function -> the cases below that make its refusal
 }
 AT_START = {
     "train/__main__.py:_take_lease": "another live run holding the checkpoint directory when the job starts (its lease)",
-    "train/layout.py:WorldEnv.from_env": "the rank's environment, which hpc.node.launch derives from Slurm's on each node",
-    "train/layout.py:WorldEnv.from_env.get": "the rank's environment, which hpc.node.launch derives from Slurm's on each node",
+    "train/front/layout.py:WorldEnv.from_env": "the rank's environment, which hpc.node.launch derives from Slurm's on each node",
+    "train/front/layout.py:WorldEnv.from_env.get": "the rank's environment, which hpc.node.launch derives from Slurm's on each node",
     "train/float8.py:require_fp8": "the rank's GPU (its compute capability) and torchao where it runs",
     "train/faults.py:parse": "tests only: the faults a test asks the ranks to inject into themselves (HPC_TEST_FAULTS)",
     "train/adapters.py:nf4_api": "torchao's NF4 where the rank runs (the login side finds only that torchao is installed)",
     "train/packed_attention.py:check_packed_attention": "the nodes' transformers, tried on a one-layer model",
-    "train/tokenizer.py:load_tokenizer": "the tokenizer as transformers loads it (the login side never imports transformers)",
+    "train/data/tokenizer.py:load_tokenizer": "the tokenizer as transformers loads it (the login side never imports transformers)",
     "train/loop.py:Trainer._check_checkpoints": "the checkpoint directory's content when the job starts (another job of the run may write it while this one waits)",
     "train/loop.py:Trainer._prepare_checkpoints": "the checkpoint directory's content when the job starts",
     "train/loop.py:Trainer._resume": "the checkpoint directory's content when the job starts",
     "train/model.py:_check_hf_tensors": "the weights' content (safetensors headers), read by each rank",
     "train/metrics.py:MetricsLog._keep_until": "the run directory's metrics file when the job starts",
-    "train/data/sources.py:_load_dataset": "the data's content, read by the ranks",
-    "train/data/sources.py:_jsonl_records": "the data's content, read by the ranks",
-    "train/data/sources.py:records": "the data's content, read by the ranks",
+    "train/front/data_sources.py:_load_dataset": "the data's content, read by the ranks",
+    "train/front/data_sources.py:_jsonl_records": "the data's content, read by the ranks",
+    "train/front/data_sources.py:records": "the data's content, read by the ranks",
     "train/data/text.py:load_tokens_on_rank0": "the data's content, read by the ranks",
     "train/data/formats.py:TextFormat.samples": "the data's content, read by the ranks",
     "train/data/formats.py:ChatFormat.__init__": "the chat template as transformers renders it",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from train.config import ConfigError, load_config
+from train.front.config import ConfigError, load_config
 from train.straggler import Streaks, describe, slower_than_peers
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from train_helpers import ROOT, TINY
 
-from train.config import SHAPES, ConfigError, ParallelConfig, apply_overrides, load_config
+from train.front.config import SHAPES, ConfigError, ParallelConfig, apply_overrides, load_config
 from train.parallel import ParallelDims, WorldEnv
 
 

@@ -10,10 +10,11 @@ from hpc.node.cli import HpcError
 from hpc.render import render_sbatch
 from hpc.site import load_site
 from hpc.spec import build_spec, plan_trainer
-from train.config import load_config, split_cli
-from train.interface import CONFIG_DIR
-from train.layout import Layout
-from train.tokenizer import DEMO_CHAT_TOKENIZER_DIR, DEMO_TOKENIZER_DIR, check_tokenizer, load_tokenizer
+from train.data.tokenizer import load_tokenizer
+from train.front.config import load_config, split_cli
+from train.front.interface import CONFIG_DIR
+from train.front.layout import Layout
+from train.front.tokenizer import DEMO_CHAT_TOKENIZER_DIR, DEMO_TOKENIZER_DIR, check_tokenizer
 
 TINY = str(CONFIG_DIR / "tiny.yaml")
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from train.data.config import DataConfig
-from train.data.sources import DataError, Location
+from train.front.data_config import DataConfig
+from train.front.data_sources import DataError, Location
 
 ROLES = ("system", "user", "assistant", "tool")
 _PROBE_USER, _PROBE_REPLY = "probe question", "probe reply"

@@ -1,6 +1,6 @@
 """Prepared data: samples tokenized, rendered and packed once into memory-mapped shards, with a manifest.
 
-A prepared directory holds, per chunk of the source (``train.data.sources.chunks``),
+A prepared directory holds, per chunk of the source (``train.front.data_sources.chunks``),
 ``chunk-NNNNN.tokens.npy`` (int32) and ``chunk-NNNNN.flags.npy`` (uint8), both [rows, seq_len]
 (see ``train.data.packing``), and ``chunk-NNNNN.json`` (its counts and the key it was made for,
 written last: the chunk is done). ``manifest.json`` (written once every chunk is done, by
@@ -24,10 +24,10 @@ import numpy as np
 
 from hpc.node.contract import PREPARED_MANIFEST as MANIFEST
 from hpc.node.files import META_BYTES, read_json_object, read_small_text
-from train.data.config import DataConfig
 from train.data.formats import make_format
 from train.data.packing import PackStats, pack
-from train.data.sources import DataError, chunks, records, source_files, source_path
+from train.front.data_config import DataConfig
+from train.front.data_sources import DataError, chunks, records, source_files, source_path
 
 FORMAT_VERSION = 2  # 2: samples without a loss token are left out (no_loss), the longest sample is recorded
 POLL_S = 0.5

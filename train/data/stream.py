@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from train.data.packing import model_inputs
-from train.data.sources import DataError
+from train.front.data_sources import DataError
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:

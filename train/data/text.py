@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 
 from hpc.node.files import read_small_text
-from train.data.config import DataConfig
 from train.data.formats import TextFormat
-from train.data.sources import DataError, chunks, records, source_files, source_path
+from train.front.data_config import DataConfig
+from train.front.data_sources import DataError, chunks, records, source_files, source_path
 
 POLL_S = 0.5
 

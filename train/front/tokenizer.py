@@ -1,4 +1,5 @@
-"""Tokenizer loading: the shipped demo tokenizer or any Hugging Face tokenizer directory.
+"""The tokenizer's files, checked without transformers: the shipped demo tokenizer or any Hugging Face tokenizer
+directory (``train.data.tokenizer`` loads it on the ranks).
 
 ``DataConfig.tokenizer: null`` loads the demo tokenizer in ``train/assets/tokenizer``
 (a 2048-token byte-level BPE trained on the demo corpus by
@@ -16,13 +17,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hpc.node.cli import HpcError
 from hpc.node.files import META_BYTES, read_small_text, regular_file_problem
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerFast
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -33,10 +30,10 @@ TOKENIZER_FILES = (
     "added_tokens.json",
     "chat_template.jinja",
 )
-DEMO_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "tokenizer"
+DEMO_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "assets" / "tokenizer"
 # The demo tokenizer plus Qwen3's chat tokens (<|im_start|>, <|im_end|> = EOS, <think>, </think>) and a Qwen3-style chat
 # template.
-DEMO_CHAT_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "chat_tokenizer"
+DEMO_CHAT_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "assets" / "chat_tokenizer"
 
 
 def tokenizer_source(data_tokenizer: str | None, model_path: str | None, chat: bool) -> str:
@@ -46,7 +43,7 @@ def tokenizer_source(data_tokenizer: str | None, model_path: str | None, chat: b
     return str(DEMO_CHAT_TOKENIZER_DIR if chat else DEMO_TOKENIZER_DIR)
 
 
-def _directory(path: str | None) -> Path:
+def tokenizer_dir(path: str | None) -> Path:
     """The tokenizer directory of ``path`` (None = the demo tokenizer), checked to hold a Hugging Face tokenizer's
     files."""
     directory = DEMO_TOKENIZER_DIR if path is None else Path(path).expanduser()
@@ -62,17 +59,18 @@ def _directory(path: str | None) -> Path:
     return directory
 
 
-def _cannot_load(directory: Path, e: Exception) -> HpcError:
+def load_error(directory: Path, e: Exception) -> HpcError:
+    """The one line for a tokenizer directory whose files do not load (``e``: the parser's error)."""
     return HpcError(f"tokenizer: {directory} cannot be loaded ({' '.join(str(e).split())[:200] or type(e).__name__})")
 
 
 def check_tokenizer(path: str | None) -> int | None:
-    """The torch-free part of ``load_tokenizer``'s checks (the login side runs it for every job): the directory's files,
-    and its tokenizer.json and tokenizer_config.json parsed. Returns the vocabulary with added tokens (``len`` of the
-    loaded tokenizer) when tokenizer.json gives it, else None."""
+    """The torch-free part of ``train.data.tokenizer.load_tokenizer``'s checks (the login side runs it for every job):
+    the directory's files, and its tokenizer.json and tokenizer_config.json parsed. Returns the vocabulary with added
+    tokens (``len`` of the loaded tokenizer) when tokenizer.json gives it, else None."""
     from tokenizers import Tokenizer
 
-    directory = _directory(path)
+    directory = tokenizer_dir(path)
     try:
         config = directory / "tokenizer_config.json"
         if config.is_file() and not isinstance(json.loads(read_small_text(config, META_BYTES)), dict):
@@ -80,24 +78,5 @@ def check_tokenizer(path: str | None) -> int | None:
         if (directory / "tokenizer.json").is_file():
             return Tokenizer.from_file(str(directory / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
     except Exception as e:  # noqa: BLE001 - the user's files: a broken JSON, a tokenizers parse error
-        raise _cannot_load(directory, e) from None
+        raise load_error(directory, e) from None
     return None
-
-
-def load_tokenizer(path: str | None) -> PreTrainedTokenizerFast:
-    """Load a fast tokenizer from ``path`` (None = demo tokenizer); it must define an EOS token."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    directory = _directory(path)
-    try:
-        tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-    except Exception as e:  # noqa: BLE001 - the user's files: a broken JSON, a missing vocabulary, a tokenizers parse error
-        raise _cannot_load(directory, e) from None
-    if not isinstance(tok, PreTrainedTokenizerFast):
-        raise HpcError(
-            f"tokenizer: {directory} loads as a slow {type(tok).__name__}; a fast tokenizer (tokenizer.json) is "
-            "required"
-        )
-    if tok.eos_token_id is None:
-        raise HpcError(f"tokenizer: {directory} defines no eos_token; set eos_token in its tokenizer_config.json")
-    return tok

@@ -6,7 +6,7 @@ from pathlib import Path
 
 MODULE = "train"  # python -m train
 CONFIG_DIR = (
-    Path(__file__).resolve().parent / "configs"
+    Path(__file__).resolve().parent.parent / "configs"
 )  # the shipped training configs, by name (a profile's training.config)
 LOG_DIR_KEY = "log.dir"
 CHECKPOINT_DIR_KEY = "checkpoint.dir"

@@ -6,6 +6,7 @@ allowed there. ``load_config`` raises ``ConfigError`` with a one-line message.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Annotated, Literal
@@ -15,9 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hpc.node.cli import HpcError, shown
 from hpc.node.files import META_BYTES, NotASmallFile, read_json_object, read_small_text
 from hpc.node.strict_yaml import YamlError, load_yaml, parse_override
-from train.data.config import DataConfig
-from train.tokenizer import check_tokenizer, tokenizer_source
-from train.tracking import missing
+from train.front.data_config import DataConfig
+from train.front.tokenizer import check_tokenizer, tokenizer_source
 
 
 class ConfigError(HpcError):
@@ -404,7 +404,7 @@ class LogConfig(_Strict):
     def _installed(cls, names: list[str]) -> list[str]:
         if len(set(names)) != len(names):
             raise ValueError(f"log.tracker: {', '.join(names)} names a tracker twice")
-        absent = missing(names)
+        absent = [name for name in names if importlib.util.find_spec(name) is None]
         if absent:
             raise ValueError(f"log.tracker: {absent[0]} is not installed; pip install 'hpc-train[{absent[0]}]'")
         return names
@@ -446,15 +446,17 @@ class TrainConfig(_Strict):
     AdamW state (fp32; bf16 halves their memory, as a plain bf16 loop does, at the cost of small
     updates rounding away); fp8 puts the decoder's linear layers in float8; activation_checkpointing
     is true, false or the fraction of layers checkpointed; activation_offload keeps the checkpointed layers' inputs
-    in host memory instead of the GPU's (one rank; train/offload.py); sdpa_backend puts that attention kernel first on
-    GPU (auto: PyTorch's choice); steps is the last step, over which the schedule runs; export is a directory for the
-    final HF model (relative: inside log.dir) or null."""
+    in host memory instead of the GPU's (one rank; train/offload.py); tiled_mlp runs the dense MLPs over the sequence
+    in checkpointed tiles of that many tokens (0: off; long sequences, train/tiled_mlp.py); sdpa_backend puts that
+    attention kernel first on GPU (auto: PyTorch's choice); steps is the last step, over which the schedule runs;
+    export is a directory for the final HF model (relative: inside log.dir) or null."""
 
     model: ModelConfig
     data: DataConfig = DataConfig()
     parallel: ParallelConfig = ParallelConfig()
     activation_checkpointing: bool | float = Field(False, ge=0, le=1)
     activation_offload: bool = False
+    tiled_mlp: int = Field(0, ge=0)
     compile: bool = False
     sdpa_backend: Literal["auto", "cudnn", "flash"] = "auto"
     seq_len: int = Field(ge=1)
@@ -502,6 +504,11 @@ class TrainConfig(_Strict):
                 "activation_offload=true offloads the inputs that checkpointed layers keep: "
                 "set activation_checkpointing=true (or a fraction of the layers)"
             )
+        if self.tiled_mlp and (self.parallel.tp > 1 or self.model.num_experts()):
+            raise ValueError(
+                f"tiled_mlp={self.tiled_mlp} tiles a dense MLP over a rank's whole sequence: "
+                "not with parallel.tp > 1 or a MoE model; set tiled_mlp=0"
+            )
         if (self.eval.every or self.eval.fraction) and not self.data.packed:
             raise ValueError("eval needs data packed by document: data.format=chat or data.pack=documents")
         problem = cp_problem(self.parallel.cp, self.seq_len, self.data.packed)
@@ -521,7 +528,7 @@ class TrainConfig(_Strict):
 
     def _no_effect(self) -> str | None:
         """A key given where it does nothing is refused, not ignored (its feature switched off on purpose, ``enabled:
-        false``, is a warning instead: ``train.run_check.ignored_settings``)."""
+        false``, is a warning instead: ``train.front.run_check.ignored_settings``)."""
         for section, name in ((self.lora, "lora"), (self.fp8, "fp8")):
             unused = sorted(section.model_fields_set - {"enabled"})
             if unused and not section.enabled and "enabled" not in section.model_fields_set:
@@ -581,7 +588,7 @@ class TrainConfig(_Strict):
         """The files the run reads and writes, checked before any rank starts (torch-free): the data source (and
         eval.path), the tokenizer's files, and that the export can be created. Raises ConfigError or DataError with one
         line; returns the tokenizer's count of tokens where its tokenizer.json gives it."""
-        from train.data.sources import source_path
+        from train.front.data_sources import source_path
 
         source_path(self.data)
         if self.eval.path is not None:

@@ -15,8 +15,8 @@ import math
 from pathlib import Path
 
 from hpc.node.cli import shown
-from train.config import ConfigError, TrainConfig
-from train.layout import ParallelDims, WorldEnv
+from train.front.config import ConfigError, TrainConfig
+from train.front.layout import ParallelDims, WorldEnv
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 NF4_BLOCK = 64  # NF4 quantizes blocks of this many weights
@@ -83,7 +83,7 @@ def check_run(cfg: TrainConfig, env: WorldEnv) -> ParallelDims:
 def ignored_settings(cfg: TrainConfig) -> list[str]:
     """Settings that have no effect because their feature was switched off on purpose (``lora.enabled: false`` with
     other lora keys, say a config made for LoRA run as a full fine-tune): one line each, warned, not refused (left at
-    its default, the switch makes them a refusal: ``train.config``)."""
+    its default, the switch makes them a refusal: ``train.front.config``)."""
     lines = []
     for section, name in ((cfg.lora, "lora"), (cfg.fp8, "fp8")):
         unused = sorted(section.model_fields_set - {"enabled"})

@@ -4,7 +4,7 @@ validated degrees, the rules shared by the trainer and the planner, and the plan
 tp divides the model's KV heads (each TP rank holds whole KV heads) and the ranks per node (a TP group stays on one
 node's fast links); ep (a mixture of experts only) divides dp and the experts (each group of ep data-parallel ranks
 splits the experts); cp (context parallelism, a dense model) splits every sequence over cp ranks, inside dp and
-outside tp on the mesh, and FSDP shards over dp x cp together (the mesh dimension ``FSDP_CP_DIM``)."""
+outside tp on the mesh, and FSDP shards over dp x cp together (the mesh dimension ``DP_CP``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,12 @@ from dataclasses import dataclass
 
 from hpc.node.cli import shown
 from hpc.node.contract import LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, RANK_VAR, WORLD_SIZE_VAR
-from train.config import ConfigError, ParallelConfig, TrainConfig, with_overrides
+from train.front.config import ConfigError, ParallelConfig, TrainConfig, with_overrides
+
+# The device mesh's dimension names (``ParallelDims.mesh_dims``): data and tensor parallel, and with ep on the expert
+# groups (ep) and the data-parallel ranks outside one (efsdp), which flatten to dp; with cp on the context-parallel
+# ranks (cp) and dp x cp flattened (dp_cp), over which FSDP shards and the loss is summed (torchtitan's dp_shard_cp).
+DP, TP, EP, EFSDP, CP, DP_CP = "dp", "tp", "ep", "efsdp", "cp", "dp_cp"
 
 
 def tp_problem(tp: int, kv_heads: int, ranks_per_node: int) -> str | None:
@@ -56,11 +61,6 @@ def ep_problem(ep: int, dp: int, num_experts: int) -> str | None:
 def ep_degrees(dp: int, num_experts: int) -> list[int]:
     """Every allowed ep, smallest first ([1] for a dense model)."""
     return [1] if not num_experts else [e for e in range(1, dp + 1) if dp % e == 0 and num_experts % e == 0]
-
-
-# The device mesh's names for context parallelism: its own dimension, and dp x cp flattened, over which FSDP shards and
-# the loss is summed (torchtitan's dp_shard_cp).
-CP_DIM, FSDP_CP_DIM = "cp", "dp_cp"
 
 
 def cp_world_problem(cp: int, num_experts: int) -> str | None:
@@ -150,6 +150,35 @@ class ParallelDims:
         if problem:
             raise ConfigError(problem)
         return cls(dp, tp, cfg.ep, cp)
+
+    @property
+    def ep_enabled(self) -> bool:
+        """Expert parallelism on: each group of ep data-parallel ranks splits the experts."""
+        return self.ep > 1
+
+    @property
+    def cp_enabled(self) -> bool:
+        """Context parallelism on: each group of cp ranks splits every sequence."""
+        return self.cp > 1
+
+    def mesh_dims(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """The device mesh's shape and dimension names: (dp, tp); with ep on (dp // ep, ep, tp), whose efsdp and ep
+        flatten to dp (an EP group is ep consecutive dp ranks); with cp on (dp, cp, tp), whose dp and cp flatten to
+        dp_cp (``flattened``)."""
+        if self.ep_enabled:
+            return (self.dp // self.ep, self.ep, self.tp), (EFSDP, EP, TP)
+        if self.cp_enabled:
+            return (self.dp, self.cp, self.tp), (DP, CP, TP)
+        return (self.dp, self.tp), (DP, TP)
+
+    def flattened(self) -> tuple[str, tuple[str, ...]] | None:
+        """The mesh dimension made by flattening others, and those: (dp, (efsdp, ep)) with ep on, (dp_cp, (dp, cp))
+        with cp on, else None."""
+        if self.ep_enabled:
+            return DP, (EFSDP, EP)
+        if self.cp_enabled:
+            return DP_CP, (DP, CP)
+        return None
 
     def grad_accum(self, global_batch: int, micro_batch: int) -> int:
         """Micro-batches per rank per step; global_batch must split evenly over micro_batch x dp."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hpc.node.cli import HpcError
 from hpc.node.files import regular_file_problem
-from train.data.config import DataConfig
+from train.front.data_config import DataConfig
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 DEMO_CORPUS = ASSETS / "shakespeare.jsonl"
