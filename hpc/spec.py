@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from hpc.container import Container, Places
 from hpc.dependency import parse_after
 from hpc.node.cli import HpcError, path_text, shown, whole
+from hpc.node.contract import TRAINER_MODULE
 from hpc.node.launcher import SRUN, Launcher, get_launcher
 from hpc.node.ownership import check_owner, run_dir_name
 from hpc.plan import plan_layout
@@ -28,7 +29,6 @@ from hpc.sweep import Sweep, build_sweep, task_args
 from hpc.trainer_job import TrainerJob, runs_trainer, trainer_job
 from train.front.config import ConfigError, TrainConfig
 from train.front.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY
-from train.front.interface import MODULE as TRAINER_MODULE
 from train.front.layout import WorldEnv
 from train.front.run_check import check_run
 

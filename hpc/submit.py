@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.node.cli import HpcError, Parser, check_utf8, fail, path_text, whole
-from hpc.node.contract import task_log
+from hpc.node.contract import SUBMIT_MODULE, task_log
 from hpc.node.launcher import LAUNCHERS, SRUN
 from hpc.render import render_sbatch
 from hpc.site import load_site
@@ -34,7 +34,7 @@ from hpc.sweep import write_table
 from train.front.config import TrainConfig
 from train.front.run_check import ignored_settings
 
-PROG = "hpc.submit"
+PROG = SUBMIT_MODULE
 
 
 def parser() -> argparse.ArgumentParser:
@@ -151,11 +151,6 @@ def planned_spec(a: argparse.Namespace, rank_args: list[str]) -> tuple[JobSpec, 
     if note:
         print(note, file=sys.stderr)
     return spec, cfg
-
-
-def plan_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
-    """The job as it will be rendered (``planned_spec`` without the config)."""
-    return planned_spec(a, rank_args)[0]
 
 
 def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.node.cli import HpcError, shown
+from hpc.node.contract import TRAINER_MODULE
 from hpc.site import SiteProfile
 from train.front.config import ConfigError, TrainConfig, load_config, split_cli
-from train.front.interface import CHECKPOINT_DIR_KEY, CONFIG_DIR, LOG_DIR_KEY, MODULE, STRAGGLER_STOP_KEY
+from train.front.interface import CHECKPOINT_DIR_KEY, CONFIG_DIR, LOG_DIR_KEY, STRAGGLER_STOP_KEY
 from train.front.layout import Layout
 
 
@@ -46,9 +47,9 @@ class TrainerJob:
 
 def runs_trainer(args: Sequence[str]) -> bool:
     """Whether the words after ``--`` run the trainer: anything but a script (``x.py ARGS``) or another ``-m
-    MODULE``."""
+    TRAINER_MODULE``."""
     if args and args[0] == "-m":
-        return list(args[1:2]) == [MODULE]
+        return list(args[1:2]) == [TRAINER_MODULE]
     return not (args and args[0].endswith(".py"))
 
 

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Optional
 
 from hpc.node.cli import HpcError, Parser, fail, number, path_text, whole
-from hpc.node.contract import EXIT_FAILED
+from hpc.node.contract import EXIT_FAILED, HEALTH_MODULE
 from hpc.node.files import META_BYTES, read_small_text
 from hpc.node.slurm_env import node_name
 
-PROG = "hpc.node.health"
+PROG = HEALTH_MODULE
 DEFAULT_MIN_FRACTION = 0.8  # a GPU below this fraction of the profile's matmul or copy rate fails
 MAX_GPUS = 1024  # GPUs per node a job may ask for (as hpc.node.preflight_node)
 MAX_RATE = 1e6  # TFLOP/s or GB/s an expectation may state

@@ -38,13 +38,14 @@ from hpc.node.contract import (
     DIST_TIMEOUT_VAR,
     EXIT_BAD_INPUT,
     EXIT_STOPPED,
+    LAUNCH_MODULE,
     STOP_CAUGHT_SUFFIX,
     STOP_NOTICE_VAR,
     record_stop,
     shield_from_stop,
     stop_signals,
 )
-from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
+from hpc.node.launcher import LAUNCHERS, SRUN, Launcher, get_launcher
 from hpc.node.netcheck import check_node, dist_timeout_s
 from hpc.node.runtime import check_runtime
 from hpc.node.slurm_env import derive, node_name

@@ -38,7 +38,7 @@ def fake(tmp_path, monkeypatch) -> FakeSlurm:
 
 def spec_of(name: str, workdir):
     own, rank_args = submit_cli.split_args(command_line(name, workdir))
-    return submit_cli.plan_spec(submit_cli.parser().parse_args(own), rank_args)
+    return submit_cli.planned_spec(submit_cli.parser().parse_args(own), rank_args)[0]
 
 
 def test_submit_hands_sbatch_the_dry_run_and_returns_its_job_id(fake, tmp_path, capsys):
