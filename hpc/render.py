@@ -155,7 +155,8 @@ def srun_args(spec: JobSpec) -> list[str]:
 
 def launch_argv(spec: JobSpec) -> list[str]:
     """What srun starts on each task: the node-side launch (with the container runtime's command it runs the rank
-    command behind, for apptainer/singularity/command; under pyxis srun itself enters the image), then the rank command."""
+    command behind, for apptainer/singularity/command; under pyxis srun itself enters the image), then the rank
+    command."""
     wrapped = spec.container and spec.container.wrapped
     container = shlex.join(spec.container.prefix(spec.places)) if wrapped else None
     return spec.launcher.task_argv(spec.launch_python, spec.gpus_per_node, spec.command, container)

@@ -125,7 +125,8 @@ def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default
         "--site",
         required=True,
         type=path_text,
-        help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) or a YAML path",
+        help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) "
+        "or a YAML path",
     )
     p.add_argument("--nodes", type=whole(1, MAX_COUNT), required=True)
     p.add_argument("--partition", help="partition name (default: the profile's default)")
@@ -257,8 +258,8 @@ def plan_trainer(spec: JobSpec) -> tuple[JobSpec, Optional[TrainConfig], Optiona
 
 def check_rank_command(spec: JobSpec, cfg: Optional[TrainConfig] = None) -> None:
     """What every rank will run, checked here before anything is submitted: the trainer's config, files and layout for
-    this job's ranks (the trainer's own first check, train.front.run_check; ``cfg``: the job's config already loaded) and
-    the owners of its directories, or that a ``-m MODULE`` exists for the job's python."""
+    this job's ranks (the trainer's own first check, train.front.run_check; ``cfg``: the job's config already loaded)
+    and the owners of its directories, or that a ``-m MODULE`` exists for the job's python."""
     cmd = spec.command
     if spec.runs_trainer:
         for key in spec.sweep.keys if spec.sweep is not None else ():

@@ -70,7 +70,8 @@ def trainer_job(args: Sequence[str], site: SiteProfile, job_dir: Path, checkpoin
     profile's training.config) and overrides. The trainer logs into the job directory and checkpoints under the site's
     checkpoint root, both named after the job (unless an override sets them): a job of the same name resumes the same
     run.
-    With the profile's preemption.exclude_stragglers_after it stops for a persistent straggler (straggler.stop_after)."""
+    With the profile's preemption.exclude_stragglers_after it stops for a persistent straggler
+    (straggler.stop_after)."""
     args = list(args[2:] if args[:1] == ["-m"] else args)
     try:
         config, overrides = split_cli(args)

@@ -267,7 +267,8 @@ def load_initial_weights(
 ) -> None:
     """Allocate the (parallelized, meta) model on ``device`` and fill it, tensor by tensor: from model.path's
     safetensors, each rank its slices, or from the seeded random init; LoRA adapters (if any) from
-    ``train.adapters.init_adapters``. ``nf4`` (QLoRA, one rank): each LoRA base projection is quantized as it arrives."""
+    ``train.adapters.init_adapters``. ``nf4`` (QLoRA, one rank): each LoRA base projection is quantized as it
+    arrives."""
     adapters = any(isinstance(m, LoraLinear) for m in model.modules())
     if nf4:
         _stream_one_rank(model, cfg, config, seed, device)
@@ -323,7 +324,8 @@ def _stream_one_rank(
     model: nn.Module, cfg: ModelConfig, config: Qwen3Config | Qwen3MoeConfig, seed: int, device: torch.device
 ) -> None:
     """Materialize a one-rank meta model parameter by parameter from the seeded init or model.path, each LoRA base
-    projection quantized to NF4 as it arrives (``train.adapters.nf4_weight``): no more than one tensor in full at a time."""
+    projection quantized to NF4 as it arrives (``train.adapters.nf4_weight``): no more than one tensor in full at a
+    time."""
     where = None
     if cfg.path is not None:
         problem = weights_problem(cfg.path)  # train.front.run_check refuses it first

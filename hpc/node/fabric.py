@@ -54,7 +54,8 @@ def check_provider(value: str, run: Callable = subprocess.run, which: Callable =
         domains = provider_domains(r.stdout, provider) if r.returncode == 0 else []
         if not domains:
             said = next(
-                (l.strip() for l in (r.stderr + r.stdout).splitlines() if l.strip()), f"exit code {r.returncode}"
+                (line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()),
+                f"exit code {r.returncode}",
             )
             raise NodeCheckError(
                 f"{FI_PROVIDER_VAR}={value} but fi_info -p {provider} lists no {provider} device on this node "

@@ -222,7 +222,7 @@ def check_dcgm() -> list[Finding]:
         r = subprocess.run(["dcgmi", "diag", "-r", "1"], capture_output=True, text=True, timeout=DCGM_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return [Finding("dcgm", False, f"dcgmi diag -r 1 did not finish within {DCGM_TIMEOUT_S} s")]
-    failed = [" ".join(l.strip("|+ ").split()) for l in r.stdout.splitlines() if re.search(r"\bFail", l)]
+    failed = [" ".join(line.strip("|+ ").split()) for line in r.stdout.splitlines() if re.search(r"\bFail", line)]
     if r.returncode != 0 or failed:
         return [Finding("dcgm", False, f"dcgmi diag -r 1: {'; '.join(failed) or f'exit code {r.returncode}'}")]
     return [Finding("dcgm", True, "dcgmi diag -r 1 passed")]

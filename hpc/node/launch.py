@@ -134,7 +134,10 @@ def ignored_notice_line(who: str, sig: signal.Signals) -> str:
     fate = (
         "it ends now without a save"
         if sig == signal.SIGTERM
-        else "it runs on until Slurm ends it (at the time limit: TIMEOUT, the steps since its last save lost, no requeue)"
+        else (
+            "it runs on until Slurm ends it (at the time limit: TIMEOUT, the steps since its last save lost, no "
+            "requeue)"
+        )
     )
     return (
         f"[launch] {who}: got {sig.name}, the notice to save and stop, but the script does not catch it: {fate}. "

@@ -13,7 +13,7 @@ from hpc.spec import build_spec
 
 def test_trainer_args_are_quoted_and_default_config_added(monkeypatch):
     text = render("local", monkeypatch, args=["optim.lr=1e-3", "run.name=a b;c"])
-    launch = next(l for l in text.splitlines() if l.endswith(" || rc=$?")).removesuffix(" || rc=$?")
+    launch = next(line for line in text.splitlines() if line.endswith(" || rc=$?")).removesuffix(" || rc=$?")
     assert shlex.split(launch)[-8:] == [
         "-m",
         "train",
