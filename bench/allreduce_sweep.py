@@ -23,8 +23,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hpc.node.bandwidth import copy_bandwidth, human_bytes, size_ladder, sweep  # noqa: E402
-from hpc.node.cli import Parser, whole  # noqa: E402
+from hpc.node.bandwidth import copy_bandwidth, human_bytes, size_ladder, sweep
+from hpc.node.cli import Parser, whole
 
 
 def free_port() -> int:

@@ -33,9 +33,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from one_gpu import one_rank_trainer
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from one_gpu import one_rank_trainer  # noqa: E402
 
 PARTS = ["dense", "lora", "moe", "qlora", "fp8-lora", "compile", "tiled-mlp"]
 SIDES = {
@@ -345,7 +346,10 @@ def _verdict(part: str, rows: dict, smoke: bool) -> dict:
     return c | {
         "pass": ok,
         "tolerance": tol,
-        "why": f"|loss diff| mean {c['mean_abs_diff']:.4f} (<= {tol['mean']}), max {c['max_abs_diff']:.4f} (<= {tol['max']})",
+        "why": (
+            f"|loss diff| mean {c['mean_abs_diff']:.4f} (<= {tol['mean']}), max {c['max_abs_diff']:.4f} (<= "
+            f"{tol['max']})"
+        ),
     }
 
 

@@ -27,9 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from one_gpu import one_rank_trainer, timed
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from one_gpu import one_rank_trainer, timed  # noqa: E402
 
 SEQ, WARMUP, TIMED = 4096, 3, 6
 LORA = {

@@ -27,12 +27,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import torch
 
-from hpc.node.cli import Parser, whole  # noqa: E402
+from hpc.node.cli import Parser, whole
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def conversations(n_tokens: int, seq: int, vocab: int, seed: int = 0):

@@ -30,11 +30,12 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hpc.node.cli import Parser, number, whole
+from hpc.node.contract import PREPARED_MANIFEST, task_log
+from hpc.node.ownership import run_dir_name
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from hpc.node.cli import Parser, number, whole  # noqa: E402
-from hpc.node.contract import PREPARED_MANIFEST, task_log  # noqa: E402
-from hpc.node.ownership import run_dir_name  # noqa: E402
 
 SEQ = 1024
 

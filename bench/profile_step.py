@@ -19,9 +19,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from hpc.node.cli import Parser, whole  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hpc.node.cli import Parser, whole
 
 KINDS = [  # first match wins
     ("communication", re.compile(r"nccl", re.I)),

@@ -17,12 +17,13 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hpc.node.cli import Parser, whole
+from train.front.config import load_config, missing_packages
+from train.metrics import MetricsLog
+from train.tracking import Tracking
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from hpc.node.cli import Parser, whole  # noqa: E402
-from train.front.config import load_config  # noqa: E402
-from train.metrics import MetricsLog  # noqa: E402
-from train.tracking import Tracking, missing  # noqa: E402
 
 RECORD = {
     "loss": 7.5,
@@ -75,7 +76,7 @@ def main() -> None:
     )
     a = parser.parse_args()
     os.environ.setdefault("WANDB_MODE", "offline")
-    absent = missing(["mlflow", "wandb", "tensorboard"])
+    absent = missing_packages(["mlflow", "wandb", "tensorboard"])
     if absent:
         sys.exit(f"error: {', '.join(absent)} not installed; pip install 'hpc-train[mlflow,wandb,tensorboard]'")
     cases = {name or "jsonl": case(name, a.records) for name in (None, "mlflow", "wandb", "tensorboard")}

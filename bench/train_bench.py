@@ -43,10 +43,11 @@ import time
 from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hpc.node.cli import Parser, number, whole
+from train.metrics import PEAK_FLOPS_BF16
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from hpc.node.cli import Parser, number, whole  # noqa: E402
-from train.metrics import PEAK_FLOPS_BF16  # noqa: E402
 
 SEQ = 4096
 PEAK = PEAK_FLOPS_BF16["H200"]  # the GPU of these runs
@@ -137,7 +138,8 @@ def _config(
 
 def _timed(step, warmup: int, timed: int) -> tuple[list, float, list[float], float]:
     """Run warmup + timed steps of ``step()``; returns every step's loss (device tensors), the timed steps' seconds,
-    each timed step's seconds (CUDA events between steps: nothing waits for the device in between) and the warm-up's seconds."""
+    each timed step's seconds (CUDA events between steps: nothing waits for the device in between) and the warm-up's
+    seconds."""
     import torch
 
     t_warm = time.perf_counter()
@@ -458,7 +460,10 @@ def _run_case(shape: str, variant: str, args, run_dir: Path) -> dict:
     record = json.loads(result.read_text()) if ok else {"shape": shape, "variant": variant, "error": error}
     record["wall_s"] = time.perf_counter() - t0
     if ok:
-        spread = f"steps {record['step_s_min']:.3f}/{record['step_s_median']:.3f}/{record['step_s_max']:.3f} s (min/median/max)"
+        spread = (
+            f"steps {record['step_s_min']:.3f}/{record['step_s_median']:.3f}/{record['step_s_max']:.3f} s "
+            "(min/median/max)"
+        )
     print(
         f"[bench] {shape} {variant}: "
         + (
@@ -689,7 +694,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         "seq_len": SEQ,
         "peak_flops": PEAK,
         "lr_warmup_steps": args.lr_warmup,
-        "mfu_formula": "tokens/s x (6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x seq) / peak_flops",
+        "mfu_formula": (
+            "tokens/s x (6 x (non-embedding params + lm_head params) + 12 x layers x heads x head_dim x "
+            "seq) / peak_flops"
+        ),
         "results": [],
     }
     with tempfile.TemporaryDirectory() as tmp:

@@ -14,7 +14,6 @@ from typing import Literal, Optional
 from hpc.node.cli import shown
 
 GpuRequest = Literal["gpus-per-node", "gres", "gpus", "none"]
-GPU_REQUESTS = ("gpus-per-node", "gres", "gpus", "none")
 
 _LIST = r"[0-9]+(?:\*[0-9]+)?(?:,[0-9]+(?:\*[0-9]+)?)*"  # map_gpu:0,1 or 0*4,1*4
 _MASKS = r"(?:0x)?[0-9A-Fa-f]+(?:\*[0-9]+)?(?:,(?:0x)?[0-9A-Fa-f]+(?:\*[0-9]+)?)*"

@@ -214,7 +214,7 @@ def failure_line(logs: list[Path]) -> str:
         for line in text.splitlines():
             if line.startswith(error_line(LAUNCH_PROG, "")):
                 return line
-    errors = [l.strip() for t in texts for l in t.splitlines() if "Error" in l or "error" in l]
+    errors = [line.strip() for t in texts for line in t.splitlines() if "Error" in line or "error" in line]
     return errors[-1] if errors else "no error message in the logs"
 
 
@@ -239,7 +239,8 @@ def parser() -> argparse.ArgumentParser:
         "--min-fraction",
         type=number(0, 1, lo_open=True),
         default=0.5,
-        help="fail when busbw is below this fraction of network.expected, or a node or link below this fraction of its peers (default 0.5)",
+        help="fail when busbw is below this fraction of network.expected, or a node or link below this fraction of "
+        "its peers (default 0.5)",
     )
     p.add_argument("--out", type=path_text, help="directory for the JSON and PNG (default: <job_dir>/preflight)")
     p.add_argument("--min-bytes", type=whole(1, MAX_BYTES), help="smallest message (default: 8 KB on GPU, 4 KB on CPU)")

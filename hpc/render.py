@@ -18,17 +18,17 @@ from hpc.node import contract
 from hpc.node.contract import (
     ARRAY_TASK_ID,
     BATCH_LOG,
+    HEALTH_MODULE,
     JOB_DIR_VAR,
     JOB_NAME_VAR,
+    LAUNCH_MODULE,
     MAX_REQUEUES_VAR,
+    RESTART_MODULE,
     STOP_SIGNAL_VAR,
+    SUBMIT_MODULE,
     TASK_LOG,
 )
-from hpc.node.launcher import LAUNCH_MODULE
 from hpc.node.runtime import runtime
-
-HEALTH_MODULE = "hpc.node.health"
-RESTART_MODULE = "hpc.node.restart"
 from hpc.shipped import TEMPLATE_DIR
 from hpc.slurm_time import format_minutes
 from hpc.spec import JobSpec
@@ -155,7 +155,8 @@ def srun_args(spec: JobSpec) -> list[str]:
 
 def launch_argv(spec: JobSpec) -> list[str]:
     """What srun starts on each task: the node-side launch (with the container runtime's command it runs the rank
-    command behind, for apptainer/singularity/command; under pyxis srun itself enters the image), then the rank command."""
+    command behind, for apptainer/singularity/command; under pyxis srun itself enters the image), then the rank
+    command."""
     wrapped = spec.container and spec.container.wrapped
     container = shlex.join(spec.container.prefix(spec.places)) if wrapped else None
     return spec.launcher.task_argv(spec.launch_python, spec.gpus_per_node, spec.command, container)
@@ -241,6 +242,8 @@ def render_sbatch(spec: JobSpec) -> str:
         launch=launch_argv(spec),
         restart=restart_argv(spec),
         launch_module=LAUNCH_MODULE,
+        restart_module=RESTART_MODULE,
+        submit_module=SUBMIT_MODULE,
         stop_record=f"{shlex.quote(str(spec.job_dir))}/"
         + contract.STOP_RECORD.format(job_id='"$SLURM_JOB_ID"', restart='"${SLURM_RESTART_COUNT:-0}"'),
         record_var=contract.STOP_RECORD_VAR,

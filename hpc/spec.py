@@ -19,9 +19,9 @@ from pydantic import ValidationError
 from hpc.container import Container, Places
 from hpc.dependency import parse_after
 from hpc.node.cli import HpcError, path_text, shown, whole
+from hpc.node.contract import PROJECT_MODULE, TRAINER_MODULE
 from hpc.node.launcher import SRUN, Launcher, get_launcher
 from hpc.node.ownership import check_owner, run_dir_name
-from hpc.node.project_module import PROG as PROJECT_MODULE
 from hpc.plan import plan_layout
 from hpc.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.slurm_time import format_minutes, parse_minutes
@@ -29,7 +29,6 @@ from hpc.sweep import Sweep, build_sweep, task_args
 from hpc.trainer_job import TrainerJob, runs_trainer, trainer_job
 from train.front.config import ConfigError, TrainConfig
 from train.front.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY
-from train.front.interface import MODULE as TRAINER_MODULE
 from train.front.layout import WorldEnv
 from train.front.run_check import check_run
 
@@ -260,8 +259,8 @@ def plan_trainer(spec: JobSpec) -> tuple[JobSpec, Optional[TrainConfig], Optiona
 
 def check_rank_command(spec: JobSpec, cfg: Optional[TrainConfig] = None) -> None:
     """What every rank will run, checked here before anything is submitted: the trainer's config, files and layout for
-    this job's ranks (the trainer's own first check, train.front.run_check; ``cfg``: the job's config already loaded) and
-    the owners of its directories, or that a ``-m MODULE`` exists for the job's python."""
+    this job's ranks (the trainer's own first check, train.front.run_check; ``cfg``: the job's config already loaded)
+    and the owners of its directories, or that a ``-m MODULE`` exists for the job's python."""
     cmd = spec.command
     if spec.runs_trainer:
         for key in spec.sweep.keys if spec.sweep is not None else ():

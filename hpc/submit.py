@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.node.cli import HpcError, Parser, check_utf8, fail, path_text, whole
-from hpc.node.contract import task_log
+from hpc.node.contract import SUBMIT_MODULE, task_log
 from hpc.node.launcher import LAUNCHERS, SRUN
 from hpc.render import render_sbatch
 from hpc.site import load_site
@@ -34,7 +34,7 @@ from hpc.sweep import write_table
 from train.front.config import TrainConfig
 from train.front.run_check import ignored_settings
 
-PROG = "hpc.submit"
+PROG = SUBMIT_MODULE
 
 
 def parser() -> argparse.ArgumentParser:
@@ -89,12 +89,14 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="JOB[:ok|any|notok]",
-        help="start after JOB ended COMPLETED (ok, the default), in any state (any), or not COMPLETED (notok); repeatable",
+        help="start after JOB ended COMPLETED (ok, the default), in any state (any), or not COMPLETED (notok); "
+        "repeatable",
     )
     p.add_argument(
         "--preflight",
         action="store_true",
-        help="first check every node's GPUs inside the job (hpc.node.health); a failing node stops the job before training",
+        help="first check every node's GPUs inside the job (hpc.node.health); a failing node stops the job before "
+        "training",
     )
     p.add_argument(
         "--spare-nodes",
@@ -125,7 +127,8 @@ def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def planned_spec(a: argparse.Namespace, rank_args: list[str]) -> tuple[JobSpec, Optional[TrainConfig]]:
     """The command line's job checked against the site profile (built once), with the planner's layout added to the
-    trainer's part where it adds one; and the trainer's config as its ranks will load it (None for a script or module)."""
+    trainer's part where it adds one; and the trainer's config as its ranks will load it (None for a script or
+    module)."""
     spec = build_spec(
         load_site(a.site),
         args=rank_args,
@@ -151,11 +154,6 @@ def planned_spec(a: argparse.Namespace, rank_args: list[str]) -> tuple[JobSpec, 
     if note:
         print(note, file=sys.stderr)
     return spec, cfg
-
-
-def plan_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
-    """The job as it will be rendered (``planned_spec`` without the config)."""
-    return planned_spec(a, rank_args)[0]
 
 
 def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hpc.node.cli import HpcError, shown
+from hpc.node.contract import TRAINER_MODULE
 from hpc.site import SiteProfile
 from train.front.config import ConfigError, TrainConfig, load_config, split_cli
-from train.front.interface import CHECKPOINT_DIR_KEY, CONFIG_DIR, LOG_DIR_KEY, MODULE, STRAGGLER_STOP_KEY
+from train.front.interface import CHECKPOINT_DIR_KEY, CONFIG_DIR, LOG_DIR_KEY, STRAGGLER_STOP_KEY
 from train.front.layout import Layout
 
 
@@ -46,9 +47,9 @@ class TrainerJob:
 
 def runs_trainer(args: Sequence[str]) -> bool:
     """Whether the words after ``--`` run the trainer: anything but a script (``x.py ARGS``) or another ``-m
-    MODULE``."""
+    TRAINER_MODULE``."""
     if args and args[0] == "-m":
-        return list(args[1:2]) == [MODULE]
+        return list(args[1:2]) == [TRAINER_MODULE]
     return not (args and args[0].endswith(".py"))
 
 
@@ -69,7 +70,8 @@ def trainer_job(args: Sequence[str], site: SiteProfile, job_dir: Path, checkpoin
     profile's training.config) and overrides. The trainer logs into the job directory and checkpoints under the site's
     checkpoint root, both named after the job (unless an override sets them): a job of the same name resumes the same
     run.
-    With the profile's preemption.exclude_stragglers_after it stops for a persistent straggler (straggler.stop_after)."""
+    With the profile's preemption.exclude_stragglers_after it stops for a persistent straggler
+    (straggler.stop_after)."""
     args = list(args[2:] if args[:1] == ["-m"] else args)
     try:
         config, overrides = split_cli(args)

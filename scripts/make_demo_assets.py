@@ -57,7 +57,17 @@ THINK_TOKENS = ["<think>", "</think>"]  # added (not special) tokens, as in Qwen
 CHAT_CONVERSATIONS = 2000
 # Qwen2/Qwen3's pre-tokenizer split: a run of newlines stays one piece whatever follows, so a conversation tokenizes
 # as its prompt and its reply do apart (GPT-2's split, the demo tokenizer's, cuts "\n\nA" as "\n", "\nA").
-QWEN_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+QWEN_SPLIT = "|".join(
+    (
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)",
+        r"[^\r\n\p{L}\p{N}]?\p{L}+",
+        r"\p{N}",
+        r" ?[^\s\p{L}\p{N}]+[\r\n]*",
+        r"\s*[\r\n]+",
+        r"\s+(?!\S)",
+        r"\s+",
+    )
+)
 SYSTEM_PROMPT = "You are a helpful assistant who knows the works of Shakespeare."
 
 
@@ -163,7 +173,10 @@ def chat_set(records: list[dict[str, str]], n: int, seed: int = 0) -> list[dict]
     after)."""
     rng = random.Random(seed)
     works = [
-        (r["title"], speeches(r["text"]) or [("", [l.strip() for l in r["text"].splitlines() if len(l.strip()) > 20])])
+        (
+            r["title"],
+            speeches(r["text"]) or [("", [line.strip() for line in r["text"].splitlines() if len(line.strip()) > 20])],
+        )
         for r in records
     ]
     out = []

@@ -17,12 +17,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hpc.node.contract import ENDED_STATES
+from hpc.site import load_site
+from hpc.slurm_query import parse_sacct, parse_scontrol, sacct_command, scontrol_command, squeue_command
 
-from hpc.node.contract import ENDED_STATES  # noqa: E402
-from hpc.site import load_site  # noqa: E402
-from hpc.slurm_query import parse_sacct, parse_scontrol, sacct_command, scontrol_command, squeue_command  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 NAME = "record slurm|outputs = x"  # spaces, sacct's usual delimiter and " Key=" look-alikes: parsed as one name
 
@@ -135,7 +135,7 @@ def main() -> None:
         for restart in (1, 2):
             wait(
                 requeued,
-                lambda f: f.get("JobState") == "RUNNING" and int(f["Restarts"]) == restart - 1,
+                lambda f, restart=restart: f.get("JobState") == "RUNNING" and int(f["Restarts"]) == restart - 1,
                 f"run {restart}",
             )
             run(["scontrol", "requeue", requeued])

@@ -6,6 +6,8 @@
 # or, where there is none (a GPU machine with torch installed), python3.
 # unit and dist need no cluster; slurm and the whole suite (re)start the local Slurm cluster and stop it after, and run
 # test files on TEST_WORKERS (default 2) pytest-xdist workers: one file's jobs wait for Slurm while another's train.
+# The unit tier and the whole suite first check the tree with ruff (format and lint, pyproject.toml's settings, seconds)
+# and fail when it is dirty.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -39,6 +41,11 @@ case "${1:-}" in
   unit|dist|slurm) tier=$1; shift; paths=(tests/"$tier") ;;
   *) tier=all; paths=(tests) ;;
 esac
+if [ "$tier" = unit ] || [ "$tier" = all ]; then
+  ruff=.venv/bin/ruff
+  [ -x $ruff ] || { echo "test.sh: no $ruff; pip install -e '.[test]' (or run scripts/install.sh)" >&2; exit 1; }
+  $ruff format --check . && $ruff check . || { echo "test.sh: ruff: run $ruff format . and fix what $ruff check . names" >&2; exit 1; }
+fi
 if [ "$tier" = unit ] || [ "$tier" = dist ]; then
   exec .venv/bin/python -m pytest "${paths[@]}" "$@"
 fi

@@ -1,13 +1,18 @@
 """Fake Slurm clients for tests without a cluster: `sbatch`, `squeue`, `scontrol`, `sacct` (and `srun`, which submitit
-looks for) as small scripts first on PATH. Each records its argv (and sbatch the script it was handed) and answers
-with the next of the outputs queued for it: real outputs recorded from the local cluster (tests/unit/data/slurm,
-scripts/record_slurm_outputs.py) or sbatch's own lines."""
+looks for). Each records its argv (and sbatch the script it was handed) and answers with the next of the outputs
+queued for it: real outputs recorded from the local cluster (tests/unit/data/slurm, scripts/record_slurm_outputs.py)
+or sbatch's own lines. ``FakeSlurm`` puts them as small scripts first on PATH (the dist tier: real processes);
+``InProcessSlurm`` answers for them in process (the unit tier, which starts none)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import submitit
 from conftest import ROOT
 
 RECORDED = ROOT / "tests" / "unit" / "data" / "slurm"
@@ -67,3 +72,72 @@ class FakeSlurm:
             "PATH": f"{self.folder}{os.pathsep}{os.environ['PATH']}",
             "SLURM_CONF": str(self.folder / "no-slurm.conf"),
         }
+
+
+class InProcessSlurm:
+    """The same clients without processes, as submitit's ``MockedSubprocess`` (core/test_core.py) does it:
+    ``subprocess.run`` (squeue, scontrol, sacct, sbatch --test-only), submitit's ``CommandFunction`` (its sbatch) and
+    ``shutil.which`` answer for them; any other program goes to the real ``subprocess.run``, which the unit tier
+    refuses. ``answer`` and ``calls`` as ``FakeSlurm``'s: the Nth call gets the Nth answer (the last once they run
+    out), a command without answers exits 0 and prints nothing."""
+
+    def __init__(self, monkeypatch, folder: Path):
+        self.folder = folder  # SLURM_CONF points at a file there that does not exist: no controller to check
+        self._answers: dict[str, list[tuple[int, str]]] = {}
+        self._calls: dict[str, list[list[str]]] = {name: [] for name in COMMANDS}
+        self._scripts: list[str] = []
+        self._run, self._which = subprocess.run, shutil.which
+        monkeypatch.setattr(subprocess, "run", self.run)
+        monkeypatch.setattr(shutil, "which", self.which)
+        monkeypatch.setattr(submitit.core.utils, "CommandFunction", self.command_function)
+        monkeypatch.setenv("SLURM_CONF", str(folder / "no-slurm.conf"))
+
+    def answer(self, command: str, *answers: tuple[int, str | Path]) -> None:
+        """Queue (exit code, output) answers for ``command``; output is text or a recorded file (a Path)."""
+        self._answers[command] = [(rc, out.read_text() if isinstance(out, Path) else out) for rc, out in answers]
+
+    def calls(self, command: str) -> list[list[str]]:
+        """The argv (without the program) of each call of ``command`` so far."""
+        return [list(argv) for argv in self._calls[command]]
+
+    def script(self, call: int = 1) -> str:
+        """The text of the script handed to sbatch's CALL-th call."""
+        return self._scripts[call - 1]
+
+    def _answer(self, argv: list[str]) -> tuple[int, str]:
+        name = Path(argv[0]).name
+        self._calls[name].append([str(a) for a in argv[1:]])
+        if name == "sbatch":
+            self._scripts.append(Path(argv[-1]).read_text())
+        queued = self._answers.get(name) or [(0, "")]
+        return queued[min(len(self._calls[name]), len(queued)) - 1]
+
+    def run(self, argv, *args, capture_output: bool = False, text: bool = False, check: bool = False, **kwargs):
+        if Path(argv[0]).name not in COMMANDS:
+            return self._run(argv, *args, capture_output=capture_output, text=text, check=check, **kwargs)
+        rc, out = self._answer(list(argv))
+        stdout, stderr = (out, "") if rc == 0 else ("", out)
+        if not text:
+            stdout, stderr = stdout.encode(), stderr.encode()
+        result = subprocess.CompletedProcess(
+            argv, rc, stdout if capture_output else None, stderr if capture_output else None
+        )
+        if check:
+            result.check_returncode()
+        return result
+
+    def which(self, name, *args, **kwargs):
+        return str(self.folder / name) if name in COMMANDS else self._which(name, *args, **kwargs)
+
+    def command_function(self, command: list[str], verbose: bool = True, cwd=None, env=None):
+        """submitit's CommandFunction: stdout (stripped), or FailedJobError with stderr, which it also prints."""
+
+        def call(*args) -> str:
+            rc, out = self._answer([*command, *map(str, args)])
+            if rc == 0:
+                return out.strip()
+            if not verbose:
+                print(out.strip(), file=sys.stderr)
+            raise submitit.core.utils.FailedJobError(out.strip())
+
+        return call

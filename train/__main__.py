@@ -15,9 +15,9 @@ from pathlib import Path
 
 from hpc.node.cli import error_line
 from hpc.node.contract import EXIT_FAILED
+from hpc.node.contract import TRAINER_MODULE as PROG
 from hpc.node.stop_flag import StopBeforeStart, StopFlag
 from train.front.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY
-from train.front.interface import MODULE as PROG
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -157,7 +157,11 @@ class StragglerMonitor:
         named = self.streaks.add([max(c, b) for c, b in zip(by_compute, by_busy, strict=False)])
         if not named:
             return
-        others = lambda values, r: statistics.median(values[:r] + values[r + 1 :])  # noqa: E731
+
+        def others(values: list[float], r: int) -> float:
+            """The median of every rank's value but rank ``r``'s."""
+            return statistics.median(values[:r] + values[r + 1 :])
+
         found = [
             {
                 "rank": r,

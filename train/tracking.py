@@ -223,7 +223,7 @@ class Tracking:
         for name in cfg.log.tracker:
             try:
                 tracker = opener[name]()
-            except Exception as e:  # noqa: BLE001 (any error of a tracker's client)
+            except Exception as e:  # any error of a tracker's client
                 _report(name, "cannot start", e)
                 continue
             self.trackers.append(tracker)
@@ -248,7 +248,7 @@ class Tracking:
             if self.step > t.last_step:
                 try:
                     t.log(self.step, values)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     _report(t.name, f"cannot log step {self.step}", e)
                     self.trackers.remove(t)
                     continue
@@ -258,7 +258,7 @@ class Tracking:
         for t in self.trackers:
             try:
                 t.close(finished=self.step >= self.total_steps)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 _report(t.name, "cannot close its run", e)
 
 

@@ -16,6 +16,14 @@ EXIT_BAD_INPUT = 2  # config, data or wiring; one line on stderr; never requeued
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped by a notice with a checkpoint of the stop step saved: requeue me
 EXIT_NO_RESTART = 93  # a rank program's "do not restart or requeue me" (as NVIDIA's resiliency extension has it)
 
+# Modules the rendered batch script runs (python -m NAME) and names, and the submit command that renders it.
+SUBMIT_MODULE = "hpc.submit"  # python -m hpc.submit renders and submits the script
+LAUNCH_MODULE = "hpc.node.launch"  # the first thing on every task
+HEALTH_MODULE = "hpc.node.health"  # the GPU health stage (--preflight)
+RESTART_MODULE = "hpc.node.restart"  # the in-job restarts on spare nodes (--spare-nodes)
+TRAINER_MODULE = "train"  # the trainer: what every rank of a trainer job runs
+PROJECT_MODULE = "hpc.node.project_module"  # runs the trainer with the submit directory off sys.path
+
 # Variables the batch script exports for the nodes (hpc/render.py writes them, the nodes read them).
 JOB_NAME_VAR = "HPC_JOB_NAME"  # the exact job name: owner of the job's directories
 JOB_DIR_VAR = "HPC_JOB_DIR"  # the job directory (logs, metrics.jsonl); for scripts of your own

@@ -16,8 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-from hpc.node.contract import FABRIC_MIN_VAR
 from hpc.node.cli import NodeCheckError
+from hpc.node.contract import FABRIC_MIN_VAR
 
 PLUGIN, LIBFABRIC, NCCL = "aws-ofi-nccl", "libfabric", "nccl"
 # the newest plugin and libfabric that still need FI_PROVIDER / FI_EFA_USE_DEVICE_RDMA: below these the preset sets them

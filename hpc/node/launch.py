@@ -38,13 +38,14 @@ from hpc.node.contract import (
     DIST_TIMEOUT_VAR,
     EXIT_BAD_INPUT,
     EXIT_STOPPED,
+    LAUNCH_MODULE,
     STOP_CAUGHT_SUFFIX,
     STOP_NOTICE_VAR,
     record_stop,
     shield_from_stop,
     stop_signals,
 )
-from hpc.node.launcher import LAUNCH_MODULE, LAUNCHERS, SRUN, Launcher, get_launcher
+from hpc.node.launcher import LAUNCHERS, SRUN, Launcher, get_launcher
 from hpc.node.netcheck import check_node, dist_timeout_s
 from hpc.node.runtime import check_runtime
 from hpc.node.slurm_env import derive, node_name
@@ -133,7 +134,10 @@ def ignored_notice_line(who: str, sig: signal.Signals) -> str:
     fate = (
         "it ends now without a save"
         if sig == signal.SIGTERM
-        else "it runs on until Slurm ends it (at the time limit: TIMEOUT, the steps since its last save lost, no requeue)"
+        else (
+            "it runs on until Slurm ends it (at the time limit: TIMEOUT, the steps since its last save lost, no "
+            "requeue)"
+        )
     )
     return (
         f"[launch] {who}: got {sig.name}, the notice to save and stop, but the script does not catch it: {fate}. "

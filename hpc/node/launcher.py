@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from hpc.node.cli import HpcError
+from hpc.node.contract import LAUNCH_MODULE
 from hpc.node.rank_info import RankInfo
-
-LAUNCH_MODULE = "hpc.node.launch"  # the first thing on every task: python -m hpc.node.launch
 
 
 def cuda_available() -> bool:

@@ -120,7 +120,10 @@ def _record_problem(record: dict) -> str | None:
 
     for key, optional in (("run_id", False), ("job_id", True), ("job_name", False), ("host", False)):
         if key not in record or not text(key, optional):
-            return f"{key} is {'missing' if key not in record else shown(record[key])}, not a {'job id or null' if optional else 'string'}"
+            return (
+                f"{key} is {'missing' if key not in record else shown(record[key])}, not a "
+                f"{'job id or null' if optional else 'string'}"
+            )
     pid, started = record.get("pid"), record.get("started")
     if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31:
         return f"pid is {'missing' if 'pid' not in record else shown(pid)}, not a process id"

@@ -11,8 +11,9 @@ import sys
 from typing import Optional, Sequence
 
 from hpc.node.cli import fail, shown
+from hpc.node.contract import PROJECT_MODULE
 
-PROG = "hpc.node.project_module"
+PROG = PROJECT_MODULE
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

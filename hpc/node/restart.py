@@ -43,6 +43,7 @@ from hpc.node.contract import (
     JOB_DIR_VAR,
     RESTART_DIR,
     RESTART_LOG,
+    RESTART_MODULE,
     STOP_RECORD_VAR,
 )
 from hpc.node.hang import GRACE_S, STORE_TIMEOUT_S
@@ -61,7 +62,7 @@ from hpc.node.restart_policy import (
 )
 from hpc.node.slurm_env import node_hosts
 
-PROG = "hpc.node.restart"
+PROG = RESTART_MODULE
 POLL_S = 0.25
 EVIDENCE_S = GRACE_S + STORE_TIMEOUT_S + 2.0  # after a first failure record, the longest wait for the others' records
 END_WAIT_S = 60.0  # how long srun may take to return once its tasks were killed

@@ -155,7 +155,7 @@ def derive(environ: Mapping[str, str], launcher: Launcher = SRUN, gpus_per_node:
         raise RankError(
             f"{local_world} tasks per node but {gpus} GPUs per node: use --ntasks-per-node={gpus} "
             f"(one task per GPU) or a launcher with one task per node "
-            f"({', '.join(n for n, l in LAUNCHERS.items() if l.per_node)})"
+            f"({', '.join(n for n, launcher in LAUNCHERS.items() if launcher.per_node)})"
         )
     if local_world * num_nodes != num_tasks:
         raise RankError(f"{num_tasks} tasks do not fill {num_nodes} nodes x {local_world} tasks per node")

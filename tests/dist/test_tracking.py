@@ -17,10 +17,10 @@ from train_helpers import REPEATABLE, ROOT, TINY, clean_env, finish, items, laun
 
 pytest.importorskip("mlflow")
 pytest.importorskip("wandb")
-from mlflow.tracking import MlflowClient  # noqa: E402
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from mlflow.tracking import MlflowClient
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from train.tracking import wandb_records, wandb_run_files  # noqa: E402
+from train.tracking import wandb_records, wandb_run_files
 
 STEPS = 6
 OVERRIDES = (f"steps={STEPS}", "checkpoint.interval=3", "checkpoint.keep_last=3", "log.log_every=2",

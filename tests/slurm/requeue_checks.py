@@ -124,8 +124,8 @@ def assert_completed(job_id: str, run: Path, timeout: float = 600) -> None:
 def assert_same_as_baseline(run: Path, baseline: Path) -> None:
     """Every step once, in order, with the baseline's loss, grad norm and data position, and the same exported
     weights."""
-    got = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
-    want = [json.loads(l) for l in (baseline / "metrics.jsonl").read_text().splitlines()]
+    got = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    want = [json.loads(line) for line in (baseline / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in got] == [r["step"] for r in want] == list(range(1, len(want) + 1))
     for g, w in zip(got, want, strict=False):
         assert (g["loss"], g["grad_norm"], g["samples_consumed"], g["epoch"]) == (

@@ -20,7 +20,8 @@ def site_with_smi(tmp_path, second_node: str, sticky: bool = False, max_excluded
     fake = bin_dir / "nvidia-smi"
     bad = tmp_path / "bad-node"
     faulty = (
-        f'[ -e {bad} ] || {{ [ "$SLURM_NODEID" = 1 ] && echo "$SLURMD_NODENAME" > {bad}; }}; [ "$(cat {bad} 2>/dev/null)" = "$SLURMD_NODENAME" ]'
+        f'[ -e {bad} ] || {{ [ "$SLURM_NODEID" = 1 ] && echo "$SLURMD_NODENAME" > {bad}; }}; '
+        f'[ "$(cat {bad} 2>/dev/null)" = "$SLURMD_NODENAME" ]'
         if sticky
         else '[ "$SLURM_NODEID" = 1 ]'
     )

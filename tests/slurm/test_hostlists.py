@@ -45,7 +45,9 @@ def generated(rng: random.Random) -> str:
             parts.append(f"{lo:0{width}d}" if lo == hi else f"{lo:0{width}d}-{hi:0{width}d}")
         return "[" + ",".join(parts) + "]"
 
-    prefix = lambda: rng.choice(["n", "gpu", "b04-", "node-a", "x1c0s", "r0"])
+    def prefix() -> str:
+        return rng.choice(["n", "gpu", "b04-", "node-a", "x1c0s", "r0"])
+
     entries = []
     for _ in range(rng.randint(1, 3)):
         entry = prefix() + group()

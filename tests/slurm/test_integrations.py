@@ -97,7 +97,10 @@ def test_a_script_without_the_callback_is_told_in_the_job_log_at_the_notice(slur
     assert r.returncode == 0, r.stderr
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     run = tmp_path / "jobs" / "plain"
-    logs = lambda: "".join(p.read_text() for p in run.glob(f"{job}_*_log.out"))  # noqa: E731
+
+    def logs() -> str:
+        return "".join(p.read_text() for p in run.glob(f"{job}_*_log.out"))
+
     wait_for(lambda: logs().count("ready") == 4, timeout=300, what="4 ranks started")
     subprocess.run(["scancel", "--signal=USR2", job], check=True)
     assert_completed(job, run)

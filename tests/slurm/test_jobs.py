@@ -58,7 +58,7 @@ def test_accelerate_script_on_2_nodes_then_status_logs_report(slurm, tmp_path):
     assert {r["distributed_type"] for r in recs} == {"DistributedType.MULTI_CPU"}
     assert recs[0]["gathered"] == [0, 1, 2, 3]
 
-    metrics = [json.loads(l) for l in (tmp_path / "jobs" / "acc" / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line in (tmp_path / "jobs" / "acc" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == list(range(1, 9))
     st = run_cli("-m", "hpc.jobs", "status", job)
     assert st.returncode == 0, st.stderr
@@ -83,9 +83,9 @@ def test_accelerate_script_on_2_nodes_then_status_logs_report(slurm, tmp_path):
     rep = run_cli("-m", "hpc.jobs", "report", job, "--out", str(png), "--tensorboard", str(tb))
     assert rep.returncode == 0, rep.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    loss_row = next(l for l in rep.stdout.splitlines() if l.startswith("loss "))
+    loss_row = next(line for line in rep.stdout.splitlines() if line.startswith("loss "))
     assert loss_row.split()[1:3] == [fmt(metrics[0]["loss"]), fmt(metrics[-1]["loss"])]
-    assert next(l for l in rep.stdout.splitlines() if l.startswith("mfu ")).split()[1:] == ["n/a"] * 5
+    assert next(line for line in rep.stdout.splitlines() if line.startswith("mfu ")).split()[1:] == ["n/a"] * 5
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -167,7 +167,9 @@ def test_requeue_counts_as_restart_and_cancel(slurm, tmp_path):
         assert subprocess.run(["scontrol", "requeue", job]).returncode == 0
         st = run_cli("-m", "hpc.jobs", "status", job)
         assert f"job {job} (sleeper): PENDING" in st.stdout and "restarts 1" in st.stdout, st.stdout
-        row = next(l.split() for l in run_cli("-m", "hpc.jobs", "list").stdout.splitlines() if l.split()[0] == job)
+        row = next(
+            line.split() for line in run_cli("-m", "hpc.jobs", "list").stdout.splitlines() if line.split()[0] == job
+        )
         assert row[1] == "sleeper" and row[-1] == "1"
         c = run_cli("-m", "hpc.jobs", "cancel", job)
         assert c.returncode == 0 and c.stdout.strip() == f"cancelled job {job} (sleeper, was PENDING)"
@@ -200,7 +202,7 @@ def test_a_new_job_is_listed_at_once_with_its_name(slurm, tmp_path):
     )
     job = sb.stdout.strip()
     try:
-        listed = [l for l in run_cli("-m", "hpc.jobs", "list").stdout.splitlines() if l.split()[0] == job]
+        listed = [line for line in run_cli("-m", "hpc.jobs", "list").stdout.splitlines() if line.split()[0] == job]
         assert len(listed) == 1 and listed[0].split()[1:4] == ["fresh", "job", "PENDING"], listed
         assert run_cli("-m", "hpc.jobs", "status", job).stdout.startswith(f"job {job} (fresh job): PENDING")
     finally:

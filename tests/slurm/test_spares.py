@@ -386,9 +386,9 @@ def test_with_no_healthy_spare_left_the_job_is_requeued_without_the_named_nodes(
     try:
         named = []
         for a in (0, 1):
-            wait_for(lambda: len(read(run.attempt(a)).starts) == 2, timeout=300, what=f"attempt {a}'s ranks")
+            wait_for(lambda a=a: len(read(run.attempt(a)).starts) == 2, timeout=300, what=f"attempt {a}'s ranks")
             named.append(signal_rank(run, a, 1, signal.SIGKILL)[1])
-            wait_for(lambda: read_log(run.dir / "restarts.jsonl", run.job)[a:], what=f"the decision on attempt {a}")
+            wait_for(lambda a=a: read_log(run.dir / "restarts.jsonl", run.job)[a:], what=f"the decision on attempt {a}")
         wait_for(
             lambda: subprocess.run(["scontrol", "show", "job", run.job], capture_output=True, text=True).stdout.count(
                 "Restarts=1"

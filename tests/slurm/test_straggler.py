@@ -58,7 +58,7 @@ def train(tmp_path, name: str, *overrides: str) -> tuple[str, str, list[dict]]:
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     log = (tmp_path / "jobs" / name / f"{job}_0_log.out").read_text()
     assert r.returncode == 0, r.stdout + r.stderr + log[-3000:]
-    records = [json.loads(l) for l in (tmp_path / "jobs" / name / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "jobs" / name / "metrics.jsonl").read_text().splitlines()]
     return job, log, records
 
 

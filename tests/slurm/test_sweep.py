@@ -78,7 +78,7 @@ def test_requeue_of_one_task_resumes_it_exactly_and_leaves_the_others(slurm, tmp
 
     status = run_cli("-m", "hpc.jobs", "status", array)
     assert status.returncode == 0, status.stderr
-    rows = sorted(l.split()[:4] for l in status.stdout.splitlines()[2:])
+    rows = sorted(line.split()[:4] for line in status.stdout.splitlines()[2:])
     assert rows == [
         [f"{array}_{i}", "COMPLETED", str(n), f"checkpoint.keep_last={k}"]
         for i, (n, k) in enumerate(zip((0, 1, 1), KEEP, strict=False))

@@ -9,11 +9,11 @@ from train_helpers import REPEATABLE, TINY, items, logged, metrics
 
 pytest.importorskip("mlflow")
 pytest.importorskip("wandb")
-from conftest import run_cli, wait_job  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
+from conftest import run_cli, wait_job
+from mlflow.tracking import MlflowClient
 
-from slurm.requeue_checks import restarts, steps_done, wait_for  # noqa: E402
-from train.tracking import wandb_records, wandb_run_files  # noqa: E402
+from slurm.requeue_checks import restarts, steps_done, wait_for
+from train.tracking import wandb_records, wandb_run_files
 
 
 def test_scontrol_requeue_continues_the_tracker_runs(slurm, tmp_path, monkeypatch):

@@ -73,7 +73,8 @@ def test_the_old_environment_container_says_where_it_moved(tmp_path):
     path.write_text(yaml.safe_dump(data))
     assert (
         load_error(path)
-        == f"{path}: environment.container: moved: write a top-level container: section with runtime: pyxis, image and mounts"
+        == f"{path}: environment.container: moved: write a top-level container: section with runtime: pyxis, image "
+        "and mounts"
     )
 
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from hpc.network import network_env
+from hpc.node.cli import NodeCheckError
 from hpc.node.contract import FABRIC_MIN_VAR
 from hpc.node.fabric import check_fabric
 from hpc.node.fabric_versions import (
@@ -20,7 +21,6 @@ from hpc.node.fabric_versions import (
     parse_version,
     plugin_version,
 )
-from hpc.node.cli import NodeCheckError
 from hpc.shipped import SHIPPED_SITE_DIR
 from hpc.site import SiteError, load_site
 

@@ -1,8 +1,8 @@
 """The floors, read from every module's imports (AST): hpc/node (the node side) imports nothing else of the project;
 train/front (the trainer's front door) only the node side; train/ (the trainer) and hpc/integrations (users' own
 scripts) only the node side and the front door besides themselves; only the login side (the modules directly in hpc/)
-may import the trainer, and nothing imports the login side. The front door and the login side import no torch,
-transformers or numpy (tests/dist/test_login_imports.py checks the same in a process)."""
+may import the trainer, through its front door, and nothing imports the login side. The front door and the login side
+import no torch, transformers or numpy (tests/dist/test_login_imports.py checks the same in a process)."""
 
 import ast
 from pathlib import Path
@@ -92,6 +92,12 @@ def test_each_floor_imports_only_the_floors_below_it(path):
 def test_the_front_door_and_the_login_side_import_no_torch(path):
     heavy = sorted(n for n in imported(path) if n.split(".")[0] in HEAVY)
     assert not heavy, f"{path.relative_to(ROOT)} imports {heavy}: the login side reads it without {', '.join(HEAVY)}"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "hpc").glob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_login_side_reads_the_trainer_through_its_front_door(path):
+    trainer = sorted(n for n in project_imports(path) if floor(n) == "train")
+    assert not trainer, f"{path.relative_to(ROOT)} imports {trainer}: the login side reads the trainer in train/front/"
 
 
 def module_name(path: Path) -> str:

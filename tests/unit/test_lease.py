@@ -74,14 +74,14 @@ def test_of_many_takers_of_an_ended_lease_exactly_one_wins(tmp_path):
         write_holder(directory, pid=2**22 + 12345, job_id=None)
         results, start = [], threading.Barrier(8)
 
-        def taker():
+        def taker(start: threading.Barrier, directory, results: list) -> None:
             start.wait()
             try:
                 results.append(lease.take(directory, "exp", {})[0].run_id)
             except lease.LeaseHeld:
                 results.append(None)
 
-        threads = [threading.Thread(target=taker) for _ in range(8)]
+        threads = [threading.Thread(target=taker, args=(start, directory, results)) for _ in range(8)]
         for t in threads:
             t.start()
         for t in threads:

@@ -134,9 +134,9 @@ def test_qlora_on_several_ranks_is_one_line():
     ids=["qwen3", "qwen3-library-head-dim", "qwen3-moe", "qwen3-moe-dense-layers"],
 )
 def test_decoder_linears_are_the_linear_layers_transformers_builds(config, tmp_path):
-    """train.front.run_check's table of a decoder layer's linear layers (names and shapes, from a config.json's fields over
-    transformers' defaults) is what transformers builds, and what the trainer's own MoE model (which apply_lora wraps)
-    has."""
+    """train.front.run_check's table of a decoder layer's linear layers (names and shapes, from a config.json's
+    fields over transformers' defaults) is what transformers builds, and what the trainer's own MoE model (which
+    apply_lora wraps) has."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from train.front.run_check import decoder_linears, model_dims

@@ -31,7 +31,7 @@ def test_a_broken_line_is_an_error(tmp_path):
 
 
 def test_summary_table():
-    rows = [l.split() for l in summary_table([rec(1, 3.0, 1000.0, 0.25), rec(2, 1.0, 3000.0, None)]).splitlines()]
+    rows = [line.split() for line in summary_table([rec(1, 3.0, 1000.0, 0.25), rec(2, 1.0, 3000.0, None)]).splitlines()]
     assert rows[0] == ["metric", "first", "last", "min", "max", "mean"]
     assert rows[1] == ["loss", "3", "1", "1", "3", "2"]
     assert rows[2] == ["tokens_per_s", "1,000", "3,000", "1,000", "3,000", "2,000"]

@@ -13,8 +13,8 @@ def test_this_interpreter_matches_itself_and_names_what_differs():
     here = runtime()
     assert here["HPC_EXPECT_PYTHON"] == platform.python_version() and here["HPC_EXPECT_TORCH"]
     assert (
-        check_runtime(here)
-        == f"python {platform.python_version()}, hpc-train {here['HPC_EXPECT_PROJECT']}, torch {here['HPC_EXPECT_TORCH']}"
+        check_runtime(here) == f"python {platform.python_version()}, hpc-train {here['HPC_EXPECT_PROJECT']}, torch "
+        f"{here['HPC_EXPECT_TORCH']}"
     )
     assert check_runtime({}) == "no HPC_EXPECT_* set: nothing to compare"
     with pytest.raises(NodeCheckError) as e:

@@ -1,6 +1,7 @@
 """Activation offload: a checkpointed layer whose input waits in host memory gives the plain model's loss and
 gradients bit for bit (LoRA with dropout: the recomputation replays the forward's random state; the first layer's
-adapters train though the frozen embedding's output needs no gradient), and the settings it needs are one-line errors."""
+adapters train though the frozen embedding's output needs no gradient), and the settings it needs are one-line
+errors."""
 
 import pytest
 import torch
@@ -56,7 +57,8 @@ def test_offloaded_layers_give_the_plain_models_loss_and_gradients(one_rank):
 def test_offload_needs_checkpointing_and_one_rank():
     with pytest.raises(
         ConfigError,
-        match=r"\(with overrides activation_offload=true\): activation_offload=true offloads the inputs that checkpointed layers keep: set activation_checkpointing=true",
+        match=r"\(with overrides activation_offload=true\): activation_offload=true offloads the inputs that "
+        r"checkpointed layers keep: set activation_checkpointing=true",
     ):
         load_config(TINY, ["activation_offload=true"])
     load_config(TINY, ["activation_offload=true", "activation_checkpointing=0.5"])

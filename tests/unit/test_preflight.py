@@ -49,7 +49,7 @@ def test_expected_bandwidth_decides_the_verdict():
     )
     bad = analyze(raw, 480, 100, 0.5)
     assert bad["failed"] and any(
-        "40 GB/s at 4 MB is below 0.5 x the expected 100 GB/s: FAIL" in l for l in bad["verdict"]
+        "40 GB/s at 4 MB is below 0.5 x the expected 100 GB/s: FAIL" in line for line in bad["verdict"]
     )
     assert analyze(raw, 700, None, 0.5)["failed"]  # node b: 300 < 0.5 x 700
     none = analyze(raw, None, None, 0.5)

@@ -40,7 +40,8 @@ def test_mismatched_or_corrupt_prepared_data_is_refused_in_one_line(tmp_path, so
     out = tmp_path / "p"
     prepare(cfg(src), SEQ, tok, "chat", out, log=lambda m: None)
 
-    def refused(match, data_cfg=cfg(src), seq=SEQ):
+    def refused(match, data_cfg=None, seq=SEQ):
+        data_cfg = cfg(src) if data_cfg is None else data_cfg
         with pytest.raises(DataError, match=match) as err:
             open_prepared(data_cfg, seq, tok, "chat", out, 0, 1, "python -m train.prepare ...", log=lambda m: None)
         assert "\n" not in str(err.value)

@@ -74,7 +74,7 @@ def test_jobs_from_slurmctld_alone(case):
     job = job_from(ctl["JobId"] if "ArrayTaskId" not in ctl else f"{ctl['ArrayJobId']}_{ctl['ArrayTaskId']}", ctl, [])
     word = ctl["JobState"]
     assert job.state == word and job.finished == (word in ENDED_STATES) and job.nodes >= 1
-    causes = [l for l in outcome_lines(job) if l.startswith("cause: ")]
+    causes = [line for line in outcome_lines(job) if line.startswith("cause: ")]
     expected = {
         "CANCELLED": "cause: cancelled (scancel)",
         "NODE_FAIL": "cause: a node of the job failed",
@@ -84,7 +84,9 @@ def test_jobs_from_slurmctld_alone(case):
     }.get(word)
     assert [c[: len(expected)] for c in causes] == ([expected] if expected else [])
     if word in ("NODE_FAIL", "TIMEOUT", "PREEMPTED", "CANCELLED"):
-        assert any(l.startswith("next: ") and "resumes from its latest checkpoint" in l for l in outcome_lines(job))
+        assert any(
+            line.startswith("next: ") and "resumes from its latest checkpoint" in line for line in outcome_lines(job)
+        )
     if word == "NODE_FAIL":
         assert f"--exclude {ctl['NodeList']}" in " ".join(outcome_lines(job))
 

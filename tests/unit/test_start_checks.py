@@ -2,9 +2,9 @@
 ConfigError, DataError or HpcError under train/, by function) and each is one of:
 
 * shared: a function the login side runs too (``hpc.submit`` traced running it, below);
-* guarded: a refusal deep in the torch code that ``train.front.run_check`` makes first with the same function's line: its
-  cases are refused by ``python -m train`` (in process, as rank 0 of the job's ranks, before any process group) and by
-  ``hpc.submit --dry-run`` for the same ranks, with the same line;
+* guarded: a refusal deep in the torch code that ``train.front.run_check`` makes first with the same function's line:
+  its cases are refused by ``python -m train`` (in process, as rank 0 of the job's ranks, before any process group)
+  and by ``hpc.submit --dry-run`` for the same ranks, with the same line;
 * only at the start: what cannot be known before the job runs, with the reason.
 
 A new refusal fails this test until it is sorted into one of them."""
@@ -47,15 +47,28 @@ GUARDED = {  # function -> the cases below that make its refusal
     "train/model.py:_stream_one_rank": ["no-weights"],  # the same weights_problem line, for a QLoRA base
 }
 AT_START = {
-    "train/__main__.py:_take_lease": "another live run holding the checkpoint directory when the job starts (its lease)",
-    "train/front/layout.py:WorldEnv.from_env": "the rank's environment, which hpc.node.launch derives from Slurm's on each node",
-    "train/front/layout.py:WorldEnv.from_env.get": "the rank's environment, which hpc.node.launch derives from Slurm's on each node",
+    "train/__main__.py:_take_lease": (
+        "another live run holding the checkpoint directory when the job starts (its lease)"
+    ),
+    "train/front/layout.py:WorldEnv.from_env": (
+        "the rank's environment, which hpc.node.launch derives from Slurm's on each node"
+    ),
+    "train/front/layout.py:WorldEnv.from_env.get": (
+        "the rank's environment, which hpc.node.launch derives from Slurm's on each node"
+    ),
     "train/float8.py:require_fp8": "the rank's GPU (its compute capability) and torchao where it runs",
     "train/faults.py:parse": "tests only: the faults a test asks the ranks to inject into themselves (HPC_TEST_FAULTS)",
-    "train/adapters.py:nf4_api": "torchao's NF4 where the rank runs (the login side finds only that torchao is installed)",
+    "train/adapters.py:nf4_api": (
+        "torchao's NF4 where the rank runs (the login side finds only that torchao is installed)"
+    ),
     "train/packed_attention.py:check_packed_attention": "the nodes' transformers, tried on a one-layer model",
-    "train/data/tokenizer.py:load_tokenizer": "the tokenizer as transformers loads it (the login side never imports transformers)",
-    "train/loop.py:Trainer._check_checkpoints": "the checkpoint directory's content when the job starts (another job of the run may write it while this one waits)",
+    "train/data/tokenizer.py:load_tokenizer": (
+        "the tokenizer as transformers loads it (the login side never imports transformers)"
+    ),
+    "train/loop.py:Trainer._check_checkpoints": (
+        "the checkpoint directory's content when the job starts (another job "
+        "of the run may write it while this one waits)"
+    ),
     "train/loop.py:Trainer._prepare_checkpoints": "the checkpoint directory's content when the job starts",
     "train/loop.py:Trainer._resume": "the checkpoint directory's content when the job starts",
     "train/model.py:_check_hf_tensors": "the weights' content (safetensors headers), read by each rank",
@@ -73,9 +86,13 @@ AT_START = {
     "train/data/prepared.py:prepare": "the data's content, read by the ranks",
     "train/data/prepared.py:wait_until_prepared": "the data's content, read by the ranks",
     "train/data/prepared.py:PreparedData.__init__": "the prepared data's files when the job starts",
-    "train/data/stream.py:TokenStream.__init__": "the data's size in tokens (the layout's own rules: ParallelDims, shared)",
+    "train/data/stream.py:TokenStream.__init__": (
+        "the data's size in tokens (the layout's own rules: ParallelDims, shared)"
+    ),
     "train/data/stream.py:TokenStream.load_state_dict": "a checkpoint's data position",
-    "train/data/stream.py:PackedStream.__init__": "the data's size in rows (the layout's own rules: ParallelDims, shared)",
+    "train/data/stream.py:PackedStream.__init__": (
+        "the data's size in rows (the layout's own rules: ParallelDims, shared)"
+    ),
     "train/data/stream.py:eval_batches": "the held-out data's size in rows",
 }
 

@@ -25,7 +25,7 @@ def spec(site: str, args, monkeypatch, **kw):
 
 
 def launch_words(text: str) -> list[str]:
-    line = next(l for l in text.splitlines() if l.endswith(" || rc=$?")).removesuffix(" || rc=$?")
+    line = next(ln for ln in text.splitlines() if ln.endswith(" || rc=$?")).removesuffix(" || rc=$?")
     words = shlex.split(line)
     return words[words.index("train") + 1 :]
 

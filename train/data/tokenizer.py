@@ -19,7 +19,7 @@ def load_tokenizer(path: str | None) -> PreTrainedTokenizerFast:
     directory = tokenizer_dir(path)
     try:
         tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
-    except Exception as e:  # noqa: BLE001 - the user's files: a broken JSON, a missing vocabulary, a tokenizers parse error
+    except Exception as e:  # the user's files: a broken JSON, a missing vocabulary, a tokenizers parse error
         raise load_error(directory, e) from None
     if not isinstance(tok, PreTrainedTokenizerFast):
         raise HpcError(

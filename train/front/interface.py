@@ -1,10 +1,9 @@
-"""The trainer as the login side sees it, without importing torch: the module every rank runs, its shipped configs, the
-config keys a job sets (its run's directories, the straggler exclusion), and the fused loss's chunk (the planner's
-memory model counts one chunk of logits)."""
+"""The trainer as the login side sees it, without importing torch (its module: ``hpc.node.contract.TRAINER_MODULE``):
+its shipped configs, the config keys a job sets (its run's directories, the straggler exclusion), and the fused loss's
+chunk (the planner's memory model counts one chunk of logits)."""
 
 from pathlib import Path
 
-MODULE = "train"  # python -m train
 CONFIG_DIR = (
     Path(__file__).resolve().parent.parent / "configs"
 )  # the shipped training configs, by name (a profile's training.config)

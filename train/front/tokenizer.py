@@ -77,6 +77,6 @@ def check_tokenizer(path: str | None) -> int | None:
             raise ValueError("tokenizer_config.json is not a JSON object")
         if (directory / "tokenizer.json").is_file():
             return Tokenizer.from_file(str(directory / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
-    except Exception as e:  # noqa: BLE001 - the user's files: a broken JSON, a tokenizers parse error
+    except Exception as e:  # the user's files: a broken JSON, a tokenizers parse error
         raise load_error(directory, e) from None
     return None
