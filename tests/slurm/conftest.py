@@ -13,10 +13,14 @@ from conftest import ROOT
 
 @pytest.fixture(scope="session")
 def slurm() -> dict[str, str]:
-    """The local cluster (scripts/cluster.sh up), shared by the whole test session."""
+    """The local cluster (scripts/cluster.sh up), shared by the whole test session: the one $SLURM_CONF names (a
+    cluster's $LAB/env.sh sets it, and PATH for a newer Slurm's clients), else the local profile's."""
     import yaml
 
-    conf = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())["submission"]["slurm_conf"]
+    conf = (
+        os.environ.get("SLURM_CONF")
+        or yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())["submission"]["slurm_conf"]
+    )
     os.environ["SLURM_CONF"] = conf
     if shutil.which("sbatch") is None or not Path(conf).is_file():
         pytest.fail("the local Slurm cluster is not up: run `bash scripts/cluster.sh up` (scripts/test.sh does)")
