@@ -26,13 +26,13 @@ from hpc.node.contract import (
 )
 from hpc.node.launcher import LAUNCH_MODULE
 from hpc.node.runtime import runtime
-
-HEALTH_MODULE = "hpc.node.health"
-RESTART_MODULE = "hpc.node.restart"
 from hpc.shipped import TEMPLATE_DIR
 from hpc.slurm_time import format_minutes
 from hpc.spec import JobSpec
 from hpc.sweep import task_args
+
+HEALTH_MODULE = "hpc.node.health"
+RESTART_MODULE = "hpc.node.restart"
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
@@ -145,6 +145,7 @@ def srun_args(spec: JobSpec) -> list[str]:
     args = [
         kill,
         f"--ntasks-per-node={spec.tasks_per_node}",
+        f"--cpus-per-task={spec.cpus_per_task}",  # not inherited from the job by 22.05 to 23.02 (slurm_version.py)
         *binding_args(spec, ranks=True),
         f"--output={spec.job_dir / log_pattern(spec, TASK_LOG)}",
     ]
@@ -155,7 +156,8 @@ def srun_args(spec: JobSpec) -> list[str]:
 
 def launch_argv(spec: JobSpec) -> list[str]:
     """What srun starts on each task: the node-side launch (with the container runtime's command it runs the rank
-    command behind, for apptainer/singularity/command; under pyxis srun itself enters the image), then the rank command."""
+    command behind, for apptainer/singularity/command; under pyxis srun itself enters the image), then the rank
+    command."""
     wrapped = spec.container and spec.container.wrapped
     container = shlex.join(spec.container.prefix(spec.places)) if wrapped else None
     return spec.launcher.task_argv(spec.launch_python, spec.gpus_per_node, spec.command, container)
@@ -173,6 +175,7 @@ def health_argv(spec: JobSpec) -> list[str]:
         f"--nodes={spec.allocated_nodes}",
         f"--ntasks={spec.allocated_nodes}",
         "--ntasks-per-node=1",  # in this one task
+        f"--cpus-per-task={spec.cpus_per_task * spec.tasks_per_node}",  # all of the node's CPUs the job holds
         *(f"--{k}={v}" for k, v in gpus.items()),
         *binding_args(spec, ranks=False),
     ]

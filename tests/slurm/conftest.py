@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,7 +28,9 @@ def slurm() -> dict[str, str]:
     r = subprocess.run(["sinfo", "-h", "-o", "%D %t"], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.fail(f"sinfo failed ({r.stderr.strip()}): start the cluster with `bash scripts/cluster.sh up`")
-    return {"SLURM_CONF": conf}
+    # the nodes' /24 (scripts/cluster.sh's NET), from slurm.conf's NodeAddr=10.250.0.[11-14]
+    net = re.search(r"^NodeName=.* NodeAddr=(\d+\.\d+\.\d+)\.", Path(conf).read_text(), re.M)
+    return {"SLURM_CONF": conf, "NET": net.group(1) if net else "127.0.0"}
 
 
 @pytest.fixture(scope="session")

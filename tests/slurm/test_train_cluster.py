@@ -34,12 +34,13 @@ def test_submit_trains_dp_x_tp_across_two_nodes_and_exports(slurm, tmp_path):
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert "[train] layout dp=2 x tp=2 on 4 ranks" in r.stdout
-    assert re.search(r"gloo eth0 \(10\.250\.0\.1\d\)", r.stdout)  # rank traffic on the namespaces' interface
+    net = re.escape(slurm["NET"])
+    assert re.search(rf"gloo eth0 \({net}\.1\d\)", r.stdout)  # rank traffic on the namespaces' interface
     run = tmp_path / "jobs" / "tiny"
-    losses = [json.loads(l)["loss"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+    losses = [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(losses) == 40
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5, losses  # the loss falls
-    records = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     split = [r for r in records if "wait_s" in r]  # compute or network: one timed step per log line
     assert [r["step"] for r in split] == [10, 20, 30, 40]
     assert all(r["compute_s"] > 0 and r["wait_s"] >= 0 for r in split)
