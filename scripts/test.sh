@@ -4,8 +4,9 @@
 # tier and the QLoRA tests against them.
 # scripts/test.sh gpu [--parts ...]: the GPU suite (bench/gpu_suite.py) on a machine with one GPU, with .venv's python
 # or, where there is none (a GPU machine with torch installed), python3.
-# unit and dist need no cluster; slurm and the whole suite (re)start the local Slurm cluster and stop it after, and run
-# test files on TEST_WORKERS (default 2) pytest-xdist workers: one file's jobs wait for Slurm while another's train.
+# unit and dist need no cluster; slurm and the whole suite (re)start the local Slurm cluster (SLURM_VERSION: 22.05, the
+# default, 24.11 or 26.05; scripts/cluster.sh up --slurm) and stop it after, and run test files on TEST_WORKERS (default
+# 2) pytest-xdist workers: one file's jobs wait for Slurm while another's train.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -42,7 +43,8 @@ esac
 if [ "$tier" = unit ] || [ "$tier" = dist ]; then
   exec .venv/bin/python -m pytest "${paths[@]}" "$@"
 fi
-bash scripts/cluster.sh up || exit 1
+bash scripts/cluster.sh up --slurm "${SLURM_VERSION:-22.05}" || exit 1
+source "${LAB:-/tmp/hpc-slurm}/env.sh"  # SLURM_CONF, and PATH to a newer Slurm's clients
 .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile "${paths[@]}" "$@"
 rc=$?
 bash scripts/cluster.sh down >/dev/null 2>&1
