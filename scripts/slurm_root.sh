@@ -19,8 +19,8 @@ esac
 version=$1
 root=$SLURM_ROOTS/$version
 # Slurm's programs, libslurmfull and plugins, made runnable on the host: the chroot's loader as their interpreter and
-# the chroot's library directories as their RPATH (which, unlike LD_LIBRARY_PATH, the jobs they start do not inherit);
-# the chroot's own paths, since slurmctld and slurmd start copies of themselves through /proc/self/exe.
+# the chroot's library directories as their RPATH (which, unlike LD_LIBRARY_PATH, the jobs they start do not inherit).
+# A wrapper that runs the loader would not do: slurmctld and slurmd start copies of themselves through /proc/self/exe.
 host_runnable() {
   local r=$1 lib=$1/usr/lib/x86_64-linux-gnu path dirs
   dirs=$r/usr/lib/x86_64-linux-gnu/slurm-wlm:$r/usr/lib/x86_64-linux-gnu:$r/lib/x86_64-linux-gnu
@@ -35,7 +35,8 @@ installed() { chroot "$1" dpkg-query -W -f '${Version}' slurmd 2>/dev/null; }
 
 if [ ! -x "$root/usr/sbin/slurmd-wlm" ]; then
   command -v debootstrap >/dev/null && command -v patchelf >/dev/null || {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap patchelf >/dev/null
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap patchelf >/dev/null
   }
   rm -rf "$root.tmp"
   mkdir -p "$SLURM_ROOTS"
