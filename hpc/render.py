@@ -145,6 +145,7 @@ def srun_args(spec: JobSpec) -> list[str]:
     args = [
         kill,
         f"--ntasks-per-node={spec.tasks_per_node}",
+        f"--cpus-per-task={spec.cpus_per_task}",  # not inherited from the job by 22.05 to 23.02 (slurm_version.py)
         *binding_args(spec, ranks=True),
         f"--output={spec.job_dir / log_pattern(spec, TASK_LOG)}",
     ]
@@ -174,6 +175,7 @@ def health_argv(spec: JobSpec) -> list[str]:
         f"--nodes={spec.allocated_nodes}",
         f"--ntasks={spec.allocated_nodes}",
         "--ntasks-per-node=1",  # in this one task
+        f"--cpus-per-task={spec.cpus_per_task * spec.tasks_per_node}",  # all of the node's CPUs the job holds
         *(f"--{k}={v}" for k, v in gpus.items()),
         *binding_args(spec, ranks=False),
     ]

@@ -31,13 +31,14 @@ from hpc.node.contract import ENDED_STATES, FINAL_STATES, task_log
 from hpc.node.ownership import claim
 from hpc.render import render_sbatch
 from hpc.slurm_query import JobError, check_controller, job_state, squeue_rows
+from hpc.slurm_version import check_version, sbatch_version
 from hpc.spec import JobSpec, SpecError
 from hpc.sweep import write_table
 
 
 def use_site_slurm(spec: JobSpec) -> None:
-    """Point Slurm's clients at the profile's slurm.conf (unless SLURM_CONF is set), check that sbatch is reachable
-    and slurmctld answers, and that Slurm knows every --after job."""
+    """Point Slurm's clients at the profile's slurm.conf (unless SLURM_CONF is set), check that sbatch is reachable,
+    slurmctld answers and its version takes the profile's options, and that Slurm knows every --after job."""
     conf = spec.site.submission.slurm_conf
     if conf and "SLURM_CONF" not in os.environ:
         if not Path(conf).is_file():
@@ -48,6 +49,7 @@ def use_site_slurm(spec: JobSpec) -> None:
             "sbatch is not on PATH: submit from a Slurm login node (or start the local cluster: scripts/cluster.sh up)"
         )
     check_controller()
+    check_version(spec, sbatch_version())
     check_known(spec.after)
 
 

@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # A real Slurm cluster of several nodes on this one Debian 12 machine (run as root).
 #
-#   scripts/cluster.sh up      start munge, MariaDB + slurmdbd, slurmctld and NNODES slurmd
-#   scripts/cluster.sh down    stop all of it (by pid files), remove namespaces
-#   scripts/cluster.sh status  sinfo + squeue
+#   scripts/cluster.sh up [--slurm V]  start munge, MariaDB + slurmdbd, slurmctld and NNODES slurmd
+#   scripts/cluster.sh down            stop all of it (by pid files), remove namespaces
+#   scripts/cluster.sh status          sinfo + squeue
 #
+# --slurm 22.05 (default: Debian 12's packages on this host), 24.11 (Debian 13's) or 26.05 (Debian unstable's): the
+#   newer ones from a debootstrap chroot (scripts/slurm_root.sh builds it), run with the chroot's loader and libraries
+#   against this host's files, so munge, MariaDB 10.11 and the jobs' python stay the host's. Their clients and
+#   daemons are wrappers in $LAB/bin; in each node's mount namespace they also stand in for /usr/bin/srun, ... and
+#   /usr/sbin/slurmstepd, so a job's inner srun is the cluster's version whatever its PATH.
 # Settings (environment): LAB=/tmp/hpc-slurm  NNODES=4  CPUS=2 (per node)
 #   GPUS=2 (fake gres/gpu per node: --gpus-per-node and CUDA_VISIBLE_DEVICES behave
 #   as on a GPU cluster; the devices are /dev/null clones, there is no CUDA)
 #   ACCT=1 (MariaDB + slurmdbd, so sacct and submitit's state polling are real)
 #   MODE=netns (default: one network + UTS namespace per node, with its own hostname
-#              n1..nN and address 10.250.0.1X on interface eth0 behind the private
-#              bridge slbr0, so traffic between nodes crosses a real interface)
+#              n1..nN and address $NET.1X on interface eth0 behind the private
+#              bridge $BRIDGE, so traffic between nodes crosses a real interface)
 #   MODE=multi (all slurmd in this host's namespaces, one port each; everything on loopback)
+# A second cluster runs beside the first with its own LAB, NETNS (namespaces NETNS-n1..), BRIDGE, VETH (host ends
+#   VETH1..), NET (/24 prefix), PORT (slurmctld; slurmd PORT+1, slurmdbd PORT+2, MODE=multi's slurmd PORT+4..) and
+#   DB_PORT (its MariaDB); defaults hpcslurm, slbr0, slv, 10.250.0, 6817, 3306.
 # Partitions: debug (default), low (preemptible, GraceTime 20 s), high (preempts low), cpu; only low's jobs are ever
 # preempted, so a test that preempts its own low job leaves the others' jobs running.
-# Clients need SLURM_CONF=$LAB/etc/slurm.conf (written to $LAB/env.sh).
+# Clients need SLURM_CONF=$LAB/etc/slurm.conf, and with --slurm 24.11/26.05 PATH=$LAB/bin:$PATH (both in $LAB/env.sh).
 set -euo pipefail
 # The daemons started here outlive this script: they must not inherit its caller's descriptors (a lock held around
 # the call, a test runner's output pipe), which would stay open as long as the cluster runs.
@@ -30,7 +38,15 @@ CPUS=${CPUS:-2}
 GPUS=${GPUS:-2}
 ACCT=${ACCT:-1}
 CRED_EXPIRE=${CRED_EXPIRE:-5}   # also the delay before a requeued job may start again
-NET=10.250.0
+NET=${NET:-10.250.0}
+NETNS=${NETNS:-hpcslurm}
+BRIDGE=${BRIDGE:-slbr0}
+VETH=${VETH:-slv}
+PORT=${PORT:-6817}
+DB_PORT=${DB_PORT:-3306}
+SLURM_VERSION=22.05
+SLURM_ROOT=  # the chroot of a newer Slurm; empty: the host's
+CLIENTS="sacct sacctmgr salloc sattach sbatch sbcast scancel scontrol scrontab sdiag sinfo sprio squeue sreport srun sshare sstat strigger"
 export SLURM_CONF=$LAB/etc/slurm.conf
 T0=$(date +%s%N)
 ts() { local ms=$(( ($(date +%s%N) - T0) / 1000000 )); printf '[cluster %d.%03ds] %s\n' $((ms/1000)) $((ms%1000)) "$*"; }
@@ -48,7 +64,47 @@ stop_pids() {  # TERM, wait up to 10 s, then KILL
   for p in "$@"; do alive "$p" && kill -KILL "$p" 2>/dev/null; done; return 0
 }
 
+use_slurm() {  # $1: the version; a chroot's: its wrappers in $LAB/bin, first on PATH
+  SLURM_VERSION=$1
+  case "$1" in
+    22.05) SLURM_ROOT=; rm -rf "$LAB/bin" ;;
+    24.11 | 26.05) SLURM_ROOT=$(bash "$(dirname "${BASH_SOURCE[0]}")/slurm_root.sh" "$1"); wrappers ;;
+    *) echo "cluster.sh: --slurm $1 is not known; allowed: 22.05, 24.11, 26.05" >&2; exit 2 ;;
+  esac
+}
+
+wrappers() {  # $LAB/bin: links to the chroot's programs (slurm_root.sh made them runnable on the host)
+  local name path
+  rm -rf "$LAB/bin"
+  mkdir -p "$LAB/bin"
+  for name in $CLIENTS slurmctld slurmd slurmdbd slurmstepd; do
+    for path in "$SLURM_ROOT/usr/bin/$name" "$SLURM_ROOT/usr/sbin/$name-wlm" "$SLURM_ROOT/usr/sbin/$name"; do
+      [ -f "$path" ] && [ ! -L "$path" ] && break
+    done
+    [ -f "$path" ] || { echo "cluster.sh: $name is missing from $SLURM_ROOT" >&2; exit 1; }
+    ln -s "$path" "$LAB/bin/$name"
+  done
+  export PATH=$LAB/bin:$PATH
+}
+
+# In a node's mount namespace: the chroot's clients and slurmstepd (slurmd runs /usr/sbin/slurmstepd) over the host's.
+node_mounts() {
+  local name target
+  [ -n "$SLURM_ROOT" ] || return 0
+  for name in $CLIENTS slurmstepd; do
+    target=/usr/bin/$name
+    [ "$name" = slurmstepd ] && target=/usr/sbin/$name
+    [ -e "$target" ] && printf 'mount --bind %q %q && ' "$LAB/bin/$name" "$target"
+  done
+  return 0
+}
+
+plugin_dir() {  # a chroot's Slurm loads its own plugins (a config line, or an empty one)
+  [ -z "$SLURM_ROOT" ] || echo "PluginDir=$SLURM_ROOT/usr/lib/x86_64-linux-gnu/slurm-wlm"
+}
+
 down() {
+  [ -d "$LAB/bin" ] && export PATH=$LAB/bin:$PATH  # the running cluster's own clients
   if [ -n "$(pids_of "$LAB/run/slurmctld.pid")" ]; then
     local jobs; jobs=$(squeue -h -o %i 2>/dev/null || true)
     if [ -n "$jobs" ]; then
@@ -62,8 +118,8 @@ down() {
   stop_pids $(pids_of "$LAB/mysql/mariadbd.pid")
   stop_pids $(pids_of "$LAB/munge/munged.pid")
   rm -f "$LAB"/run/*.pid "$LAB/munge/munged.pid" "$LAB/mysql/mariadbd.pid"
-  for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^hpcslurm-n[0-9]+$/ {print $1}'); do ip netns del "$ns"; done
-  if ip link show slbr0 >/dev/null 2>&1; then ip link del slbr0; fi
+  for ns in $(ip netns list 2>/dev/null | awk -v p="$NETNS" '$1 ~ "^" p "-n[0-9]+$" {print $1}'); do ip netns del "$ns"; done
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE"; fi
   ts "down"
 }
 
@@ -85,7 +141,7 @@ start_accounting() {
     mariadb-install-db --no-defaults --user=root --datadir="$db/data" --skip-test-db >"$db/install.log" 2>&1
   fi
   setsid mariadbd --no-defaults --user=root --datadir="$db/data" --socket="$db/mysqld.sock" \
-    --bind-address=127.0.0.1 --port=3306 --skip-name-resolve --innodb-buffer-pool-size=64M \
+    --bind-address=127.0.0.1 --port="$DB_PORT" --skip-name-resolve --innodb-buffer-pool-size=64M \
     --pid-file="$db/mariadbd.pid" --log-error="$db/mariadbd.err" </dev/null >/dev/null 2>&1 &
   for _ in $(seq 1 150); do mariadb --no-defaults -S "$db/mysqld.sock" -u root -e 'select 1' >/dev/null 2>&1 && break; sleep 0.1; done
   # slurmctld starts with clean state (job ids from 1 again), so accounting starts empty too
@@ -93,15 +149,16 @@ start_accounting() {
     "DROP DATABASE IF EXISTS slurm_acct_db; CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurmpw'; CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmpw'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
   ts "mariadbd up"
   cat > "$LAB/etc/slurmdbd.conf" <<CONF
+$(plugin_dir)
 AuthType=auth/munge
 AuthInfo=socket=$sock
 DbdHost=localhost
 DbdAddr=127.0.0.1
-DbdPort=6819
+DbdPort=$((PORT + 2))
 SlurmUser=root
 StorageType=accounting_storage/mysql
 StorageHost=127.0.0.1
-StoragePort=3306
+StoragePort=$DB_PORT
 StorageUser=slurm
 StoragePass=slurmpw
 StorageLoc=slurm_acct_db
@@ -110,7 +167,7 @@ LogFile=$LAB/log/slurmdbd.log
 CONF
   chmod 600 "$LAB/etc/slurmdbd.conf"
   slurmdbd
-  for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/6819) 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$((PORT + 2))) 2>/dev/null && break; sleep 0.1; done
   ts "slurmdbd up"
 }
 
@@ -120,7 +177,7 @@ write_conf() {
   if [ "$ACCT" = 1 ]; then
     acct="AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
-AccountingStoragePort=6819
+AccountingStoragePort=$((PORT + 2))
 AccountingStoragePass=$sock"
   fi
   rm -f "$LAB/etc/gres.conf"
@@ -132,14 +189,15 @@ AccountingStoragePass=$sock"
   fi
   cat > "$SLURM_CONF" <<CONF
 ClusterName=local
+$(plugin_dir)
 SlurmctldHost=$ctl
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$sock,cred_expire=$CRED_EXPIRE
-SlurmctldPort=6817
-SlurmdPort=6818
+SlurmctldPort=$PORT
+SlurmdPort=$((PORT + 1))
 StateSaveLocation=$LAB/state
 SlurmdSpoolDir=$LAB/spool/%n
 SlurmctldPidFile=$LAB/run/slurmctld.pid
@@ -179,10 +237,22 @@ CONF
 }
 
 up() {
+  local version=22.05 mounts
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --slurm) [ $# -ge 2 ] || { echo "cluster.sh: --slurm needs a version: 22.05, 24.11, 26.05" >&2; exit 2; }
+               version=$2; shift 2 ;;
+      --slurm=*) version=${1#--slurm=}; shift ;;
+      *) echo "cluster.sh: up takes --slurm 22.05|24.11|26.05, not '$1'" >&2; exit 2 ;;
+    esac
+  done
+  case "$version" in 22.05 | 24.11 | 26.05) ;; *) echo "cluster.sh: --slurm $version is not known; allowed: 22.05, 24.11, 26.05" >&2; exit 2 ;; esac
+  down >/dev/null 2>&1 || true
+  use_slurm "$version"
   for cmd in slurmctld slurmd munged; do
     command -v "$cmd" >/dev/null || { echo "cluster.sh: $cmd not found; run scripts/install.sh first" >&2; exit 1; }
   done
-  down >/dev/null 2>&1 || true
+  mounts=$(node_mounts)
   local host; host=$(hostname -s)
   mkdir -p "$LAB"/{etc,state,log,run,munge}
   rm -f "$LAB"/log/*.log "$LAB/munge/munged.log"
@@ -191,24 +261,24 @@ up() {
   for i in $(seq 1 "$NNODES"); do mkdir -p "$LAB/spool/n$i"; done
   start_munge
   if [ "$MODE" = netns ]; then
-    ip link add slbr0 type bridge
-    ip addr add "$NET.1/24" dev slbr0
-    ip link set slbr0 up
+    ip link add "$BRIDGE" type bridge
+    ip addr add "$NET.1/24" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
     { cat /etc/hosts; for i in $(seq 1 "$NNODES"); do echo "$NET.$((10+i)) n$i"; done; } > "$LAB/etc/hosts"
     for i in $(seq 1 "$NNODES"); do
-      ip netns add "hpcslurm-n$i"
-      ip link add "slv$i" type veth peer name eth0 netns "hpcslurm-n$i"
-      ip link set "slv$i" master slbr0 up
-      ip -n "hpcslurm-n$i" addr add "$NET.$((10+i))/24" dev eth0
-      ip -n "hpcslurm-n$i" link set eth0 up
-      ip -n "hpcslurm-n$i" link set lo up
+      ip netns add "$NETNS-n$i"
+      ip link add "$VETH$i" type veth peer name eth0 netns "$NETNS-n$i"
+      ip link set "$VETH$i" master "$BRIDGE" up
+      ip -n "$NETNS-n$i" addr add "$NET.$((10+i))/24" dev eth0
+      ip -n "$NETNS-n$i" link set eth0 up
+      ip -n "$NETNS-n$i" link set lo up
     done
     write_conf "$host" "$host($NET.1)" "NodeName=n[1-$NNODES] NodeAddr=$NET.[11-$((10+NNODES))]"
   elif [ "$MODE" = multi ]; then
     # node names resolve inside jobs through a private /etc/hosts bind-mounted for each slurmd
     { cat /etc/hosts; echo "127.0.0.1 $(seq -f 'n%g' -s ' ' 1 "$NNODES")"; } > "$LAB/etc/hosts"
     write_conf "$host" "$host(127.0.0.1)" \
-      "NodeName=n[1-$NNODES] NodeHostname=$host NodeAddr=127.0.0.1 Port=[6821-$((6820+NNODES))]"
+      "NodeName=n[1-$NNODES] NodeHostname=$host NodeAddr=127.0.0.1 Port=[$((PORT + 4))-$((PORT + 3 + NNODES))]"
   else
     echo "cluster.sh: MODE=$MODE is not known; allowed: multi, netns" >&2; exit 2
   fi
@@ -216,18 +286,21 @@ up() {
     command -v slurmdbd >/dev/null || { echo "cluster.sh: slurmdbd not found (ACCT=1); run scripts/install.sh" >&2; exit 1; }
     start_accounting
   fi
-  echo "export SLURM_CONF=$SLURM_CONF" > "$LAB/env.sh"
+  {
+    echo "export SLURM_CONF=$SLURM_CONF"
+    [ -z "$SLURM_ROOT" ] || echo "export PATH=$LAB/bin:\$PATH  # Slurm $SLURM_VERSION's clients"
+  } >"$LAB/env.sh"
   slurmctld -f "$SLURM_CONF" -c
   for _ in $(seq 1 50); do [ -s "$LAB/run/slurmctld.pid" ] && break; sleep 0.1; done
   ts "slurmctld up"
   for i in $(seq 1 "$NNODES"); do
     if [ "$MODE" = netns ]; then
       # nsenter, not "ip netns exec": that remounts /sys and slurmd loses /sys/fs/cgroup
-      nsenter --net="/run/netns/hpcslurm-n$i" unshare --uts --mount --propagation private sh -c \
-        "hostname n$i && mount --bind '$LAB/etc/hosts' /etc/hosts && exec slurmd -f '$SLURM_CONF' -N n$i"
+      nsenter --net="/run/netns/$NETNS-n$i" unshare --uts --mount --propagation private sh -c \
+        "hostname n$i && mount --bind '$LAB/etc/hosts' /etc/hosts && $mounts exec slurmd -f '$SLURM_CONF' -N n$i"
     else
       unshare --mount --propagation private sh -c \
-        "mount --bind '$LAB/etc/hosts' /etc/hosts && exec slurmd -f '$SLURM_CONF' -N n$i"
+        "mount --bind '$LAB/etc/hosts' /etc/hosts && $mounts exec slurmd -f '$SLURM_CONF' -N n$i"
     fi
   done
   for _ in $(seq 1 150); do
@@ -236,12 +309,12 @@ up() {
   if [ "$(sinfo -h -p debug -t idle -o %D)" != "$NNODES" ]; then
     sinfo >&2; echo "cluster.sh: nodes did not become idle; see $LAB/log" >&2; exit 1
   fi
-  ts "up: $NNODES nodes ($MODE, $GPUS fake GPUs and $CPUS CPUs each, accounting=$ACCT). Clients: source $LAB/env.sh"
+  ts "up: Slurm $SLURM_VERSION, $NNODES nodes ($MODE, $GPUS fake GPUs and $CPUS CPUs each, accounting=$ACCT). Clients: source $LAB/env.sh"
 }
 
 case "${1:-}" in
-  up) up ;;
+  up) shift; up "$@" ;;
   down) down ;;
   status) sinfo; squeue ;;
-  *) echo "usage: scripts/cluster.sh up|down|status" >&2; exit 2 ;;
+  *) echo "usage: scripts/cluster.sh up [--slurm 22.05|24.11|26.05] | down | status" >&2; exit 2 ;;
 esac

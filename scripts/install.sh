@@ -3,10 +3,12 @@
 # Debian's Slurm, munge and MariaDB for the local cluster, bubblewrap for the container
 # tests, then a virtual environment in .venv with the project and its test extra, at the dependency floors of
 # pyproject.toml. A failed step stops the install (exit 1) naming what it could not install.
+# SLURM_VERSION=24.11 or 26.05 also builds that Slurm's chroot (scripts/slurm_root.sh) for `cluster.sh up --slurm`.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3}
+SLURM_VERSION=${SLURM_VERSION:-22.05}
 
 need=()
 for cmd in slurmctld slurmd sbatch munged slurmdbd mariadbd ip nsenter bwrap; do
@@ -19,6 +21,15 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends \
     slurmctld slurmd slurm-client slurmdbd munge mariadb-server iproute2 util-linux bubblewrap >/dev/null
 fi
+
+case "$SLURM_VERSION" in
+  22.05) ;;
+  24.11 | 26.05)
+    echo "[install] Slurm $SLURM_VERSION's chroot (scripts/slurm_root.sh)"
+    bash "$ROOT/scripts/slurm_root.sh" "$SLURM_VERSION" >/dev/null || { echo "[install] FAILED: Slurm $SLURM_VERSION" >&2; exit 1; }
+    ;;
+  *) echo "[install] SLURM_VERSION=$SLURM_VERSION is not known; allowed: 22.05, 24.11, 26.05" >&2; exit 2 ;;
+esac
 
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[install] creating $VENV"

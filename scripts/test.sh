@@ -4,8 +4,9 @@
 # tier and the QLoRA tests against them.
 # scripts/test.sh gpu [--parts ...]: the GPU suite (bench/gpu_suite.py) on a machine with one GPU, with .venv's python
 # or, where there is none (a GPU machine with torch installed), python3.
-# unit and dist need no cluster; slurm and the whole suite (re)start the local Slurm cluster and stop it after, and run
-# test files on TEST_WORKERS (default 2) pytest-xdist workers: one file's jobs wait for Slurm while another's train.
+# unit and dist need no cluster; slurm and the whole suite (re)start the local Slurm cluster (SLURM_VERSION: 22.05, the
+# default, 24.11 or 26.05; scripts/cluster.sh up --slurm) and stop it after, and run test files on TEST_WORKERS (default
+# 2) pytest-xdist workers: one file's jobs wait for Slurm while another's train.
 # The unit tier and the whole suite first check the tree with ruff (format and lint, pyproject.toml's settings, seconds)
 # and fail when it is dirty.
 set -uo pipefail
@@ -61,13 +62,17 @@ run_tier() {  # run_tier TIER [pytest args...]: one tier on TEST_WORKERS workers
     || { [ $? -eq 5 ] || rc=1; }  # 5: no test selected (a -k that matches another tier only)
   echo "$name $((SECONDS - t0))" >>"$times/walls"
 }
+start_cluster() {  # the local cluster on SLURM_VERSION (22.05, the default, 24.11 or 26.05), its clients for the tier
+  bash scripts/cluster.sh up --slurm "${SLURM_VERSION:-22.05}" || exit 1
+  source "${LAB:-/tmp/hpc-slurm}/env.sh"  # SLURM_CONF, and PATH to a newer Slurm's clients
+}
 if [ "$tier" = slurm ]; then
-  bash scripts/cluster.sh up || exit 1
+  start_cluster
   run_tier slurm "$@"
 else
   run_tier unit "$@"
   run_tier dist "$@"
-  bash scripts/cluster.sh up || exit 1
+  start_cluster
   run_tier slurm "$@"
 fi
 bash scripts/cluster.sh down >/dev/null 2>&1

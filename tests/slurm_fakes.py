@@ -19,9 +19,11 @@ RECORDED = ROOT / "tests" / "unit" / "data" / "slurm"
 COMMANDS = ("sbatch", "squeue", "scontrol", "sacct", "srun")
 
 # One script for every command: the Nth call answers with line N of NAME.answers (the last line once they run out):
-# "RC FILE" prints FILE to stdout when RC is 0, else to stderr, and exits RC.
+# "RC FILE" prints FILE to stdout when RC is 0, else to stderr, and exits RC. --version is not a call: it prints the
+# local cluster's recorded version line.
 SCRIPT = r"""#!/bin/bash
 d=$(dirname "$0"); n=$(basename "$0")
+if [ "$*" = --version ]; then cat "$d/version"; exit 0; fi
 calls=1; while [ -e "$d/$n.call.$calls" ]; do calls=$((calls + 1)); done
 printf '%s\0' "$@" > "$d/$n.call.$calls"
 if [ "$n" = sbatch ]; then cp "${@: -1}" "$d/sbatch.script.$calls"; fi
@@ -39,6 +41,7 @@ class FakeSlurm:
     def __init__(self, folder: Path):
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
+        (folder / "version").write_text((RECORDED / "sbatch.version").read_text())
         for name in COMMANDS:
             path = folder / name
             path.write_text(SCRIPT)

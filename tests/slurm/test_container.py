@@ -6,6 +6,7 @@ to the uninterrupted baseline each time (the machinery of test_requeue.py).
 """
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -35,7 +36,6 @@ from slurm.requeue_checks import (
 
 pytestmark = pytest.mark.slurm
 
-SLURM_DIR = Path("/tmp/hpc-slurm")  # the local cluster's config, state and munge socket (scripts/cluster.sh)
 SLURM_CLIENTS = ("scontrol", "srun", "sbatch", "squeue", "scancel", "sinfo", "sacct", "salloc")
 PROBE = ROOT / "tests" / "scripts" / "sandbox_probe.py"
 QUEUE_WAIT_S = 900  # the shared cluster may hold the job pending behind others first
@@ -45,11 +45,12 @@ def sandbox_profile(tmp_path: Path) -> Path:
     """The local profile with every rank inside bwrap: the host's files, minus Slurm (clients, config, munge)."""
     bwrap = shutil.which("bwrap")
     assert bwrap, "bubblewrap is not installed (scripts/install.sh installs it)"
-    hide = ["--tmpfs", str(SLURM_DIR), "--tmpfs", "/etc/slurm"]
-    for name in SLURM_CLIENTS:
-        path = shutil.which(name)
-        if path:
-            hide += ["--ro-bind", "/dev/null", path]
+    lab = Path(os.environ["SLURM_CONF"]).parent.parent  # the cluster's config, state, munge socket (and clients)
+    hide = ["--tmpfs", str(lab), "--tmpfs", "/etc/slurm"]
+    for name in SLURM_CLIENTS:  # the host's clients (a newer Slurm's stand in for them on the nodes)
+        for path in {shutil.which(name), f"/usr/bin/{name}"}:
+            if path and Path(path).exists() and not Path(path).is_relative_to(lab):
+                hide += ["--ro-bind", "/dev/null", path]
     profile = yaml.safe_load((SHIPPED_SITE_DIR / "local.yaml").read_text())
     profile["name"] = "local-sandbox"
     profile["container"] = {

@@ -1,12 +1,17 @@
 """Each way a partition asks for GPUs (tests/sites/local-forms.yaml), submitted to the local cluster: --gres=gpu:N
-with --gres-flags, --gpus=TOTAL with --gpu-bind and --cpu-bind on the ranks' srun, and none (a CPU partition).
+with --gres-flags, --gpus=TOTAL with --gpu-bind and --cpu-bind on the ranks' srun, and none (a CPU partition); and
+--gres-flags=allow-task-sharing, refused or run as the cluster's Slurm version takes it.
 The rendered scripts are the goldens local-gres, local-gpus-bind and local-cpu."""
 
 import json
 import re
+import subprocess
 
 import pytest
+import yaml
 from conftest import ROOT, job_nodes, run_cli, wait_job
+
+from hpc.slurm_version import parse_version
 
 pytestmark = pytest.mark.slurm
 FORMS = ROOT / "tests" / "sites" / "local-forms.yaml"
@@ -49,3 +54,33 @@ def test_every_gpu_request_form_runs_its_ranks(slurm, tmp_path):
         )
         assert {r["slurmd_nodename"] for r in recs} == set(job_nodes(job))
         assert [r["cuda_visible_devices"] for r in recs] == [VISIBLE[part](int(r["local_rank"])) for r in recs], part
+
+
+def test_allow_task_sharing_runs_where_the_clusters_slurm_takes_it(slurm, tmp_path):
+    """--gres-flags=allow-task-sharing (srun only) came in Slurm 23.11: older clusters refuse it at submit in one line,
+    newer ones run the bound ranks with it."""
+    version = parse_version(subprocess.run(["sbatch", "--version"], capture_output=True, text=True).stdout)
+    profile = yaml.safe_load(FORMS.read_text())
+    low = next(p for p in profile["partitions"] if p["name"] == "low")
+    low["gres_flags"] = ["allow-task-sharing"]
+    site = tmp_path / "sharing.yaml"
+    site.write_text(yaml.safe_dump(profile))
+    out = tmp_path / "ranks"
+    r = run_cli(
+        *("-m", "hpc.submit", "--site", str(site), "--partition", "low", "--nodes", "2", "--job-name", "sharing"),
+        *("--", "-m", "hpc.node.smoke", "--out", str(out)),
+        cwd=tmp_path,
+    )
+    if version < (23, 11):
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "partitions[low].gres_flags: allow-task-sharing needs Slurm 23.11 or newer" in r.stderr
+        assert not (tmp_path / "jobs").exists()
+        return
+    assert r.returncode == 0, r.stderr
+    job = re.search(r"submitted job (\d+)", r.stdout).group(1)
+    script = (tmp_path / "jobs" / "sharing" / f"{job}_submission.sh").read_text()
+    assert "--gpu-bind=map_gpu:0,1 --gres-flags=allow-task-sharing" in script
+    assert wait_job(job) == "COMPLETED"
+    recs = [json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))]
+    assert sorted(int(r["rank"]) for r in recs) == [0, 1, 2, 3]
+    assert [r["cuda_visible_devices"] for r in recs] == [VISIBLE["low"](int(r["local_rank"])) for r in recs]

@@ -29,7 +29,8 @@ def test_preflight_on_two_namespaced_nodes(slurm, tmp_path):
     report = json.loads((out / f"preflight-{job}.json").read_text())
     nodes = [n["name"] for n in report["nodes"]]
     assert len(set(nodes)) == 2 and report["world_size"] == 4
-    for name in nodes:  # each node reports its own namespace's hostname and interface (nX has 10.250.0.1X)
+    net = re.escape(slurm["NET"])
+    for name in nodes:  # each node reports its own namespace's hostname and interface (nX has NET.1X)
         i = name.removeprefix("n")
         assert (
             f"[health] {name} node: ok: 2 GPU(s) granted by Slurm; the partition has 2" in r.stdout
@@ -38,7 +39,7 @@ def test_preflight_on_two_namespaced_nodes(slurm, tmp_path):
             rf"^\[health\] {name} cpu: ok: fp32 matmul [\d.e-]+ TFLOP/s, memory copy [\d.e-]+ GB/s", r.stdout, re.M
         )
         assert re.search(
-            rf"^{name} +{name} +lo 127\.0\.0\.1,::1; eth0 10\.250\.0\.1{i} .* gloo eth0 \(10\.250\.0\.1{i}\)",
+            rf"^{name} +{name} +lo 127\.0\.0\.1,::1; eth0 {net}\.1{i} .* gloo eth0 \({net}\.1{i}\)",
             r.stdout,
             re.M,
         )
@@ -61,13 +62,13 @@ def test_preflight_on_two_namespaced_nodes(slurm, tmp_path):
         (
             "gloo_socket_ifname",
             "ib0",
-            "GLOO_SOCKET_IFNAME=ib0 but this node has no interface ib0; it has lo (127.0.0.1, ::1), eth0 (10.250.0.1",
+            "GLOO_SOCKET_IFNAME=ib0 but this node has no interface ib0; it has lo (127.0.0.1, ::1), eth0 (NET.1",
         ),
         (
             "nccl_socket_ifname",
             "=eth1",
             "NCCL_SOCKET_IFNAME==eth1 but it selects no interface of this node; this node has lo (127.0.0.1, ::1), "
-            "eth0 (10.250.0.1",
+            "eth0 (NET.1",
         ),
     ],
 )
@@ -88,7 +89,7 @@ def test_wrong_interface_fails_fast_naming_the_node(slurm, tmp_path, key, value,
     assert r.returncode == 1, r.stdout + r.stderr
     line = r.stderr.strip().splitlines()[-1]
     assert re.match(r"hpc\.preflight: error: job \d+ FAILED: hpc\.node\.launch: error: n[1-4]: ", line), line
-    assert message in line
+    assert message.replace("NET", slurm["NET"]) in line
     assert time.time() - start < 60
     assert not (tmp_path / "out").exists()
 

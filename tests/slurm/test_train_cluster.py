@@ -34,7 +34,8 @@ def test_submit_trains_dp_x_tp_across_two_nodes_and_exports(slurm, tmp_path):
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert "[train] layout dp=2 x tp=2 on 4 ranks" in r.stdout
-    assert re.search(r"gloo eth0 \(10\.250\.0\.1\d\)", r.stdout)  # rank traffic on the namespaces' interface
+    net = re.escape(slurm["NET"])
+    assert re.search(rf"gloo eth0 \({net}\.1\d\)", r.stdout)  # rank traffic on the namespaces' interface
     run = tmp_path / "jobs" / "tiny"
     losses = [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(losses) == 40

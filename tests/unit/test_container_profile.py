@@ -71,9 +71,8 @@ def test_the_old_environment_container_says_where_it_moved(tmp_path):
     data = yaml.safe_load(path.read_text())
     data["environment"]["container"] = {"image": "x.sqsh"}
     path.write_text(yaml.safe_dump(data))
-    assert (
-        load_error(path)
-        == f"{path}: environment.container: moved: write a top-level container: section with runtime: pyxis, image "
+    assert load_error(path) == (
+        f"{path}: environment.container: moved: write a top-level container: section with runtime: pyxis, image "
         "and mounts"
     )
 
@@ -82,7 +81,7 @@ def test_pyxis_renders_srun_options_and_launch_runs_inside(tmp_path, monkeypatch
     monkeypatch.setenv("USER", "alice")
     spec = spec_for(profile(tmp_path, {"runtime": "pyxis", "image": "/img/pt.sqsh", "mounts": ["/data:/data:ro"]}))
     jobs, ckpt = WORKDIR / "jobs" / "train", WORKDIR / "checkpoints" / "train"
-    assert srun_args(spec)[3:] == [
+    assert srun_args(spec)[4:] == [  # after kill-on-bad-exit, ntasks- and cpus-per-task, output
         "--container-image=/img/pt.sqsh",
         f"--container-mounts={WORKDIR}:{WORKDIR},{jobs}:{jobs},{ckpt}:{ckpt},{PROJECT_ROOT}:{PROJECT_ROOT},/data:/data:ro",
         f"--container-workdir={WORKDIR}",
