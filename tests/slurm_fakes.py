@@ -82,7 +82,7 @@ class InProcessSlurm:
     ``subprocess.run`` (squeue, scontrol, sacct, sbatch --test-only), submitit's ``CommandFunction`` (its sbatch) and
     ``shutil.which`` answer for them; any other program goes to the real ``subprocess.run``, which the unit tier
     refuses. ``answer`` and ``calls`` as ``FakeSlurm``'s: the Nth call gets the Nth answer (the last once they run
-    out), a command without answers exits 0 and prints nothing."""
+    out), a command without answers exits 0 and prints nothing; ``--version`` is not a call."""
 
     def __init__(self, monkeypatch, folder: Path):
         self.folder = folder  # SLURM_CONF points at a file there that does not exist: no controller to check
@@ -109,6 +109,8 @@ class InProcessSlurm:
 
     def _answer(self, argv: list[str]) -> tuple[int, str]:
         name = Path(argv[0]).name
+        if argv[1:] == ["--version"]:  # not a call, as for FakeSlurm: the local cluster's recorded version line
+            return 0, (RECORDED / f"{name}.version").read_text() if (RECORDED / f"{name}.version").exists() else ""
         self._calls[name].append([str(a) for a in argv[1:]])
         if name == "sbatch":
             self._scripts.append(Path(argv[-1]).read_text())
