@@ -67,14 +67,16 @@ def gpu_count(kind: Optional[str], gpus: int) -> str:
     return f"{kind}:{gpus}" if kind else str(gpus)
 
 
-def job_gpu_options(request: str, kind: Optional[str], gpus_per_node: int, nodes: int) -> dict[str, str]:
-    """The #SBATCH option that asks for the job's GPUs, in the partition's form ({} for a CPU partition).
-    ``--gpus`` is the job's total: with --ntasks-per-node, Slurm may still spread it unevenly, which each node's
-    hpc.node.launch names (its GPUs against its tasks)."""
+def job_gpu_options(request: str, kind: Optional[str], gpus_per_node: int, allocated_nodes: int) -> dict[str, str]:
+    """The option that asks for the job's GPUs, in the partition's form ({} for a CPU partition): the one request of
+    the job, written as its #SBATCH line and on every step that asks for GPUs (the health step, over all of the
+    allocation's nodes). ``allocated_nodes`` counts the spares too, so ``--gpus`` (the job's total) gives each node of
+    the allocation its GPUs and a spare taking a node's place has them. With --ntasks-per-node Slurm may still spread
+    ``--gpus`` unevenly, which each node's hpc.node.launch names (its GPUs against its tasks)."""
     if request == "gpus-per-node":
         return {"gpus-per-node": gpu_count(kind, gpus_per_node)}
     if request == "gres":
         return {"gres": f"gpu:{kind}:{gpus_per_node}" if kind else f"gpu:{gpus_per_node}"}
     if request == "gpus":
-        return {"gpus": gpu_count(kind, gpus_per_node * nodes)}
+        return {"gpus": gpu_count(kind, gpus_per_node * allocated_nodes)}
     return {}

@@ -26,13 +26,13 @@ from hpc.node.contract import (
 )
 from hpc.node.launcher import LAUNCH_MODULE
 from hpc.node.runtime import runtime
-
-HEALTH_MODULE = "hpc.node.health"
-RESTART_MODULE = "hpc.node.restart"
 from hpc.shipped import TEMPLATE_DIR
 from hpc.slurm_time import format_minutes
 from hpc.spec import JobSpec
 from hpc.sweep import task_args
+
+HEALTH_MODULE = "hpc.node.health"
+RESTART_MODULE = "hpc.node.restart"
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
@@ -54,6 +54,14 @@ _env.filters["q"] = lambda v: v if isinstance(v, ShellWord) else shlex.quote(str
 PYXIS_NAME = ShellWord('--container-name=hpc-"$SLURM_JOB_ID"-"${SLURM_RESTART_COUNT:-0}"')
 
 
+def gpu_options(spec: JobSpec, nodes: int) -> dict[str, str]:
+    """The GPU request of ``nodes`` of the job's nodes in the partition's form: with ``spec.allocated_nodes`` (spares
+    included) the job's #SBATCH line and the health step's; with ``spec.nodes`` the ranks' step on spares under the
+    ``gpus`` form (whose total the step would otherwise inherit from the job: more than its nodes hold)."""
+    part = spec.partition
+    return job_gpu_options(part.gpu_request, part.gpu_type, spec.gpus_per_node, nodes)
+
+
 def directives(spec: JobSpec) -> dict[str, str | bool]:
     """sbatch options (without output/error), in the order they are written; True is a bare flag."""
     part, sub = spec.partition, spec.site.submission
@@ -62,7 +70,7 @@ def directives(spec: JobSpec) -> dict[str, str | bool]:
         "partition": part.name,
         "nodes": str(spec.allocated_nodes),
         "ntasks-per-node": str(spec.tasks_per_node),
-        **job_gpu_options(part.gpu_request, part.gpu_type, spec.gpus_per_node, spec.nodes),
+        **gpu_options(spec, spec.allocated_nodes),
         "cpus-per-task": str(spec.cpus_per_task),
         "time": format_minutes(spec.minutes),
         "chdir": str(spec.workdir),
@@ -138,6 +146,13 @@ def binding_args(spec: JobSpec, ranks: bool) -> list[str]:
     return args
 
 
+def spare_step_gpus(spec: JobSpec) -> list[str]:
+    """With spares under the ``gpus`` form, the ranks' step asks for its own nodes' GPUs (``--gpus`` is a total)."""
+    if not spec.spare_nodes or spec.partition.gpu_request != "gpus":
+        return []
+    return [f"--{k}={v}" for k, v in gpu_options(spec, spec.nodes).items()]
+
+
 def srun_args(spec: JobSpec) -> list[str]:
     """Options of the srun that starts the ranks."""
     # with spare nodes hpc.node.restart ends the step once the ranks' records say what failed
@@ -146,6 +161,7 @@ def srun_args(spec: JobSpec) -> list[str]:
         kill,
         f"--ntasks-per-node={spec.tasks_per_node}",
         *binding_args(spec, ranks=True),
+        *spare_step_gpus(spec),
         f"--output={spec.job_dir / log_pattern(spec, TASK_LOG)}",
     ]
     if spec.container and not spec.container.wrapped:
@@ -155,7 +171,8 @@ def srun_args(spec: JobSpec) -> list[str]:
 
 def launch_argv(spec: JobSpec) -> list[str]:
     """What srun starts on each task: the node-side launch (with the container runtime's command it runs the rank
-    command behind, for apptainer/singularity/command; under pyxis srun itself enters the image), then the rank command."""
+    command behind, for apptainer/singularity/command; under pyxis srun itself enters the image), then the rank
+    command."""
     wrapped = spec.container and spec.container.wrapped
     container = shlex.join(spec.container.prefix(spec.places)) if wrapped else None
     return spec.launcher.task_argv(spec.launch_python, spec.gpus_per_node, spec.command, container)
@@ -165,15 +182,12 @@ def health_argv(spec: JobSpec) -> list[str]:
     """The preflight step (``--preflight``): hpc.node.health once per node, in the ranks' python (and image), judged
     against the partition's matmul and copy rates."""
     part = spec.partition
-    gpus = job_gpu_options(
-        part.gpu_request, part.gpu_type, spec.gpus_per_node, spec.allocated_nodes
-    )  # all of the node's GPUs
     argv = [
         "srun",
         f"--nodes={spec.allocated_nodes}",
         f"--ntasks={spec.allocated_nodes}",
         "--ntasks-per-node=1",  # in this one task
-        *(f"--{k}={v}" for k, v in gpus.items()),
+        *(f"--{k}={v}" for k, v in gpu_options(spec, spec.allocated_nodes).items()),  # all of each node's GPUs
         *binding_args(spec, ranks=False),
     ]
     if spec.container and not spec.container.wrapped:
