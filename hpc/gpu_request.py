@@ -34,8 +34,6 @@ SRUN_GRES_FLAGS = ("allow-task-sharing",)  # srun only (sbatch refuses it): on t
 JOB_GRES_FLAGS = ("enforce-binding", "disable-binding", "one-task-per-sharing", "multiple-tasks-per-sharing")
 GRES_FLAGS = SRUN_GRES_FLAGS + JOB_GRES_FLAGS
 EXCLUSIVE_GRES_FLAGS = (("enforce-binding", "disable-binding"), ("one-task-per-sharing", "multiple-tasks-per-sharing"))
-# sbatch options that the partition's keys set (extra_sbatch may not give them)
-BINDING_SBATCH_OPTIONS = ("gpu-bind", "cpu-bind", "gres-flags", "gpus-per-task", "gpus-per-socket", "tres-per-task")
 
 
 def check_gpu_bind(value: str) -> str:

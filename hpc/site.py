@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hpc.container import Container
-from hpc.gpu_request import BINDING_SBATCH_OPTIONS, GpuRequest, check_cpu_bind, check_gpu_bind, check_gres_flags
+from hpc.gpu_request import GpuRequest, check_cpu_bind, check_gpu_bind, check_gres_flags
 from hpc.node.cli import HpcError, shown
 from hpc.node.contract import (
     DEFAULT_MAX_EXCLUDED_NODES,
@@ -37,6 +37,7 @@ from hpc.node.contract import (
 from hpc.node.files import META_BYTES, NotASmallFile, read_small_text
 from hpc.node.netcheck import NcclList, NodeCheckError
 from hpc.node.strict_yaml import YamlError, load_yaml
+from hpc.sbatch_options import check_extra_sbatch
 from hpc.shipped import SHIPPED_SITE_DIR
 from hpc.slurm_time import parse_minutes
 
@@ -60,176 +61,6 @@ class Strict(BaseModel):
 
 SHELL_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ONE_LINE_RE = r"^[^\n\r]*$"
-# sbatch options that hpc.submit sets from the command line and the profile's own keys
-PROJECT_SBATCH_OPTIONS = (
-    "job-name",
-    "partition",
-    "nodes",
-    "ntasks-per-node",
-    "gpus-per-node",
-    "cpus-per-task",
-    "time",
-    "chdir",
-    "open-mode",
-    "signal",
-    "requeue",
-    "no-requeue",
-    "mem",
-    "account",
-    "qos",
-    "output",
-    "error",
-    "array",
-    "dependency",
-    "ntasks",
-    "gpus",
-    "gres",
-    "nodelist",
-    "exclude",
-)
-
-
-# sbatch's long options (Slurm 22.05 to 25.x: src/common/slurm_opt.c) and its aliases. sbatch (getopt_long) takes any
-# unique prefix of one, so an extra_sbatch key is read the same way; a key that starts no option of these is a site's
-# own (a SPANK plugin's, e.g. pyxis' container-image) and left to sbatch.
-SBATCH_LONG_OPTIONS = (
-    "account",
-    "acctg-freq",
-    "array",
-    "autocomplete",
-    "batch",
-    "bb",
-    "bbf",
-    "begin",
-    "chdir",
-    "cluster",
-    "cluster-constraint",
-    "clusters",
-    "comment",
-    "consolidate-segments",
-    "constraint",
-    "container",
-    "container-id",
-    "context",
-    "contiguous",
-    "core-spec",
-    "cores-per-socket",
-    "cpu-freq",
-    "cpus-per-gpu",
-    "cpus-per-task",
-    "deadline",
-    "delay-boot",
-    "dependency",
-    "distribution",
-    "error",
-    "exclude",
-    "exclusive",
-    "export",
-    "export-file",
-    "external",
-    "extra",
-    "extra-node-info",
-    "get-user-env",
-    "gid",
-    "gpu-bind",
-    "gpu-freq",
-    "gpus",
-    "gpus-per-node",
-    "gpus-per-socket",
-    "gpus-per-task",
-    "gres",
-    "gres-flags",
-    "help",
-    "hint",
-    "hold",
-    "ignore-pbs",
-    "input",
-    "job-name",
-    "kill-on-invalid-dep",
-    "licenses",
-    "mail-type",
-    "mail-user",
-    "mcs-label",
-    "mem",
-    "mem-bind",
-    "mem-per-cpu",
-    "mem-per-gpu",
-    "mem-update",
-    "mincpus",
-    "network",
-    "nice",
-    "no-kill",
-    "no-requeue",
-    "nodefile",
-    "nodelist",
-    "nodes",
-    "ntasks",
-    "ntasks-per-core",
-    "ntasks-per-gpu",
-    "ntasks-per-node",
-    "ntasks-per-socket",
-    "ntasks-per-tres",
-    "oom-kill-step",
-    "open-mode",
-    "output",
-    "overcommit",
-    "oversubscribe",
-    "parsable",
-    "partition",
-    "power",
-    "prefer",
-    "priority",
-    "profile",
-    "propagate",
-    "qos",
-    "quiet",
-    "reboot",
-    "requeue",
-    "reservation",
-    "resources",
-    "resv-ports",
-    "runtime",
-    "segment",
-    "signal",
-    "sockets-per-node",
-    "spread-job",
-    "spread-segments",
-    "stepmgr",
-    "switches",
-    "tasks-per-node",
-    "test-only",
-    "thread-spec",
-    "threads-per-core",
-    "time",
-    "time-min",
-    "tmp",
-    "tres-bind",
-    "tres-per-task",
-    "uid",
-    "usage",
-    "use-min-nodes",
-    "verbose",
-    "version",
-    "wait",
-    "wait-all-nodes",
-    "wckey",
-    "wrap",
-)
-SBATCH_ALIASES = {"tasks-per-node": "ntasks-per-node", "cluster": "clusters"}
-
-
-def sbatch_option(key: str) -> Optional[str]:
-    """The sbatch option ``key`` names as sbatch reads it (itself, or the one option it is a prefix of; aliases by their
-    own name); None for a site's own option; ValueError when it is a prefix of several (sbatch refuses it too)."""
-    if key in SBATCH_LONG_OPTIONS:
-        return SBATCH_ALIASES.get(key, key)
-    found = sorted({SBATCH_ALIASES.get(o, o) for o in SBATCH_LONG_OPTIONS if o.startswith(key)})
-    if len(found) > 1:
-        raise ValueError(
-            f"{shown(key)} is a prefix of several sbatch options ({', '.join(found)}), which sbatch refuses "
-            "as ambiguous; write the whole option"
-        )
-    return found[0] if found else None
 
 
 def _shell_names(names, what: str) -> None:
@@ -245,46 +76,22 @@ class Submission(Strict):
     account: Optional[str] = Field(None, pattern=ONE_LINE_RE)
     qos: Optional[str] = Field(None, pattern=ONE_LINE_RE)
     slurm_conf: Optional[str] = Field(None, description="SLURM_CONF for this site's client commands")
-    extra_sbatch: dict[str, str] = Field(default_factory=dict, description="more #SBATCH options, e.g. constraint")
+    extra_sbatch: dict[str, Union[str, bool]] = Field(
+        default_factory=dict, description="more #SBATCH options, e.g. constraint (true: a flag without a value)"
+    )
 
     @field_validator("extra_sbatch")
     @classmethod
-    def _options(cls, v: dict[str, str]) -> dict[str, str]:
+    def _options(cls, v: dict[str, Union[str, bool]]) -> dict[str, Union[str, bool]]:
         for key, value in v.items():
             if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
                 raise ValueError(
                     f"{shown(key)} is not an sbatch long option (lower-case letters, digits and -, without the leading "
                     "--)"
                 )
-            option = sbatch_option(key)
-            named = shown(key) if option == key else f"{shown(key)} (sbatch reads it as --{option}, a prefix of it)"
-            if option in PROJECT_SBATCH_OPTIONS:
-                raise ValueError(
-                    f"{named} is set by hpc.submit (from its flags and the profile's own keys); it cannot be given here"
-                )
-            if option in ("wrap", "mem-per-cpu", "mem-per-gpu"):
-                raise ValueError(
-                    f"{named} cannot be given here: "
-                    + (
-                        "the job is a script of its own"
-                        if option == "wrap"
-                        else "Slurm takes one of --mem (partitions' mem_per_node_gb), --mem-per-cpu, --mem-per-gpu"
-                    )
-                )
             if not re.fullmatch(ONE_LINE_RE, str(value)):
                 raise ValueError(f"the value of {shown(key)} must be one line")
-        return v
-
-    @field_validator("extra_sbatch")
-    @classmethod
-    def _binding_options(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            if key in BINDING_SBATCH_OPTIONS:
-                raise ValueError(
-                    f"{shown(key)} is a partition's key here: partitions[].gpu_bind, cpu_bind or gres_flags "
-                    "(srun options of the ranks), or gpu_request for how GPUs are asked for"
-                )
-        return v
+        return check_extra_sbatch(v)
 
 
 class Partition(Strict):

@@ -111,11 +111,8 @@ def submit(spec: JobSpec) -> submitit.SlurmJob:
     except submitit.core.utils.FailedJobError as e:
         message = " ".join(str(e).split()) or captured.getvalue().strip() or "no message"
         extra = spec.site.submission.extra_sbatch
-        hint = (
-            f" (the profile's submission.extra_sbatch adds {', '.join(f'--{k}={v}' for k, v in extra.items())})"
-            if extra
-            else ""
-        )
+        added = ", ".join(f"--{k}" + ("" if v is True else f"={v}") for k, v in extra.items())
+        hint = f" (the profile's submission.extra_sbatch adds {added})" if extra else ""
         raise SpecError(f"sbatch refused the job: {message}{hint}") from None
     except submitit.core.utils.FailedSubmissionError as e:  # sbatch exited 0 but printed no "job <id>"
         raise SpecError(f"sbatch printed no job id: {' '.join(str(e).splitlines()[0].split())}") from None

@@ -2069,7 +2069,6 @@ def sbatch_prefix_cases() -> list[Case]:
         "reservation",
         "mail-type",
         "exclusive",
-        "gres-",
     ):  # whole and unique, a plugin's
         c.append(
             Case(
@@ -2080,6 +2079,50 @@ def sbatch_prefix_cases() -> list[Case]:
                 expect="ok",
             )
         )
+    return c
+
+
+def sbatch_option_cases() -> list[Case]:
+    """extra_sbatch generated from hpc/sbatch_options.py's tables: every option hpc.submit renders or refuses, by its
+    shortest prefix that every supported Slurm version reads as that option (and the whole name); flags given a value,
+    value options given none; options sbatch refuses together; --export other than ALL."""
+    from hpc.sbatch_options import EXCLUSIVE, FLAG, REFUSED, RENDERED, VALUE, VERSIONS, accepted_prefixes
+
+    c: list[Case] = []
+    run = ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run", "--", "{T}/s.py"]
+
+    def add(cid, extra, names, expect="error"):
+        files = {"p.yaml": site_yaml(submission__extra_sbatch=extra), **SCRIPT}
+        c.append(Case(f"sbatch-{cid}", SUBMIT, run, names if expect == "error" else None, files, expect=expect))
+
+    for option in sorted(set(RENDERED) | set(REFUSED)):
+        common = set.intersection(*(set(accepted_prefixes(option, o)) for o in VERSIONS.values() if option in o))
+        shortest = min(common, key=len)
+        add(f"prefix-{option}", {shortest: "x"}, f"--{option}" if shortest != option else option)
+    flags = sorted(
+        {o for v in VERSIONS.values() for o, kind in v.items() if kind == FLAG} - set(RENDERED) - set(REFUSED)
+    )
+    for option in flags:
+        add(f"flag-with-value-{option}", {option: "yes"}, option)
+        add(f"flag-ok-{option}", {option: True}, None, expect="ok")
+    values = sorted(
+        o for o, kind in VERSIONS["22.05"].items() if kind == VALUE and o not in RENDERED and o not in REFUSED
+    )
+    for option in values[:20]:
+        if option != "export":
+            add(f"value-as-flag-{option}", {option: True}, option)
+    for a, b in EXCLUSIVE:
+        given = {k: True if VERSIONS["22.05"].get(k) != VALUE else "1" for k in (a, b)}
+        add(f"together-{a}-{b}", given, "together")
+    for cid, value in (
+        ("none", "NONE"),
+        ("names", "PATH,HOME"),
+        ("nil", "NIL"),
+        ("lower-all", "all"),
+        ("space", " ALL"),
+    ):
+        add(f"export-{cid}", {"export": value}, "export")
+    add("false", {"contiguous": False}, "contiguous")
     return c
 
 
@@ -2106,6 +2149,7 @@ def all_cases() -> list[Case]:
         + jobs_more_cases()
         + generate_more_cases()
         + sbatch_prefix_cases()
+        + sbatch_option_cases()
     )
     ids = [c.id for c in cases]
     dup = sorted({i for i in ids if ids.count(i) > 1})
