@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import shlex
 import sys
+from typing import Optional
 
 import jinja2
 
 from hpc.dependency import dependency_directive
 from hpc.gpu_request import JOB_GRES_FLAGS, SRUN_GRES_FLAGS, job_gpu_options
-from hpc.network import network_env
+from hpc.job_env import job_env as merged_job_env
 from hpc.node import contract
 from hpc.node.contract import (
     ARRAY_TASK_ID,
@@ -102,23 +103,19 @@ def directives(spec: JobSpec) -> dict[str, str | bool]:
 
 
 def job_env(spec: JobSpec) -> dict[str, str]:
-    """Every variable the preamble exports: network first, then the profile's, then the job's."""
-    env = network_env(spec.site.network)
-    env.update(spec.site.environment.variables)
-    env.update(
-        {
-            "OMP_NUM_THREADS": str(spec.threads_per_rank),
-            JOB_NAME_VAR: spec.job_name,
-            JOB_DIR_VAR: str(spec.job_dir),
-            STOP_SIGNAL_VAR: spec.signal,
-            MAX_REQUEUES_VAR: str(spec.max_requeues),
-        }
-    )
+    """Every variable the preamble exports: network first, then the profile's, then the job's (`hpc.job_env`)."""
+    job: dict[str, Optional[str]] = {
+        "OMP_NUM_THREADS": str(spec.threads_per_rank),
+        JOB_NAME_VAR: spec.job_name,
+        JOB_DIR_VAR: str(spec.job_dir),
+        STOP_SIGNAL_VAR: spec.signal,
+        MAX_REQUEUES_VAR: str(spec.max_requeues),
+    }
     if spec.container and spec.container.project == "mount":
-        env["PYTHONPATH"] = str(spec.places.project)
+        job["PYTHONPATH"] = str(spec.places.project)
     if spec.container is None and spec.python == sys.executable:  # the nodes run the interpreter that submits: what
-        env.update({var: version for var, version in runtime().items() if version})  # it has here, they must have
-    return env
+        job.update(runtime())  # it has here, they must have
+    return merged_job_env(spec.site, job)
 
 
 def preamble_lines(spec: JobSpec) -> list[str]:

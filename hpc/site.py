@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hpc.container import Container
 from hpc.gpu_request import GpuRequest, check_cpu_bind, check_gpu_bind, check_gres_flags
+from hpc.job_env import check_profile_env
 from hpc.node.cli import HpcError, shown
 from hpc.node.contract import (
     DEFAULT_MAX_EXCLUDED_NODES,
@@ -361,6 +362,7 @@ class SiteProfile(Strict):
             raise ValueError(f"partition names repeat: {names}")
         if sum(p.default for p in self.partitions) > 1:
             raise ValueError("more than one partition has default: true")
+        check_profile_env(self)
         return self
 
     def container_for(self, partition: Partition) -> Optional[Container]:

@@ -2126,6 +2126,46 @@ def sbatch_option_cases() -> list[Case]:
     return c
 
 
+FABRICS = {
+    "efa": {"fabric": "efa", "nccl_net_plugin": "ofi"},
+    "slingshot": {"fabric": "slingshot"},
+    "infiniband": {"fabric": "infiniband", "ib_hca": ["mlx5_0"], "gdr_level": "PHB"},
+    "roce": {"fabric": "roce", "roce_gid_index": 3},
+    "ethernet": {"fabric": "ethernet"},
+}
+
+
+def env_place_cases() -> list[Case]:
+    """One setting, one place: every variable a network key of each fabric sets or owns (hpc/network.py's table),
+    given again in network.extra_env or environment.variables; hpc.submit's own variables in environment.variables;
+    one variable in both extra_env and environment.variables."""
+    from hpc.job_env import JOB_VARS
+    from hpc.network import network_settings
+    from hpc.site import Network
+
+    c: list[Case] = []
+    run = ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run", "--", "{T}/s.py"]
+
+    def add(cid, changes, names):
+        files = {"p.yaml": site_yaml(**changes), **SCRIPT}
+        c.append(Case(f"place-{cid}", SUBMIT, run, names, files))
+
+    for fabric, keys in FABRICS.items():
+        net = {**BASE_SITE["network"], **keys}
+        for where, variables in network_settings(Network.model_validate(net))[:-1]:
+            for var in variables:
+                add(f"{fabric}-extra-{var}", {"network": {**net, "extra_env": {var: "1"}}}, where)
+                add(f"{fabric}-variables-{var}", {"network": net, "environment__variables": {var: "1"}}, where)
+    for var in JOB_VARS:
+        add(f"job-{var}", {"environment__variables": {var: "1"}}, "hpc.submit")
+    add(
+        "both-places",
+        {"network__extra_env": {"NCCL_DEBUG": "INFO"}, "environment__variables": {"NCCL_DEBUG": "WARN"}},
+        "network.extra_env",
+    )
+    return c
+
+
 def all_cases() -> list[Case]:
     cases = (
         site_form_cases()
@@ -2150,6 +2190,7 @@ def all_cases() -> list[Case]:
         + generate_more_cases()
         + sbatch_prefix_cases()
         + sbatch_option_cases()
+        + env_place_cases()
     )
     ids = [c.id for c in cases]
     dup = sorted({i for i in ids if ids.count(i) > 1})
