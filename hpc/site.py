@@ -20,6 +20,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hpc.container import Container
+from hpc.gpu_binding import check_partition_bind
 from hpc.gpu_request import GpuRequest, check_cpu_bind, check_gpu_bind, check_gres_flags
 from hpc.job_env import check_profile_env
 from hpc.node.cli import HpcError, shown
@@ -30,6 +31,9 @@ from hpc.node.contract import (
     DEFAULT_MAX_RESTARTS_PER_NODE,
     DEFAULT_SIGNAL_LEAD_S,
     DEFAULT_STOP_SIGNAL,
+    MAX_COUNT,
+    MAX_GPUS_PER_NODE,
+    MAX_SIGNAL_LEAD_S,
     NCCL_IB_HCA_VAR,
     NCCL_SOCKET_IFNAME_VAR,
     SITE_DIRS_VAR,
@@ -98,13 +102,13 @@ class Submission(Strict):
 class Partition(Strict):
     name: str = Field(pattern=NAME_RE, max_length=200)
     default: bool = False
-    max_nodes: int = Field(ge=1)
-    gpus_per_node: int = Field(ge=1)
+    max_nodes: int = Field(ge=1, le=MAX_COUNT)
+    gpus_per_node: int = Field(ge=1, le=MAX_GPUS_PER_NODE)
     gpu_type: Optional[str] = Field(None, pattern=NAME_RE, max_length=200)
     gpu_memory_gb: Optional[float] = Field(None, gt=0)
-    cpus_per_node: int = Field(ge=1)
+    cpus_per_node: int = Field(ge=1, le=65534, description="CPUs of a node (Slurm keeps --cpus-per-task in 16 bits)")
     mem_per_node_gb: Optional[int] = Field(
-        None, ge=1, description="whole GB (sbatch --mem=NG; 0 would mean the whole node)"
+        None, ge=1, le=2**31, description="whole GB (sbatch --mem=NG; 0 would mean the whole node)"
     )
     max_time: str = "UNLIMITED"
     matmul_tflops: Optional[float] = Field(
@@ -145,6 +149,12 @@ class Partition(Strict):
     @classmethod
     def _gres_flags(cls, v: list[str]) -> list[str]:
         return check_gres_flags(v)
+
+    @model_validator(mode="after")
+    def _bind_on_node(self) -> "Partition":
+        if self.gpu_bind is not None:
+            check_partition_bind(self.gpu_bind, self.gpus_per_node)
+        return self
 
     @model_validator(mode="after")
     def _cpu_partition(self) -> "Partition":
@@ -288,12 +298,16 @@ class Preemption(Strict):
     lead_s: int = Field(
         DEFAULT_SIGNAL_LEAD_S,
         ge=10,
+        le=MAX_SIGNAL_LEAD_S,
         description="seconds before the time limit the signal comes (Slurm may send it up to 60 s earlier)",
     )
-    max_requeues: int = Field(DEFAULT_MAX_REQUEUES, ge=0, description="requeues after which a stopped job ends instead")
+    max_requeues: int = Field(
+        DEFAULT_MAX_REQUEUES, ge=0, le=MAX_COUNT, description="requeues after which a stopped job ends instead"
+    )
     max_excluded_nodes: int = Field(
         DEFAULT_MAX_EXCLUDED_NODES,
         ge=0,
+        le=MAX_COUNT,
         description="nodes a job with --preflight may exclude "
         "itself (a node failing its health check, missing at a collective timeout or a "
         "persistent straggler: requeued without it); 0: it ends instead",
@@ -301,6 +315,7 @@ class Preemption(Strict):
     exclude_stragglers_after: int = Field(
         0,
         ge=0,
+        le=MAX_COUNT,
         description="the trainer's straggler.stop_after: a rank named a "
         "straggler for this many windows in a row has its node excluded (the run stops "
         "with a checkpoint and is requeued without it); 0: off (at least straggler.windows)",
@@ -322,13 +337,17 @@ class Restart(Strict):
     spare_nodes: int = Field(
         0,
         ge=0,
+        le=MAX_COUNT,
         description="nodes allocated beyond --nodes, for in-job restarts (default of "
         "hpc.submit --spare-nodes; 0: none, a failure goes back to the queue)",
     )
-    max_restarts: int = Field(DEFAULT_MAX_RESTARTS, ge=0, description="in-job restarts per job (all its runs)")
+    max_restarts: int = Field(
+        DEFAULT_MAX_RESTARTS, ge=0, le=MAX_COUNT, description="in-job restarts per job (all its runs)"
+    )
     max_restarts_per_node: int = Field(
         DEFAULT_MAX_RESTARTS_PER_NODE,
         ge=1,
+        le=MAX_COUNT,
         description="in-job restarts one node's failures may cause before it leaves the job (1: at the first)",
     )
 

@@ -18,7 +18,9 @@ from pydantic import ValidationError
 
 from hpc.container import Container, Places
 from hpc.dependency import parse_after
+from hpc.gpu_binding import check_job_bind
 from hpc.node.cli import HpcError, path_text, shown, whole
+from hpc.node.contract import MAX_COUNT
 from hpc.node.launcher import SRUN, Launcher, get_launcher
 from hpc.node.ownership import check_owner, run_dir_name
 from hpc.plan import plan_layout
@@ -36,7 +38,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the directory that holds t
 
 
 MAX_JOB_NAME = 200
-MAX_COUNT = 100_000  # the most nodes, GPUs or requeues a flag may ask for
 
 
 class SpecError(HpcError):
@@ -125,7 +126,8 @@ def add_allocation_args(p: argparse.ArgumentParser, time_help: str, time_default
         "--site",
         required=True,
         type=path_text,
-        help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) or a YAML path",
+        help="profile name (looked up in $HPC_SITE_DIRS, ./, ~/.config/hpc/sites/, the shipped ones: docs/sites.md) "
+        "or a YAML path",
     )
     p.add_argument("--nodes", type=whole(1, MAX_COUNT), required=True)
     p.add_argument("--partition", help="partition name (default: the profile's default)")
@@ -339,6 +341,11 @@ def build_spec(
     if not 1 <= gpus <= part.gpus_per_node:
         raise SpecError(f"--gpus-per-node {gpus}: partition {part.name} allows 1 to {part.gpus_per_node}")
     launch = get_launcher(launcher)
+    if part.gpu_bind and not launch.per_node:
+        try:
+            check_job_bind(part.gpu_bind, gpus, launch.tasks_per_node(gpus))
+        except ValueError as e:
+            raise SpecError(f"--gpus-per-node {gpus}: partition {part.name}'s {e}") from None
     limit = part.max_minutes
     if time is None:
         minutes = limit if limit is not None else 60

@@ -2166,6 +2166,65 @@ def env_place_cases() -> list[Case]:
     return c
 
 
+PROFILE_BOUNDS = {  # profile key: the first value past its bound (the matching flag's or Slurm's)
+    "partitions.0.max_nodes": 100_001,
+    "partitions.0.gpus_per_node": 1025,
+    "partitions.0.cpus_per_node": 65535,
+    "partitions.0.mem_per_node_gb": 2**31 + 1,
+    "preemption.lead_s": 10**7 + 1,
+    "preemption.max_requeues": 100_001,
+    "preemption.max_excluded_nodes": 100_001,
+    "preemption.exclude_stragglers_after": 100_001,
+    "restart.spare_nodes": 100_001,
+    "restart.max_restarts": 100_001,
+    "restart.max_restarts_per_node": 100_001,
+}
+NODE_BINDS = {  # gpu_bind on a node of 4 GPUs: what is wrong with it
+    "map-beyond": "map_gpu:0,1,2,4",
+    "map-nine": "map_gpu:9,0,1,2",
+    "map-star-beyond": "map_gpu:0*3,7",
+    "map-twice": "map_gpu:0,0,1,2",
+    "map-star-twice": "map_gpu:0*2,1,2",
+    "map-last-twice": "map_gpu:3,2,1,3",
+    "map-verbose-twice": "verbose,map_gpu:1,1,2,3",
+    "mask-empty": "mask_gpu:0x0,0x1,0x2,0x4",
+    "mask-empty-plain": "mask_gpu:0,1,2,4",
+    "mask-beyond": "mask_gpu:0x10,0x1,0x2,0x4",
+    "mask-overlap": "mask_gpu:0x3,0x1,0x4,0x8",
+    "mask-star-overlap": "mask_gpu:0x1*2,0x2,0x4",
+    "per-task-beyond": "per_task:5",
+}
+JOB_BINDS = {  # gpu_bind valid on the node of 4 GPUs, wrong for the job's GPUs or ranks: (bind, --gpus-per-node)
+    "map-beyond-job": ("map_gpu:0,1,2,3", "2"),
+    "map-short": ("map_gpu:0,1", "4"),
+    "map-long": ("map_gpu:0,1,2", "2"),
+    "map-one": ("map_gpu:0", "3"),
+    "mask-beyond-job": ("mask_gpu:0x1,0x2,0x4,0x8", "3"),
+    "mask-short": ("mask_gpu:0x1,0x2", "4"),
+    "per-task-over": ("per_task:2", "4"),
+    "per-task-three": ("per_task:3", "2"),
+}
+
+
+def partition_value_cases() -> list[Case]:
+    """Values checked against the partition: GPU bind lists and masks against the node's GPUs (4 here) and the job's
+    ranks per node; every count of the profile bounded as the flag or Slurm field it becomes."""
+    c: list[Case] = []
+    four = {"partitions__0__gpus_per_node": 4, "partitions__0__cpus_per_node": 4, "partitions__0__max_nodes": 4}
+
+    def add(cid, changes, names, flags=()):
+        run = ["--site", "{T}/p.yaml", "--nodes", "1", *flags, "--dry-run", "--", "{T}/s.py"]
+        c.append(Case(f"partvalue-{cid}", SUBMIT, run, names, {"p.yaml": site_yaml(**changes), **SCRIPT}))
+
+    for cid, bind in NODE_BINDS.items():
+        add(f"node-{cid}", {**four, "partitions__0__gpu_bind": bind}, "gpu_bind")
+    for cid, (bind, gpus) in JOB_BINDS.items():
+        add(f"job-{cid}", {**four, "partitions__0__gpu_bind": bind}, "gpu_bind", ["--gpus-per-node", gpus])
+    for key, value in PROFILE_BOUNDS.items():
+        add(f"bound-{key}", {key.replace(".", "__"): value}, key)
+    return c
+
+
 def all_cases() -> list[Case]:
     cases = (
         site_form_cases()
@@ -2191,6 +2250,7 @@ def all_cases() -> list[Case]:
         + sbatch_prefix_cases()
         + sbatch_option_cases()
         + env_place_cases()
+        + partition_value_cases()
     )
     ids = [c.id for c in cases]
     dup = sorted({i for i in ids if ids.count(i) > 1})

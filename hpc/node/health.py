@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Optional
 
 from hpc.node.cli import HpcError, Parser, fail, number, path_text, whole
-from hpc.node.contract import EXIT_FAILED
+from hpc.node.contract import EXIT_FAILED, MAX_GPUS_PER_NODE
 from hpc.node.files import META_BYTES, read_small_text
 from hpc.node.slurm_env import node_name
 
 PROG = "hpc.node.health"
 DEFAULT_MIN_FRACTION = 0.8  # a GPU below this fraction of the profile's matmul or copy rate fails
-MAX_GPUS = 1024  # GPUs per node a job may ask for (as hpc.node.preflight_node)
+MAX_GPUS = MAX_GPUS_PER_NODE  # GPUs per node a job may ask for (as hpc.node.preflight_node)
 MAX_RATE = 1e6  # TFLOP/s or GB/s an expectation may state
 DCGM_TIMEOUT_S = 300
 
@@ -222,7 +222,7 @@ def check_dcgm() -> list[Finding]:
         r = subprocess.run(["dcgmi", "diag", "-r", "1"], capture_output=True, text=True, timeout=DCGM_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return [Finding("dcgm", False, f"dcgmi diag -r 1 did not finish within {DCGM_TIMEOUT_S} s")]
-    failed = [" ".join(l.strip("|+ ").split()) for l in r.stdout.splitlines() if re.search(r"\bFail", l)]
+    failed = [" ".join(line.strip("|+ ").split()) for line in r.stdout.splitlines() if re.search(r"\bFail", line)]
     if r.returncode != 0 or failed:
         return [Finding("dcgm", False, f"dcgmi diag -r 1: {'; '.join(failed) or f'exit code {r.returncode}'}")]
     return [Finding("dcgm", True, "dcgmi diag -r 1 passed")]

@@ -41,6 +41,7 @@ from hpc.node.contract import (
     DEFAULT_MAX_RESTARTS,
     DEFAULT_MAX_RESTARTS_PER_NODE,
     JOB_DIR_VAR,
+    MAX_COUNT,
     RESTART_DIR,
     RESTART_LOG,
     STOP_RECORD_VAR,
@@ -359,12 +360,12 @@ class Supervisor:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
-    p.add_argument("--nodes", type=whole(1, 100_000), required=True, help="nodes the ranks run on")
-    p.add_argument("--tasks-per-node", type=whole(1, 100_000), required=True)
+    p.add_argument("--nodes", type=whole(1, MAX_COUNT), required=True, help="nodes the ranks run on")
+    p.add_argument("--tasks-per-node", type=whole(1, MAX_COUNT), required=True)
     p.add_argument("--ranks", type=whole(1, 10_000_000), required=True, help="the ranks' world size")
     p.add_argument("--marks", type=path_text, required=True, help="the batch script's bad-node marks of this run")
-    p.add_argument("--max-restarts", type=whole(0, 100_000), default=DEFAULT_MAX_RESTARTS)
-    p.add_argument("--max-restarts-per-node", type=whole(1, 100_000), default=DEFAULT_MAX_RESTARTS_PER_NODE)
+    p.add_argument("--max-restarts", type=whole(0, MAX_COUNT), default=DEFAULT_MAX_RESTARTS)
+    p.add_argument("--max-restarts-per-node", type=whole(1, MAX_COUNT), default=DEFAULT_MAX_RESTARTS_PER_NODE)
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- srun [OPTIONS] PROGRAM [ARGS]")
     a = p.parse_args(argv)
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
