@@ -20,7 +20,6 @@ import dataclasses
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ from hpc.node.health import Finding
 from hpc.node.launch import PROG as LAUNCH_PROG
 from hpc.node.ownership import run_dir_name
 from hpc.site import load_site
+from hpc.slurm_query import JobError, run_slurm
 from hpc.spec import SpecError, add_allocation_args, build_spec, site_path
 from hpc.submitter import follow, submit
 
@@ -214,7 +214,7 @@ def failure_line(logs: list[Path]) -> str:
         for line in text.splitlines():
             if line.startswith(error_line(LAUNCH_PROG, "")):
                 return line
-    errors = [l.strip() for t in texts for l in t.splitlines() if "Error" in l or "error" in l]
+    errors = [line.strip() for t in texts for line in t.splitlines() if "Error" in line or "error" in line]
     return errors[-1] if errors else "no error message in the logs"
 
 
@@ -239,7 +239,8 @@ def parser() -> argparse.ArgumentParser:
         "--min-fraction",
         type=number(0, 1, lo_open=True),
         default=0.5,
-        help="fail when busbw is below this fraction of network.expected, or a node or link below this fraction of its peers (default 0.5)",
+        help="fail when busbw is below this fraction of network.expected, or a node or link below this fraction of "
+        "its peers (default 0.5)",
     )
     p.add_argument("--out", type=path_text, help="directory for the JSON and PNG (default: <job_dir>/preflight)")
     p.add_argument("--min-bytes", type=whole(1, MAX_BYTES), help="smallest message (default: 8 KB on GPU, 4 KB on CPU)")
@@ -300,7 +301,10 @@ def run(argv: Optional[Sequence[str]]) -> int:
         deadline=lambda state, started: started is not None and time.time() - started > limit_s,
     )
     if state not in ENDED_STATES:
-        subprocess.run(["scancel", job_id], capture_output=True)
+        try:
+            run_slurm(["scancel", job_id])
+        except JobError as e:
+            print(f"[preflight] scancel {job_id}: {e}", file=sys.stderr)
         state = f"not finished within {limit_s:.0f} s (cancelled)"
     if state != "COMPLETED":
         if created and out.is_dir() and not any(out.iterdir()):

@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import socket
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
@@ -21,6 +20,7 @@ from typing import Mapping, Optional
 from hpc.node.cli import HpcError, shown
 from hpc.node.contract import ENDED_STATES
 from hpc.node.files import META_BYTES, read_small_text
+from hpc.node.tool import ToolMissing, ToolResult, ToolTimeout, run_tool
 
 CLIENT_TIMEOUT_S = 10  # Slurm's clients retry for a long while when slurmctld is down
 SEP = "\x1f"  # sacct's field delimiter: job names and submit lines may contain "|"
@@ -131,12 +131,13 @@ def check_controller(environ: Mapping[str, str] = os.environ, timeout_s: float =
     raise JobError(f"Slurm's controller does not answer at {', '.join(errors)} (from {path}): is slurmctld up?")
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess:
+def run_slurm(argv: list[str]) -> ToolResult:
+    """A Slurm client's answer (`run_tool` within CLIENT_TIMEOUT_S); JobError when it is missing or hangs."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
-    except FileNotFoundError:
+        return run_tool(argv, CLIENT_TIMEOUT_S)
+    except ToolMissing:
         raise JobError(f"{argv[0]} is not on PATH: run this on a Slurm login node") from None
-    except subprocess.TimeoutExpired:
+    except ToolTimeout:
         raise JobError(
             f"{argv[0]} got no answer within {CLIENT_TIMEOUT_S} s: is Slurm (slurmctld, or slurmdbd for sacct) up?"
         ) from None
@@ -153,7 +154,7 @@ def parse_sacct(text: str) -> list[dict[str, str]]:
 
 def sacct_rows(*args: str) -> list[dict[str, str]]:
     """`sacct -X -D` rows (one per run of a job, requeues included) as dicts of SACCT_FIELDS."""
-    r = _run(sacct_command(*args))
+    r = run_slurm(sacct_command(*args))
     if r.returncode != 0:
         raise JobError(f"sacct failed: {r.stderr.strip()}")
     return parse_sacct(r.stdout)
@@ -174,7 +175,7 @@ def squeue_rows(*args: str) -> list[dict[str, str]]:
     Live jobs come from slurmctld at once; accounting records a new job a moment later
     (first as "allocation", PENDING).
     """
-    r = _run(squeue_command(*args))
+    r = run_slurm(squeue_command(*args))
     if r.returncode != 0:
         raise JobError(f"squeue failed: {r.stderr.strip()}")
     return parse_squeue(r.stdout)
@@ -198,7 +199,7 @@ def parse_scontrol(text: str) -> dict[str, str]:
 def scontrol_records(job_id: str) -> list[dict[str, str]]:
     """`scontrol show job -o` as dicts, one per line (an array job has one per task or pending range);
     [] once slurmctld no longer remembers the job."""
-    r = _run(scontrol_command(job_id))
+    r = run_slurm(scontrol_command(job_id))
     return [parse_scontrol(line) for line in r.stdout.splitlines() if line.strip()] if r.returncode == 0 else []
 
 

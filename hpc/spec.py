@@ -8,7 +8,6 @@ import dataclasses
 import getpass
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from hpc.node.cli import HpcError, path_text, shown, whole
 from hpc.node.contract import MAX_COUNT
 from hpc.node.launcher import SRUN, Launcher, get_launcher
 from hpc.node.ownership import check_owner, run_dir_name
+from hpc.node.tool import run_tool
 from hpc.plan import plan_layout
 from hpc.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.slurm_time import format_minutes, parse_minutes
@@ -36,6 +36,7 @@ from train.run_check import check_run
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the directory that holds the hpc and train packages
 
+PROBE_TIMEOUT_S = 60  # the rank python asked whether it finds the module
 
 MAX_JOB_NAME = 200
 
@@ -285,11 +286,9 @@ def check_rank_command(spec: JobSpec, cfg: Optional[TrainConfig] = None) -> None
     elif cmd[2] == "-m" and Path(cmd[0]).is_file():  # the rank's python (a name inside an image is not checked here)
         probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
         try:
-            missing = (
-                subprocess.run([cmd[0], "-c", probe, cmd[3]], cwd=spec.workdir, capture_output=True).returncode != 0
-            )
+            missing = run_tool([cmd[0], "-c", probe, cmd[3]], PROBE_TIMEOUT_S, cwd=spec.workdir).returncode != 0
         except OSError as e:
-            raise SpecError(f"python {cmd[0]}: cannot run it ({e.strerror})") from None
+            raise SpecError(f"python {cmd[0]}: cannot run it ({e.strerror or e})") from None
         if missing:
             raise SpecError(f"-m {cmd[3]}: no such module for {cmd[0]} (run from {spec.workdir})")
 

@@ -16,7 +16,6 @@ import getpass
 import io
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,10 +28,13 @@ from hpc.dependency import check_known
 from hpc.node.cli import shown
 from hpc.node.contract import ENDED_STATES, FINAL_STATES, task_log
 from hpc.node.ownership import claim
+from hpc.node.tool import run_tool
 from hpc.render import render_sbatch
 from hpc.slurm_query import JobError, check_controller, job_state, squeue_rows
 from hpc.spec import JobSpec, SpecError
 from hpc.sweep import write_table
+
+SBATCH_TIMEOUT_S = 60  # sbatch --test-only asks slurmctld
 
 
 def use_site_slurm(spec: JobSpec) -> None:
@@ -125,7 +127,10 @@ def test_only(spec: JobSpec) -> str:
     with tempfile.NamedTemporaryFile("w", suffix=".sbatch") as f:
         f.write(render_sbatch(spec))
         f.flush()
-        r = subprocess.run(["sbatch", "--test-only", f.name], capture_output=True, text=True, cwd=spec.workdir)
+        try:
+            r = run_tool(["sbatch", "--test-only", f.name], SBATCH_TIMEOUT_S, cwd=spec.workdir)
+        except OSError as e:
+            raise SpecError(f"sbatch --test-only: {e}") from None
     message = " ".join(r.stderr.split()).removeprefix("sbatch: ")
     if r.returncode != 0:
         raise SpecError(f"sbatch --test-only refused the job: {message.removeprefix('error: ') or 'no message'}")

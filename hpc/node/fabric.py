@@ -8,11 +8,11 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import subprocess
 from typing import Callable, Mapping, Optional
 
 from hpc.node.contract import FI_PROVIDER_VAR, NCCL_NET_PLUGIN_VAR, NCCL_NET_VAR
 from hpc.node.netcheck import NodeCheckError
+from hpc.node.tool import ToolTimeout, run_tool
 
 FI_INFO_TIMEOUT_S = 60
 BUILTIN_NETS = ("IB", "Socket")  # NCCL_NET values NCCL serves itself, without a plugin
@@ -33,7 +33,7 @@ def provider_domains(text: str, provider: str) -> list[str]:
     return domains
 
 
-def check_provider(value: str, run: Callable = subprocess.run, which: Callable = shutil.which) -> list[str]:
+def check_provider(value: str, run: Callable = run_tool, which: Callable = shutil.which) -> list[str]:
     """FI_PROVIDER: each provider it names (not an exclusion, ``^tcp``) must be listed by ``fi_info -p`` here."""
     if value.startswith("^"):
         return []
@@ -46,15 +46,16 @@ def check_provider(value: str, run: Callable = subprocess.run, which: Callable =
                 "environment.setup (e.g. /opt/amazon/efa/bin on AWS)"
             )
         try:
-            r = run(["fi_info", "-p", provider], capture_output=True, text=True, timeout=FI_INFO_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
+            r = run(["fi_info", "-p", provider], FI_INFO_TIMEOUT_S)
+        except ToolTimeout:
             raise NodeCheckError(
                 f"{FI_PROVIDER_VAR}={value}: fi_info -p {provider} got no answer within {FI_INFO_TIMEOUT_S} s"
             ) from None
         domains = provider_domains(r.stdout, provider) if r.returncode == 0 else []
         if not domains:
             said = next(
-                (l.strip() for l in (r.stderr + r.stdout).splitlines() if l.strip()), f"exit code {r.returncode}"
+                (line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()),
+                f"exit code {r.returncode}",
             )
             raise NodeCheckError(
                 f"{FI_PROVIDER_VAR}={value} but fi_info -p {provider} lists no {provider} device on this node "
@@ -103,7 +104,7 @@ def load_plugin(plugin: Optional[str], load: Callable = ctypes.CDLL) -> str:
 
 def check_fabric(
     environ: Mapping[str, str],
-    run: Callable = subprocess.run,
+    run: Callable = run_tool,
     which: Callable = shutil.which,
     load: Callable = ctypes.CDLL,
 ) -> list[str]:
