@@ -2225,6 +2225,76 @@ def partition_value_cases() -> list[Case]:
     return c
 
 
+RESTART_ENV = {
+    "SLURM_JOB_ID": "12",
+    "SLURM_JOB_NODELIST": "n[1-3]",
+    "HPC_JOB_DIR": "{T}/jobs",
+    "HPC_STOP_RECORD": "{T}/jobs/stop",
+}
+RESTART_ARGS = ["--nodes", "2", "--tasks-per-node", "2", "--ranks", "4", "--marks", "{T}/jobs/marks"]
+
+
+def restart_start_cases() -> list[Case]:
+    """hpc.node.restart checks what hpc.node.launch checks before it makes a directory or runs srun: the job id, the
+    restart count, the ranks against nodes x tasks, the allocation's nodes, the marks' and job directory's types."""
+    c: list[Case] = []
+    jobs = {"jobs/.keep": ""}
+
+    def add(cid, names, env=None, args=None, files=None):
+        argv = (RESTART_ARGS if args is None else args) + ["--", "srun", "true"]
+        c.append(
+            Case(
+                f"restartstart-{cid}",
+                "hpc.node.restart",
+                argv,
+                names,
+                files=jobs if files is None else files,
+                env={**RESTART_ENV, **(env or {})},
+            )
+        )
+
+    for cid, value in {
+        "zero": "0",
+        "abc": "abc",
+        "array": "1_2",
+        "eleven-digits": "99999999999",
+        "past-32-bits": "4294967296",
+        "neg": "-1",
+        "space": " 12",
+        "newline": "12\n",
+        "unicode": UNICODE_DIGIT * 2,
+    }.items():
+        add(f"job-id-{cid}", "SLURM_JOB_ID", env={"SLURM_JOB_ID": value})
+    for cid, value in {
+        "abc": "x",
+        "neg": "-1",
+        "frac": "1.5",
+        "underscore": "1_0",
+        "huge": "9999999",
+        "space": " 1",
+    }.items():
+        add(f"restart-count-{cid}", "SLURM_RESTART_COUNT", env={"SLURM_RESTART_COUNT": value})
+    for ranks in ("1", "3", "5", "8"):
+        add(f"ranks-{ranks}", "--ranks", args=[*RESTART_ARGS[:5], ranks, *RESTART_ARGS[6:]])
+    add(
+        "nodes-past-allocation",
+        "--nodes",
+        args=["--nodes", "4", "--tasks-per-node", "1", "--ranks", "4", *RESTART_ARGS[6:]],
+    )
+    for cid, value in {"open": "n[1-", "reversed": "n[3-1]", "comma": ","}.items():
+        add(f"nodelist-{cid}", "SLURM_JOB_NODELIST", env={"SLURM_JOB_NODELIST": value})
+    add("marks-file", "--marks", files={**jobs, "jobs/marks": "x"})
+    add("marks-fifo", "--marks", files={**jobs, "jobs/marks": FIFO})
+    add("marks-no-parent", "--marks", args=[*RESTART_ARGS[:7], "{T}/nowhere/marks"])
+    add("job-dir-missing", "HPC_JOB_DIR", files={})
+    add("job-dir-file", "HPC_JOB_DIR", files={"jobs": "x"})
+    add("job-dir-fifo", "HPC_JOB_DIR", files={"jobs": FIFO})
+    add("stop-record-no-dir", "HPC_STOP_RECORD", env={"HPC_STOP_RECORD": "{T}/nowhere/stop"})
+    add("log-fifo", "restarts.jsonl", files={**jobs, "jobs/restarts.jsonl": FIFO})
+    add("log-dir", "restarts.jsonl", files={**jobs, "jobs/restarts.jsonl/x": ""})
+    return c
+
+
 def all_cases() -> list[Case]:
     cases = (
         site_form_cases()
@@ -2251,6 +2321,7 @@ def all_cases() -> list[Case]:
         + sbatch_option_cases()
         + env_place_cases()
         + partition_value_cases()
+        + restart_start_cases()
     )
     ids = [c.id for c in cases]
     dup = sorted({i for i in ids if ids.count(i) > 1})
