@@ -27,10 +27,11 @@ from typing import Optional, Sequence
 
 import hostlist
 
+from hpc.job_outcome import LOG_TAIL_BYTES
 from hpc.node.bandwidth import MAX_BYTES, MAX_ITERS, human_bytes
 from hpc.node.cli import HpcError, Parser, error_line, fail, number, path_text, whole
 from hpc.node.contract import ENDED_STATES, EXIT_FAILED, PREFLIGHT_RESULT, task_log
-from hpc.node.files import META_BYTES, read_json_object
+from hpc.node.files import META_BYTES, NotASmallFile, read_json_object, read_range
 from hpc.node.health import Finding
 from hpc.node.launch import PROG as LAUNCH_PROG
 from hpc.node.ownership import run_dir_name
@@ -209,7 +210,12 @@ def plot(raw: dict, intra_expected: Optional[float], inter_expected: Optional[fl
 
 def failure_line(logs: list[Path]) -> str:
     """The most telling line of the job's logs: hpc.node.launch's own error, else the last error-looking line."""
-    texts = [p.read_text(errors="replace") for p in logs if p.is_file()]  # regular files: a FIFO would block
+    texts = []
+    for p in logs:
+        try:
+            texts.append(read_range(p, None, LOG_TAIL_BYTES)[0].decode("utf-8", errors="replace"))
+        except (OSError, NotASmallFile):  # missing, or not a regular file (a FIFO would block)
+            continue
     for text in texts:
         for line in text.splitlines():
             if line.startswith(error_line(LAUNCH_PROG, "")):

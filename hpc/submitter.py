@@ -27,6 +27,7 @@ import submitit
 from hpc.dependency import check_known
 from hpc.node.cli import shown
 from hpc.node.contract import ENDED_STATES, FINAL_STATES, task_log
+from hpc.node.files import NotASmallFile, read_range
 from hpc.node.ownership import claim
 from hpc.node.tool import run_tool
 from hpc.render import render_sbatch
@@ -35,6 +36,7 @@ from hpc.spec import JobSpec, SpecError
 from hpc.sweep import write_table
 
 SBATCH_TIMEOUT_S = 60  # sbatch --test-only asks slurmctld
+FOLLOW_BYTES = 1 << 20  # of the log followed, what one look shows
 
 
 def use_site_slurm(spec: JobSpec) -> None:
@@ -159,14 +161,14 @@ def follow(
             print(f"{prefix} job {job_id}: {state}", flush=True)
         if started is None and state not in ("PENDING", "REQUEUED"):
             started = time.time()
-        if log.exists():
-            with log.open("rb") as f:
-                f.seek(shown)
-                chunk = f.read()
-            if chunk:
-                sys.stdout.write(chunk.decode(errors="replace"))
-                sys.stdout.flush()
-                shown += len(chunk)
+        try:
+            chunk = read_range(log, shown, FOLLOW_BYTES)[0]
+        except (OSError, NotASmallFile):  # not there yet (or not a regular file: nothing to show)
+            chunk = b""
+        if chunk:
+            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.flush()
+            shown += len(chunk)
         if state in ENDED_STATES or (deadline is not None and deadline(state, started)):
             return state
         time.sleep(poll_s)
