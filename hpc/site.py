@@ -45,6 +45,7 @@ from hpc.node.strict_yaml import YamlError, load_yaml
 from hpc.sbatch_options import check_extra_sbatch
 from hpc.shipped import SHIPPED_SITE_DIR
 from hpc.slurm_time import parse_minutes
+from hpc.sweep import DEFAULT_MAX_ARRAY_SIZE, MAX_ARRAY_SIZE
 
 NAME_RE = r"^[A-Za-z0-9._-]+$"  # pydantic patterns: $ is the end of the text (no newline before it)
 
@@ -81,6 +82,9 @@ class Submission(Strict):
     account: Optional[str] = Field(None, pattern=ONE_LINE_RE)
     qos: Optional[str] = Field(None, pattern=ONE_LINE_RE)
     slurm_conf: Optional[str] = Field(None, description="SLURM_CONF for this site's client commands")
+    max_array_size: int = Field(
+        DEFAULT_MAX_ARRAY_SIZE, ge=1, le=MAX_ARRAY_SIZE, description="the cluster's MaxArraySize (tasks of a sweep)"
+    )
     extra_sbatch: dict[str, Union[str, bool]] = Field(
         default_factory=dict, description="more #SBATCH options, e.g. constraint (true: a flag without a value)"
     )

@@ -385,7 +385,7 @@ def build_spec(
     if pre.lead_s >= minutes * 60:
         raise SpecError(f"--signal-lead {pre.lead_s}: must be shorter than the time limit ({minutes * 60} s)")
     wanted, avoided = node_lists(nodes, nodelist, exclude, spares)
-    array = build_sweep(sweep, max_parallel)
+    array = build_sweep(sweep, max_parallel, site.submission.max_array_size)
     dependencies = parse_after(after)
     workdir = (workdir or Path.cwd()).resolve()
     python = python or site.environment.python or sys.executable

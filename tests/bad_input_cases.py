@@ -2295,6 +2295,42 @@ def restart_start_cases() -> list[Case]:
     return c
 
 
+def array_bound_cases() -> list[Case]:
+    """Sweeps bounded by the cluster's MaxArraySize (the profile's submission.max_array_size, else Slurm's default
+    1001), counted before any task is made; the key itself bounded by Slurm's largest, 4,000,001."""
+    c: list[Case] = []
+    tiny = ["--", "--config", TINY]
+    for cid, limit, axes in (
+        ("default", None, ["seed=" + ",".join(map(str, range(1002)))]),
+        ("product", None, ["seed=" + ",".join(map(str, range(100))), "steps=" + ",".join(map(str, range(1, 12)))]),
+        ("huge-product", None, [f"k{i}.x=" + ",".join(map(str, range(100))) for i in range(8)]),
+        ("profile", 10, ["seed=" + ",".join(map(str, range(11)))]),
+        ("profile-one", 1, ["seed=1,2"]),
+    ):
+        changes = {} if limit is None else {"submission__max_array_size": limit}
+        sweep = [a for axis in axes for a in ("--sweep", axis)]
+        c.append(
+            Case(
+                f"arraybound-{cid}",
+                SUBMIT,
+                ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run", *sweep, *tiny],
+                "MaxArraySize",
+                files={"p.yaml": site_yaml(**changes)},
+            )
+        )
+    for cid, value in (("zero", 0), ("past-slurm", 4_000_002), ("text", "1001")):
+        c.append(
+            Case(
+                f"arraybound-key-{cid}",
+                SUBMIT,
+                ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run", *RANK],
+                "max_array_size",
+                files={"p.yaml": site_yaml(submission__max_array_size=value), **SCRIPT},
+            )
+        )
+    return c
+
+
 def all_cases() -> list[Case]:
     cases = (
         site_form_cases()
@@ -2322,6 +2358,7 @@ def all_cases() -> list[Case]:
         + env_place_cases()
         + partition_value_cases()
         + restart_start_cases()
+        + array_bound_cases()
     )
     ids = [c.id for c in cases]
     dup = sorted({i for i in ids if ids.count(i) > 1})
