@@ -2331,6 +2331,72 @@ def array_bound_cases() -> list[Case]:
     return c
 
 
+def profile_keys() -> list[str]:
+    """Every key of a site profile (hpc/site.py's models), dotted; a list of sections by its first item (``.0``)."""
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    from hpc.site import SiteProfile
+
+    def models(annotation) -> list[type]:
+        found = [annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
+        return found + [m for a in get_args(annotation) for m in models(a)]
+
+    def walk(model, prefix: str):
+        for name, f in model.model_fields.items():
+            inner = models(f.annotation)
+            index = ".0" if "list" in str(f.annotation) and inner else ""
+            if inner:
+                for m in inner:
+                    yield from walk(m, f"{prefix}{name}{index}.")
+            else:
+                yield f"{prefix}{name}"
+
+    return sorted(set(walk(SiteProfile, "")))
+
+
+CONTAINER = {"runtime": "apptainer", "image": "docker://nvcr.io/nvidia/pytorch:25.10-py3"}
+
+
+def profile_key_cases() -> list[Case]:
+    """Every profile key (generated from hpc/site.py's models, so a new key has its case) given a value of no
+    type it takes, a mapping in a mapping: one line naming the key."""
+    c: list[Case] = []
+    run = ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run", *RANK]
+    for key in profile_keys():
+        leaf, bad = key.rsplit(".", 1)[-1], {"nested": {"x": 1}}
+        changes = {key.replace(".", "__"): bad}
+        for section in ("container", "partitions.0.container"):
+            if key.startswith(section + "."):
+                changes = {section.replace(".", "__"): {**CONTAINER, leaf: bad}}
+        c.append(Case(f"profilekey-{key}", SUBMIT, run, leaf, {"p.yaml": site_yaml(**changes), **SCRIPT}))
+    return c
+
+
+def flag_gap_cases() -> list[Case]:
+    """The flags no other table gives bad: hpc.submit's --test-only, --exclude, --preflight; hpc.jobs' --follow;
+    hpc.plan's --lora-r, --quantize-base; hpc.preflight's --nodelist and --exclude."""
+    plan = ["--site", "ib-h200", "--nodes", "1", "--model", "8B"]
+    return [
+        Case("flag-submit-test-only-dry-run", SUBMIT, [*SITE, *DRY, "--test-only", *RANK], "--test-only", SCRIPT),
+        Case("flag-submit-exclude-open", SUBMIT, [*SITE, *DRY, "--exclude", "n[1-", *RANK], "--exclude", SCRIPT),
+        Case(
+            "flag-submit-preflight-exclude",
+            SUBMIT,
+            [*SITE, *DRY, "--preflight", "--exclude", "n[", *RANK],
+            "--exclude",
+            SCRIPT,
+        ),
+        Case("flag-jobs-follow-job-zero", "hpc.jobs", ["logs", "0", "--follow"], "job id"),
+        Case("flag-plan-lora-r-zero", "hpc.plan", [*plan, "--lora-r", "0"], "--lora-r"),
+        Case("flag-plan-lora-r-text", "hpc.plan", [*plan, "--lora-r", "r8"], "--lora-r"),
+        Case("flag-plan-quantize-base", "hpc.plan", [*plan, "--lora-r", "8", "--quantize-base", "nf8"], "--quantize"),
+        Case("flag-preflight-exclude", "hpc.preflight", [*SITE, "--nodes", "1", "--exclude", "n[1-"], "--exclude"),
+        Case("flag-preflight-nodelist", "hpc.preflight", [*SITE, "--nodes", "1", "--nodelist", "n[1-"], "--nodelist"),
+    ]
+
+
 def all_cases() -> list[Case]:
     cases = (
         site_form_cases()
@@ -2359,6 +2425,8 @@ def all_cases() -> list[Case]:
         + partition_value_cases()
         + restart_start_cases()
         + array_bound_cases()
+        + profile_key_cases()
+        + flag_gap_cases()
     )
     ids = [c.id for c in cases]
     dup = sorted({i for i in ids if ids.count(i) > 1})
