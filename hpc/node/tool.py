@@ -6,6 +6,7 @@ leniently (a byte that is not UTF-8 is a replacement character, never a tracebac
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ def run_tool(
             stderr=subprocess.PIPE,
             env=None if env is None else dict(env),
             cwd=cwd,
+            start_new_session=True,  # its own process group: a timeout ends what it started too
         )
     except FileNotFoundError:
         raise ToolMissing(f"{argv[0]} is not on PATH") from None
@@ -77,7 +79,7 @@ def run_tool(
     try:
         rc = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise ToolTimeout(f"{argv[0]} did not finish within {timeout_s:g} s") from None
     finally:
