@@ -19,9 +19,11 @@ RECORDED = ROOT / "tests" / "unit" / "data" / "slurm"
 COMMANDS = ("sbatch", "squeue", "scontrol", "sacct", "srun")
 
 # One script for every command: the Nth call answers with line N of NAME.answers (the last line once they run out):
-# "RC FILE" prints FILE to stdout when RC is 0, else to stderr, and exits RC.
+# "RC FILE" prints FILE to stdout when RC is 0, else to stderr, and exits RC. --version is not a call: it prints the
+# local cluster's recorded version line.
 SCRIPT = r"""#!/bin/bash
 d=$(dirname "$0"); n=$(basename "$0")
+if [ "$*" = --version ]; then cat "$d/version"; exit 0; fi
 calls=1; while [ -e "$d/$n.call.$calls" ]; do calls=$((calls + 1)); done
 printf '%s\0' "$@" > "$d/$n.call.$calls"
 if [ "$n" = sbatch ]; then cp "${@: -1}" "$d/sbatch.script.$calls"; fi
@@ -39,6 +41,7 @@ class FakeSlurm:
     def __init__(self, folder: Path):
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
+        (folder / "version").write_text((RECORDED / "sbatch.version").read_text())
         for name in COMMANDS:
             path = folder / name
             path.write_text(SCRIPT)
@@ -79,7 +82,7 @@ class InProcessSlurm:
     ``subprocess.run`` (squeue, scontrol, sacct, sbatch --test-only), submitit's ``CommandFunction`` (its sbatch) and
     ``shutil.which`` answer for them; any other program goes to the real ``subprocess.run``, which the unit tier
     refuses. ``answer`` and ``calls`` as ``FakeSlurm``'s: the Nth call gets the Nth answer (the last once they run
-    out), a command without answers exits 0 and prints nothing."""
+    out), a command without answers exits 0 and prints nothing; ``--version`` is not a call."""
 
     def __init__(self, monkeypatch, folder: Path):
         self.folder = folder  # SLURM_CONF points at a file there that does not exist: no controller to check
@@ -106,6 +109,8 @@ class InProcessSlurm:
 
     def _answer(self, argv: list[str]) -> tuple[int, str]:
         name = Path(argv[0]).name
+        if argv[1:] == ["--version"]:  # not a call, as for FakeSlurm: the local cluster's recorded version line
+            return 0, (RECORDED / f"{name}.version").read_text() if (RECORDED / f"{name}.version").exists() else ""
         self._calls[name].append([str(a) for a in argv[1:]])
         if name == "sbatch":
             self._scripts.append(Path(argv[-1]).read_text())

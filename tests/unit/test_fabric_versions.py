@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpc.network import network_env
+from hpc.job_env import merge
+from hpc.network import network_settings
 from hpc.node.cli import NodeCheckError
 from hpc.node.contract import FABRIC_MIN_VAR
 from hpc.node.fabric import check_fabric
@@ -95,7 +96,7 @@ def profile(tmp_path, name: str, **network) -> Path:
 
 
 def env_of(path: Path) -> dict[str, str]:
-    return network_env(load_site(str(path)).network)
+    return merge(network_settings(load_site(str(path)).network))
 
 
 def test_efa_preset_sets_fi_variables_only_for_versions_that_need_them(tmp_path):
