@@ -6,6 +6,7 @@ or sbatch's own lines. ``FakeSlurm`` puts them as small scripts first on PATH (t
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -19,11 +20,9 @@ RECORDED = ROOT / "tests" / "unit" / "data" / "slurm"
 COMMANDS = ("sbatch", "squeue", "scontrol", "sacct", "srun")
 
 # One script for every command: the Nth call answers with line N of NAME.answers (the last line once they run out):
-# "RC FILE" prints FILE to stdout when RC is 0, else to stderr, and exits RC. --version is not a call: it prints the
-# local cluster's recorded version line.
+# "RC FILE" prints FILE to stdout when RC is 0, else to stderr, and exits RC.
 SCRIPT = r"""#!/bin/bash
 d=$(dirname "$0"); n=$(basename "$0")
-if [ "$*" = --version ]; then cat "$d/version"; exit 0; fi
 calls=1; while [ -e "$d/$n.call.$calls" ]; do calls=$((calls + 1)); done
 printf '%s\0' "$@" > "$d/$n.call.$calls"
 if [ "$n" = sbatch ]; then cp "${@: -1}" "$d/sbatch.script.$calls"; fi
@@ -41,7 +40,6 @@ class FakeSlurm:
     def __init__(self, folder: Path):
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "version").write_text((RECORDED / "sbatch.version").read_text())
         for name in COMMANDS:
             path = folder / name
             path.write_text(SCRIPT)
@@ -79,18 +77,20 @@ class FakeSlurm:
 
 class InProcessSlurm:
     """The same clients without processes, as submitit's ``MockedSubprocess`` (core/test_core.py) does it:
-    ``subprocess.run`` (squeue, scontrol, sacct, sbatch --test-only), submitit's ``CommandFunction`` (its sbatch) and
-    ``shutil.which`` answer for them; any other program goes to the real ``subprocess.run``, which the unit tier
-    refuses. ``answer`` and ``calls`` as ``FakeSlurm``'s: the Nth call gets the Nth answer (the last once they run
-    out), a command without answers exits 0 and prints nothing; ``--version`` is not a call."""
+    ``subprocess.Popen`` (the tool runner's squeue, scontrol, sacct, sbatch --test-only), ``subprocess.run``,
+    submitit's ``CommandFunction`` (its sbatch) and ``shutil.which`` answer for them; any other program goes to the
+    real ``subprocess.Popen`` or ``run``, which the unit tier refuses. ``answer`` and ``calls`` as ``FakeSlurm``'s:
+    the Nth call gets the Nth answer (the last once they run out), a command without answers exits 0 and prints
+    nothing."""
 
     def __init__(self, monkeypatch, folder: Path):
         self.folder = folder  # SLURM_CONF points at a file there that does not exist: no controller to check
         self._answers: dict[str, list[tuple[int, str]]] = {}
         self._calls: dict[str, list[list[str]]] = {name: [] for name in COMMANDS}
         self._scripts: list[str] = []
-        self._run, self._which = subprocess.run, shutil.which
+        self._run, self._popen, self._which = subprocess.run, subprocess.Popen, shutil.which
         monkeypatch.setattr(subprocess, "run", self.run)
+        monkeypatch.setattr(subprocess, "Popen", self.popen)
         monkeypatch.setattr(shutil, "which", self.which)
         monkeypatch.setattr(submitit.core.utils, "CommandFunction", self.command_function)
         monkeypatch.setenv("SLURM_CONF", str(folder / "no-slurm.conf"))
@@ -109,8 +109,6 @@ class InProcessSlurm:
 
     def _answer(self, argv: list[str]) -> tuple[int, str]:
         name = Path(argv[0]).name
-        if argv[1:] == ["--version"]:  # not a call, as for FakeSlurm: the local cluster's recorded version line
-            return 0, (RECORDED / f"{name}.version").read_text() if (RECORDED / f"{name}.version").exists() else ""
         self._calls[name].append([str(a) for a in argv[1:]])
         if name == "sbatch":
             self._scripts.append(Path(argv[-1]).read_text())
@@ -131,6 +129,12 @@ class InProcessSlurm:
             result.check_returncode()
         return result
 
+    def popen(self, argv, *args, **kwargs):
+        if Path(argv[0]).name not in COMMANDS:
+            return self._popen(argv, *args, **kwargs)
+        rc, out = self._answer(list(argv))
+        return Answered(rc, *((out, "") if rc == 0 else ("", out)))
+
     def which(self, name, *args, **kwargs):
         return str(self.folder / name) if name in COMMANDS else self._which(name, *args, **kwargs)
 
@@ -146,3 +150,17 @@ class InProcessSlurm:
             raise submitit.core.utils.FailedJobError(out.strip())
 
         return call
+
+
+class Answered:
+    """What ``subprocess.Popen`` hands the tool runner, for a command that has already answered."""
+
+    def __init__(self, rc: int, out: str, err: str):
+        self.returncode, self.pid = rc, -1
+        self.stdout, self.stderr = io.BytesIO(out.encode()), io.BytesIO(err.encode())
+
+    def wait(self, timeout=None) -> int:
+        return self.returncode
+
+    def poll(self) -> int:
+        return self.returncode

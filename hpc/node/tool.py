@@ -1,7 +1,7 @@
-"""Running the tools the project asks (sbatch, squeue, sacct, scontrol, scancel, fi_info, nvidia-smi, dcgmi, a
-probe of the nodes' python): the one place a short-lived subprocess is started, its output read to a bound (a tool
-that prints without end cannot fill memory), within a timeout (a hung controller cannot hang the command), decoded
-leniently (a byte that is not UTF-8 is a replacement character, never a traceback)."""
+"""Running the tools the project asks (sbatch, squeue, sacct, scontrol, scancel, sinfo, fi_info, nvidia-smi, dcgmi, a
+probe of the nodes' python, hpc.site init's srun -N1): the one place a short-lived subprocess is started, its output
+read to a bound (a tool that prints without end cannot fill memory), within a timeout (a hung controller cannot hang
+the command), decoded leniently (a byte that is not UTF-8 is a replacement character, never a traceback)."""
 
 from __future__ import annotations
 
