@@ -33,8 +33,6 @@ SRUN_GRES_FLAGS = ("allow-task-sharing",)  # srun only (sbatch refuses it): on t
 JOB_GRES_FLAGS = ("enforce-binding", "disable-binding", "one-task-per-sharing", "multiple-tasks-per-sharing")
 GRES_FLAGS = SRUN_GRES_FLAGS + JOB_GRES_FLAGS
 EXCLUSIVE_GRES_FLAGS = (("enforce-binding", "disable-binding"), ("one-task-per-sharing", "multiple-tasks-per-sharing"))
-# sbatch options that the partition's keys set (extra_sbatch may not give them)
-BINDING_SBATCH_OPTIONS = ("gpu-bind", "cpu-bind", "gres-flags", "gpus-per-task", "gpus-per-socket", "tres-per-task")
 
 
 def check_gpu_bind(value: str) -> str:
@@ -66,14 +64,16 @@ def gpu_count(kind: Optional[str], gpus: int) -> str:
     return f"{kind}:{gpus}" if kind else str(gpus)
 
 
-def job_gpu_options(request: str, kind: Optional[str], gpus_per_node: int, nodes: int) -> dict[str, str]:
-    """The #SBATCH option that asks for the job's GPUs, in the partition's form ({} for a CPU partition).
-    ``--gpus`` is the job's total: with --ntasks-per-node, Slurm may still spread it unevenly, which each node's
-    hpc.node.launch names (its GPUs against its tasks)."""
+def job_gpu_options(request: str, kind: Optional[str], gpus_per_node: int, allocated_nodes: int) -> dict[str, str]:
+    """The option that asks for the job's GPUs, in the partition's form ({} for a CPU partition): the one request of
+    the job, written as its #SBATCH line and on every step that asks for GPUs (the health step, over all of the
+    allocation's nodes). ``allocated_nodes`` counts the spares too, so ``--gpus`` (the job's total) gives each node of
+    the allocation its GPUs and a spare taking a node's place has them. With --ntasks-per-node Slurm may still spread
+    ``--gpus`` unevenly, which each node's hpc.node.launch names (its GPUs against its tasks)."""
     if request == "gpus-per-node":
         return {"gpus-per-node": gpu_count(kind, gpus_per_node)}
     if request == "gres":
         return {"gres": f"gpu:{kind}:{gpus_per_node}" if kind else f"gpu:{gpus_per_node}"}
     if request == "gpus":
-        return {"gpus": gpu_count(kind, gpus_per_node * nodes)}
+        return {"gpus": gpu_count(kind, gpus_per_node * allocated_nodes)}
     return {}

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from hpc.node.contract import task_log
+from hpc.node.files import NotASmallFile, read_range
 from hpc.slurm_query import Job
 
 LOG_TAIL_BYTES = 64 << 10  # the end of each task log is read: the error is the last thing a rank writes
@@ -45,10 +46,8 @@ def log_tails(job: Job) -> list[str]:
     tails = []
     for path in sorted(job.job_dir.glob(task_log(Path("."), job.job_id, "*").name)):
         try:
-            with path.open("rb") as f:
-                f.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
-                tails.append(f.read().decode(errors="replace"))
-        except OSError:
+            tails.append(read_range(path, None, LOG_TAIL_BYTES)[0].decode(errors="replace"))
+        except (OSError, NotASmallFile):  # unreadable, or a FIFO or directory in a log's place
             continue
     return tails
 

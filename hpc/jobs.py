@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Optional, Sequence
 
 from hpc.job_outcome import outcome_lines
 from hpc.metrics_report import last_line, plot, read_metrics, straggler_lines, summary_table, to_tensorboard
-from hpc.node.cli import HpcError, Parser, fail, path_text, shown, whole
+from hpc.node.cli import HpcError, Parser, PrintableWriter, fail, path_text, shown, whole
 from hpc.node.contract import (
     LEASE_FILE,
     METRICS_FILE,
@@ -37,7 +36,7 @@ from hpc.node.contract import (
     set_aside_step,
     task_log,
 )
-from hpc.node.files import META_BYTES, read_small_text, regular_file_problem
+from hpc.node.files import META_BYTES, NotASmallFile, read_range, read_small_text, regular_file_problem
 from hpc.node.restart import read_log, restart_lines
 from hpc.slurm_query import (
     Job,
@@ -48,6 +47,7 @@ from hpc.slurm_query import (
     job_id_arg,
     job_sort_key,
     restarts,
+    run_slurm,
     sacct_rows,
     squeue_rows,
 )
@@ -56,6 +56,7 @@ from hpc.sweep_report import plot_sweep, sweep_table, task_run_dir, task_runs
 PROG = "hpc.jobs"
 
 POLL_S = 1.0
+LOG_BYTES = 16 << 20  # of a task log, what one read shows (logs: its last 16 MiB; -f: the new bytes in such parts)
 NAME_WIDTH = 40
 
 
@@ -219,27 +220,42 @@ def checkpoint_lines(run_dir: Path) -> list[str]:
     return lines
 
 
+def read_log_text(job: Job, rank: int, start: Optional[int]) -> tuple[str, int]:
+    """Task ``rank``'s log from byte ``start`` (None: its last LOG_BYTES), at most LOG_BYTES, leniently decoded; and
+    the offset after what was read."""
+    path = rank_log(job, rank)
+    try:
+        data, offset = read_range(path, start, LOG_BYTES)
+    except NotASmallFile as e:
+        raise JobError(f"job {job.job_id}: {e}") from None
+    except OSError as e:
+        raise JobError(f"job {job.job_id}: {path}: cannot read it ({e.strerror})") from None
+    if start is None and offset:
+        print(f"[jobs] {path}: its first {offset} bytes left out (the last {LOG_BYTES} shown)", file=sys.stderr)
+    return data.decode("utf-8", errors="replace"), offset + len(data)
+
+
 def cmd_logs(a: argparse.Namespace) -> int:
     job = get_job(a.job)
     if not a.follow:
-        sys.stdout.write(rank_log(job, a.rank).read_text(errors="replace"))
+        sys.stdout.write(read_log_text(job, a.rank, None)[0])
         return 0
-    shown = 0
+    offset: Optional[int] = None
     while True:
         done = job.finished
         try:
-            text = rank_log(job, a.rank).read_text(errors="replace")
+            text, offset = read_log_text(job, a.rank, offset)
         except JobError:
             if done:
                 raise
             text = ""
-        sys.stdout.write(text[shown:])
+        sys.stdout.write(text)
         sys.stdout.flush()
-        shown = max(shown, len(text))
-        if done:
+        if done and not text:
             break
-        time.sleep(POLL_S)
-        job = get_job(a.job)
+        if not text:
+            time.sleep(POLL_S)
+            job = get_job(a.job)
     print(f"[jobs] job {job.job_id} ended: {job.state}", file=sys.stderr)
     return 0 if job.state.split()[0] == "COMPLETED" else 1
 
@@ -247,7 +263,7 @@ def cmd_logs(a: argparse.Namespace) -> int:
 def cmd_cancel(a: argparse.Namespace) -> int:
     tasks = array_tasks(a.job)
     if tasks:
-        r = subprocess.run(["scancel", a.job], capture_output=True, text=True)
+        r = run_slurm(["scancel", a.job])
         if r.returncode != 0:
             raise JobError(f"scancel {a.job} failed: {r.stderr.strip()}")
         print(f"cancelled array job {a.job} ({len(tasks)} tasks)")
@@ -256,7 +272,7 @@ def cmd_cancel(a: argparse.Namespace) -> int:
     if job.finished:
         print(f"job {job.job_id} ({job.name}) already ended: {job.state}")
         return 0
-    r = subprocess.run(["scancel", job.job_id], capture_output=True, text=True)
+    r = run_slurm(["scancel", job.job_id])
     if r.returncode != 0:
         raise JobError(f"scancel {job.job_id} failed: {r.stderr.strip()}")
     print(f"cancelled job {job.job_id} ({job.name}, was {job.state})")
@@ -344,11 +360,16 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     a = parser().parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `hpc.jobs logs JOB | head` ends quietly
+    stdout = sys.stdout
+    if a.command != "logs":  # what Slurm and the job's records say is shown, its control codes escaped (a log is the
+        sys.stdout = PrintableWriter(stdout)  # program's own output, shown as it is)
     try:
         check_controller()
         rc = a.run(a)
     except HpcError as e:
         fail(PROG, e)
+    finally:
+        sys.stdout = stdout
     sys.exit(rc)
 
 

@@ -14,18 +14,26 @@ from pathlib import Path
 from typing import Optional
 
 from hpc.node.cli import HpcError
+from hpc.node.files import NotASmallFile, read_range
 from hpc.tensorboard_events import write_scalars
 
 CAUSES = {"compute": "its computation slower", "host": "late, its computation not slower: a host-side stall"}
 PLOTTED = (("loss", "loss"), ("tokens_per_s", "tokens/s"), ("mfu", "MFU"))
+METRICS_BYTES = 256 << 20  # of metrics.jsonl, its newest records (a few hundred bytes a step)
 SUMMARY = ("loss", "tokens_per_s", "mfu", "lr", "grad_norm", "eval_loss")
 
 
 def read_metrics(path: Path) -> list[dict]:
     """Records by step, the last one of each step; a partly written last line is left for later."""
-    if not path.is_file():
+    try:
+        data, skipped = read_range(path, None, METRICS_BYTES)
+    except FileNotFoundError:
         return []
-    text = path.read_text(errors="replace")
+    except (OSError, NotASmallFile) as e:
+        raise HpcError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    text = data.decode("utf-8", errors="replace")
+    if skipped:  # its newest records: the first line read may be the end of one
+        text = text.partition("\n")[2]
     lines = text.split("\n")
     if not text.endswith("\n"):
         lines = lines[:-1]

@@ -560,7 +560,7 @@ def plan_layout(
     return layout, note
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def parser() -> Parser:
     ap = Parser(prog="python -m hpc.plan", description=__doc__.split("\n")[0])
     ap.add_argument("--site", required=True, type=path_text, help="site profile name or YAML path")
     ap.add_argument("--nodes", type=whole(1, 100_000), required=True)
@@ -579,7 +579,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         default="none",
         help="with --lora-r: nf4 = QLoRA (lora.quantize_base)",
     )
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    a = parser().parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `hpc.plan ... | head` ends quietly
     try:
         site = load_site(a.site)

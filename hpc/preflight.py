@@ -20,7 +20,6 @@ import dataclasses
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,14 +27,16 @@ from typing import Optional, Sequence
 
 import hostlist
 
+from hpc.job_outcome import LOG_TAIL_BYTES
 from hpc.node.bandwidth import MAX_BYTES, MAX_ITERS, human_bytes
 from hpc.node.cli import HpcError, Parser, error_line, fail, number, path_text, whole
 from hpc.node.contract import ENDED_STATES, EXIT_FAILED, PREFLIGHT_RESULT, task_log
-from hpc.node.files import META_BYTES, read_json_object
+from hpc.node.files import META_BYTES, NotASmallFile, read_json_object, read_range
 from hpc.node.health import Finding
 from hpc.node.launch import PROG as LAUNCH_PROG
 from hpc.node.ownership import run_dir_name
 from hpc.site import load_site
+from hpc.slurm_query import JobError, run_slurm
 from hpc.spec import SpecError, add_allocation_args, build_spec, site_path
 from hpc.submitter import follow, submit
 
@@ -209,7 +210,12 @@ def plot(raw: dict, intra_expected: Optional[float], inter_expected: Optional[fl
 
 def failure_line(logs: list[Path]) -> str:
     """The most telling line of the job's logs: hpc.node.launch's own error, else the last error-looking line."""
-    texts = [p.read_text(errors="replace") for p in logs if p.is_file()]  # regular files: a FIFO would block
+    texts = []
+    for p in logs:
+        try:
+            texts.append(read_range(p, None, LOG_TAIL_BYTES)[0].decode("utf-8", errors="replace"))
+        except (OSError, NotASmallFile):  # missing, or not a regular file (a FIFO would block)
+            continue
     for text in texts:
         for line in text.splitlines():
             if line.startswith(error_line(LAUNCH_PROG, "")):
@@ -301,7 +307,10 @@ def run(argv: Optional[Sequence[str]]) -> int:
         deadline=lambda state, started: started is not None and time.time() - started > limit_s,
     )
     if state not in ENDED_STATES:
-        subprocess.run(["scancel", job_id], capture_output=True)
+        try:
+            run_slurm(["scancel", job_id])
+        except JobError as e:
+            print(f"[preflight] scancel {job_id}: {e}", file=sys.stderr)
         state = f"not finished within {limit_s:.0f} s (cancelled)"
     if state != "COMPLETED":
         if created and out.is_dir() and not any(out.iterdir()):

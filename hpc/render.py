@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import shlex
 import sys
+from typing import Optional
 
 import jinja2
 
 from hpc.dependency import dependency_directive
 from hpc.gpu_request import JOB_GRES_FLAGS, SRUN_GRES_FLAGS, job_gpu_options
-from hpc.network import network_env
+from hpc.job_env import job_env as merged_job_env
 from hpc.node import contract
 from hpc.node.contract import (
     ARRAY_TASK_ID,
@@ -54,6 +55,14 @@ _env.filters["q"] = lambda v: v if isinstance(v, ShellWord) else shlex.quote(str
 PYXIS_NAME = ShellWord('--container-name=hpc-"$SLURM_JOB_ID"-"${SLURM_RESTART_COUNT:-0}"')
 
 
+def gpu_options(spec: JobSpec, nodes: int) -> dict[str, str]:
+    """The GPU request of ``nodes`` of the job's nodes in the partition's form: with ``spec.allocated_nodes`` (spares
+    included) the job's #SBATCH line and the health step's; with ``spec.nodes`` the ranks' step on spares under the
+    ``gpus`` form (whose total the step would otherwise inherit from the job: more than its nodes hold)."""
+    part = spec.partition
+    return job_gpu_options(part.gpu_request, part.gpu_type, spec.gpus_per_node, nodes)
+
+
 def directives(spec: JobSpec) -> dict[str, str | bool]:
     """sbatch options (without output/error), in the order they are written; True is a bare flag."""
     part, sub = spec.partition, spec.site.submission
@@ -62,7 +71,7 @@ def directives(spec: JobSpec) -> dict[str, str | bool]:
         "partition": part.name,
         "nodes": str(spec.allocated_nodes),
         "ntasks-per-node": str(spec.tasks_per_node),
-        **job_gpu_options(part.gpu_request, part.gpu_type, spec.gpus_per_node, spec.nodes),
+        **gpu_options(spec, spec.allocated_nodes),
         "cpus-per-task": str(spec.cpus_per_task),
         "time": format_minutes(spec.minutes),
         "chdir": str(spec.workdir),
@@ -94,23 +103,20 @@ def directives(spec: JobSpec) -> dict[str, str | bool]:
 
 
 def job_env(spec: JobSpec) -> dict[str, str]:
-    """Every variable the preamble exports: network first, then the profile's, then the job's."""
-    env = network_env(spec.site.network)
-    env.update(spec.site.environment.variables)
-    env.update(
-        {
-            "OMP_NUM_THREADS": str(spec.threads_per_rank),
-            JOB_NAME_VAR: spec.job_name,
-            JOB_DIR_VAR: str(spec.job_dir),
-            STOP_SIGNAL_VAR: spec.signal,
-            MAX_REQUEUES_VAR: str(spec.max_requeues),
-        }
-    )
+    """Every variable the preamble exports: network first, then the profile's, then the job's (`hpc.job_env`)."""
+    job: dict[str, Optional[str]] = {
+        "OMP_NUM_THREADS": str(spec.threads_per_rank),
+        JOB_NAME_VAR: spec.job_name,
+        JOB_DIR_VAR: str(spec.job_dir),
+        STOP_SIGNAL_VAR: spec.signal,
+        MAX_REQUEUES_VAR: str(spec.max_requeues),
+    }
     if spec.container and spec.container.project == "mount":
-        env["PYTHONPATH"] = str(spec.places.project)
+        job["PYTHONPATH"] = str(spec.places.project)
     if spec.container is None and spec.python == sys.executable:  # the nodes run the interpreter that submits: what
-        env.update({var: version for var, version in runtime().items() if version})  # it has here, they must have
-    return env
+        job.update(runtime())  # it has here, they must have
+    site = spec.site
+    return merged_job_env(site.network, site.environment.variables, site.mounts_project(), job)
 
 
 def preamble_lines(spec: JobSpec) -> list[str]:
@@ -138,6 +144,13 @@ def binding_args(spec: JobSpec, ranks: bool) -> list[str]:
     return args
 
 
+def spare_step_gpus(spec: JobSpec) -> list[str]:
+    """With spares under the ``gpus`` form, the ranks' step asks for its own nodes' GPUs (``--gpus`` is a total)."""
+    if not spec.spare_nodes or spec.partition.gpu_request != "gpus":
+        return []
+    return [f"--{k}={v}" for k, v in gpu_options(spec, spec.nodes).items()]
+
+
 def srun_args(spec: JobSpec) -> list[str]:
     """Options of the srun that starts the ranks."""
     # with spare nodes hpc.node.restart ends the step once the ranks' records say what failed
@@ -147,6 +160,7 @@ def srun_args(spec: JobSpec) -> list[str]:
         f"--ntasks-per-node={spec.tasks_per_node}",
         f"--cpus-per-task={spec.cpus_per_task}",  # not inherited from the job by 22.05 to 23.02 (slurm_version.py)
         *binding_args(spec, ranks=True),
+        *spare_step_gpus(spec),
         f"--output={spec.job_dir / log_pattern(spec, TASK_LOG)}",
     ]
     if spec.container and not spec.container.wrapped:
@@ -167,16 +181,13 @@ def health_argv(spec: JobSpec) -> list[str]:
     """The preflight step (``--preflight``): hpc.node.health once per node, in the ranks' python (and image), judged
     against the partition's matmul and copy rates."""
     part = spec.partition
-    gpus = job_gpu_options(
-        part.gpu_request, part.gpu_type, spec.gpus_per_node, spec.allocated_nodes
-    )  # all of the node's GPUs
     argv = [
         "srun",
         f"--nodes={spec.allocated_nodes}",
         f"--ntasks={spec.allocated_nodes}",
         "--ntasks-per-node=1",  # in this one task
         f"--cpus-per-task={spec.cpus_per_task * spec.tasks_per_node}",  # all of the node's CPUs the job holds
-        *(f"--{k}={v}" for k, v in gpus.items()),
+        *(f"--{k}={v}" for k, v in gpu_options(spec, spec.allocated_nodes).items()),  # all of each node's GPUs
         *binding_args(spec, ranks=False),
     ]
     if spec.container and not spec.container.wrapped:

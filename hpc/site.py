@@ -15,13 +15,16 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from hpc.container import Container
-from hpc.gpu_request import BINDING_SBATCH_OPTIONS, GpuRequest, check_cpu_bind, check_gpu_bind, check_gres_flags
-from hpc.node.cli import HpcError, NodeCheckError, shown
+from hpc.gpu_binding import check_partition_bind
+from hpc.gpu_request import GpuRequest, check_cpu_bind, check_gpu_bind, check_gres_flags
+from hpc.job_env import check_profile_env
+from hpc.network import Network
+from hpc.node.cli import HpcError, shown
 from hpc.node.contract import (
     DEFAULT_MAX_EXCLUDED_NODES,
     DEFAULT_MAX_REQUEUES,
@@ -29,16 +32,19 @@ from hpc.node.contract import (
     DEFAULT_MAX_RESTARTS_PER_NODE,
     DEFAULT_SIGNAL_LEAD_S,
     DEFAULT_STOP_SIGNAL,
-    NCCL_IB_HCA_VAR,
-    NCCL_SOCKET_IFNAME_VAR,
+    MAX_COUNT,
+    MAX_GPUS_PER_NODE,
+    MAX_SIGNAL_LEAD_S,
     SITE_DIRS_VAR,
     STOP_SIGNALS,
 )
 from hpc.node.files import META_BYTES, NotASmallFile, read_small_text
-from hpc.node.netcheck import NcclList
 from hpc.node.strict_yaml import YamlError, load_yaml
+from hpc.profile_base import ONE_LINE_RE, Strict, shell_names
+from hpc.sbatch_options import check_extra_sbatch
 from hpc.shipped import SHIPPED_SITE_DIR
 from hpc.slurm_time import parse_minutes
+from hpc.sweep import DEFAULT_MAX_ARRAY_SIZE, MAX_ARRAY_SIZE
 
 NAME_RE = r"^[A-Za-z0-9._-]+$"  # pydantic patterns: $ is the end of the text (no newline before it)
 
@@ -47,256 +53,41 @@ class SiteError(HpcError):
     """A profile that cannot be found or does not validate; the message is one line."""
 
 
-def _nccl_list(value: str, var: str) -> None:
-    try:
-        NcclList.parse(value, var)
-    except NodeCheckError as e:
-        raise ValueError(str(e)) from None
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-SHELL_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
-ONE_LINE_RE = r"^[^\n\r]*$"
-# sbatch options that hpc.submit sets from the command line and the profile's own keys
-PROJECT_SBATCH_OPTIONS = (
-    "job-name",
-    "partition",
-    "nodes",
-    "ntasks-per-node",
-    "gpus-per-node",
-    "cpus-per-task",
-    "time",
-    "chdir",
-    "open-mode",
-    "signal",
-    "requeue",
-    "no-requeue",
-    "mem",
-    "account",
-    "qos",
-    "output",
-    "error",
-    "array",
-    "dependency",
-    "ntasks",
-    "gpus",
-    "gres",
-    "nodelist",
-    "exclude",
-)
-
-
-# sbatch's long options (Slurm 22.05 to 25.x: src/common/slurm_opt.c) and its aliases. sbatch (getopt_long) takes any
-# unique prefix of one, so an extra_sbatch key is read the same way; a key that starts no option of these is a site's
-# own (a SPANK plugin's, e.g. pyxis' container-image) and left to sbatch.
-SBATCH_LONG_OPTIONS = (
-    "account",
-    "acctg-freq",
-    "array",
-    "autocomplete",
-    "batch",
-    "bb",
-    "bbf",
-    "begin",
-    "chdir",
-    "cluster",
-    "cluster-constraint",
-    "clusters",
-    "comment",
-    "consolidate-segments",
-    "constraint",
-    "container",
-    "container-id",
-    "context",
-    "contiguous",
-    "core-spec",
-    "cores-per-socket",
-    "cpu-freq",
-    "cpus-per-gpu",
-    "cpus-per-task",
-    "deadline",
-    "delay-boot",
-    "dependency",
-    "distribution",
-    "error",
-    "exclude",
-    "exclusive",
-    "export",
-    "export-file",
-    "external",
-    "extra",
-    "extra-node-info",
-    "get-user-env",
-    "gid",
-    "gpu-bind",
-    "gpu-freq",
-    "gpus",
-    "gpus-per-node",
-    "gpus-per-socket",
-    "gpus-per-task",
-    "gres",
-    "gres-flags",
-    "help",
-    "hint",
-    "hold",
-    "ignore-pbs",
-    "input",
-    "job-name",
-    "kill-on-invalid-dep",
-    "licenses",
-    "mail-type",
-    "mail-user",
-    "mcs-label",
-    "mem",
-    "mem-bind",
-    "mem-per-cpu",
-    "mem-per-gpu",
-    "mem-update",
-    "mincpus",
-    "network",
-    "nice",
-    "no-kill",
-    "no-requeue",
-    "nodefile",
-    "nodelist",
-    "nodes",
-    "ntasks",
-    "ntasks-per-core",
-    "ntasks-per-gpu",
-    "ntasks-per-node",
-    "ntasks-per-socket",
-    "ntasks-per-tres",
-    "oom-kill-step",
-    "open-mode",
-    "output",
-    "overcommit",
-    "oversubscribe",
-    "parsable",
-    "partition",
-    "power",
-    "prefer",
-    "priority",
-    "profile",
-    "propagate",
-    "qos",
-    "quiet",
-    "reboot",
-    "requeue",
-    "reservation",
-    "resources",
-    "resv-ports",
-    "runtime",
-    "segment",
-    "signal",
-    "sockets-per-node",
-    "spread-job",
-    "spread-segments",
-    "stepmgr",
-    "switches",
-    "tasks-per-node",
-    "test-only",
-    "thread-spec",
-    "threads-per-core",
-    "time",
-    "time-min",
-    "tmp",
-    "tres-bind",
-    "tres-per-task",
-    "uid",
-    "usage",
-    "use-min-nodes",
-    "verbose",
-    "version",
-    "wait",
-    "wait-all-nodes",
-    "wckey",
-    "wrap",
-)
-SBATCH_ALIASES = {"tasks-per-node": "ntasks-per-node", "cluster": "clusters"}
-
-
-def sbatch_option(key: str) -> Optional[str]:
-    """The sbatch option ``key`` names as sbatch reads it (itself, or the one option it is a prefix of; aliases by their
-    own name); None for a site's own option; ValueError when it is a prefix of several (sbatch refuses it too)."""
-    if key in SBATCH_LONG_OPTIONS:
-        return SBATCH_ALIASES.get(key, key)
-    found = sorted({SBATCH_ALIASES.get(o, o) for o in SBATCH_LONG_OPTIONS if o.startswith(key)})
-    if len(found) > 1:
-        raise ValueError(
-            f"{shown(key)} is a prefix of several sbatch options ({', '.join(found)}), which sbatch refuses "
-            "as ambiguous; write the whole option"
-        )
-    return found[0] if found else None
-
-
-def _shell_names(names, what: str) -> None:
-    for name in names:
-        if not re.fullmatch(SHELL_NAME_RE, name):
-            raise ValueError(
-                f"{shown(name)} is not a shell variable name ({what} names are letters, digits and _, not starting "
-                "with a digit)"
-            )
-
-
 class Submission(Strict):
     account: Optional[str] = Field(None, pattern=ONE_LINE_RE)
     qos: Optional[str] = Field(None, pattern=ONE_LINE_RE)
     slurm_conf: Optional[str] = Field(None, description="SLURM_CONF for this site's client commands")
-    extra_sbatch: dict[str, str] = Field(default_factory=dict, description="more #SBATCH options, e.g. constraint")
+    max_array_size: int = Field(
+        DEFAULT_MAX_ARRAY_SIZE, ge=1, le=MAX_ARRAY_SIZE, description="the cluster's MaxArraySize (tasks of a sweep)"
+    )
+    extra_sbatch: dict[str, Union[str, bool]] = Field(
+        default_factory=dict, description="more #SBATCH options, e.g. constraint (true: a flag without a value)"
+    )
 
     @field_validator("extra_sbatch")
     @classmethod
-    def _options(cls, v: dict[str, str]) -> dict[str, str]:
+    def _options(cls, v: dict[str, Union[str, bool]]) -> dict[str, Union[str, bool]]:
         for key, value in v.items():
             if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
                 raise ValueError(
                     f"{shown(key)} is not an sbatch long option (lower-case letters, digits and -, without the leading "
                     "--)"
                 )
-            option = sbatch_option(key)
-            named = shown(key) if option == key else f"{shown(key)} (sbatch reads it as --{option}, a prefix of it)"
-            if option in PROJECT_SBATCH_OPTIONS:
-                raise ValueError(
-                    f"{named} is set by hpc.submit (from its flags and the profile's own keys); it cannot be given here"
-                )
-            if option in ("wrap", "mem-per-cpu", "mem-per-gpu"):
-                raise ValueError(
-                    f"{named} cannot be given here: "
-                    + (
-                        "the job is a script of its own"
-                        if option == "wrap"
-                        else "Slurm takes one of --mem (partitions' mem_per_node_gb), --mem-per-cpu, --mem-per-gpu"
-                    )
-                )
             if not re.fullmatch(ONE_LINE_RE, str(value)):
                 raise ValueError(f"the value of {shown(key)} must be one line")
-        return v
-
-    @field_validator("extra_sbatch")
-    @classmethod
-    def _binding_options(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            if key in BINDING_SBATCH_OPTIONS:
-                raise ValueError(
-                    f"{shown(key)} is a partition's key here: partitions[].gpu_bind, cpu_bind or gres_flags "
-                    "(srun options of the ranks), or gpu_request for how GPUs are asked for"
-                )
-        return v
+        return check_extra_sbatch(v)
 
 
 class Partition(Strict):
     name: str = Field(pattern=NAME_RE, max_length=200)
     default: bool = False
-    max_nodes: int = Field(ge=1)
-    gpus_per_node: int = Field(ge=1)
+    max_nodes: int = Field(ge=1, le=MAX_COUNT)
+    gpus_per_node: int = Field(ge=1, le=MAX_GPUS_PER_NODE)
     gpu_type: Optional[str] = Field(None, pattern=NAME_RE, max_length=200)
     gpu_memory_gb: Optional[float] = Field(None, gt=0)
-    cpus_per_node: int = Field(ge=1)
+    cpus_per_node: int = Field(ge=1, le=65534, description="CPUs of a node (Slurm keeps --cpus-per-task in 16 bits)")
     mem_per_node_gb: Optional[int] = Field(
-        None, ge=1, description="whole GB (sbatch --mem=NG; 0 would mean the whole node)"
+        None, ge=1, le=2**31, description="whole GB (sbatch --mem=NG; 0 would mean the whole node)"
     )
     max_time: str = "UNLIMITED"
     matmul_tflops: Optional[float] = Field(
@@ -339,6 +130,12 @@ class Partition(Strict):
         return check_gres_flags(v)
 
     @model_validator(mode="after")
+    def _bind_on_node(self) -> "Partition":
+        if self.gpu_bind is not None:
+            check_partition_bind(self.gpu_bind, self.gpus_per_node)
+        return self
+
+    @model_validator(mode="after")
     def _cpu_partition(self) -> "Partition":
         if self.gpu_request == "none":
             given = [
@@ -362,122 +159,6 @@ class Partition(Strict):
         return parse_minutes(self.max_time)
 
 
-class Bandwidth(Strict):
-    intra_node_gbps: Optional[float] = Field(
-        None, gt=0, description="expected all_reduce bus bandwidth inside a node, GB/s"
-    )
-    inter_node_gbps: Optional[float] = Field(
-        None, gt=0, description="expected all_reduce bus bandwidth across nodes, GB/s"
-    )
-
-
-VERSION_RE = r"^[0-9]+(\.[0-9]+){0,3}[A-Za-z0-9.+-]*$"  # 1.9.1, 1.18.2amzn1.0, 2.21.5-1
-
-
-class FabricVersions(Strict):
-    aws_ofi_nccl: Optional[str] = Field(None, pattern=VERSION_RE, max_length=100, description="the plugin, e.g. 1.9.1")
-    libfabric: Optional[str] = Field(None, pattern=VERSION_RE, max_length=100, description="e.g. 1.21")
-    nccl: Optional[str] = Field(None, pattern=VERSION_RE, max_length=100, description="e.g. 2.21.5")
-
-
-class Network(Strict):
-    fabric: Literal["infiniband", "roce", "ethernet", "loopback", "efa", "slingshot"]
-    nccl_socket_ifname: str
-    gloo_socket_ifname: str
-    ib_hca: list[str] = Field(default_factory=list, description="HCAs NCCL may use, e.g. [mlx5_0, mlx5_1]")
-    ib_hca_exclude: list[str] = Field(default_factory=list, description="HCAs NCCL must not use")
-    roce_gid_index: Optional[int] = Field(None, ge=0)
-    gdr_level: Optional[Literal["LOC", "PIX", "PXB", "PHB", "SYS"]] = None
-    expected: Bandwidth = Bandwidth()
-    extra_env: dict[str, str] = Field(default_factory=dict, description="more NCCL_*/UCX_* settings")
-    nccl_net_plugin: Optional[str] = Field(
-        None,
-        pattern=r"^[^\s]+$",
-        max_length=4096,
-        description="efa, slingshot: "
-        "NCCL_NET_PLUGIN, the aws-ofi-nccl library on the nodes: a path, a library name "
-        "or the suffix of libnccl-net-SUFFIX.so (default: libnccl-net.so on the library path)",
-    )
-    efa_device_rdma: bool = Field(
-        True,
-        description="efa with a plugin older than 1.7 or libfabric older than 1.18 (network.versions): "
-        "FI_EFA_USE_DEVICE_RDMA=1 (p4d, p5 and newer; false for p3dn)",
-    )
-    versions: FabricVersions = Field(
-        FabricVersions(),
-        description="efa, slingshot: the aws-ofi-nccl, libfabric and NCCL versions the site runs; the preset sets "
-        "what they need (unset: the current ones, checked on every node)",
-    )
-
-    @model_validator(mode="after")
-    def _libfabric(self) -> "Network":
-        if self.fabric in ("efa", "slingshot") and (
-            self.ib_hca or self.ib_hca_exclude or self.roce_gid_index is not None
-        ):
-            raise ValueError(
-                f"fabric {self.fabric} takes no ib_hca, ib_hca_exclude or roce_gid_index (NCCL reaches it "
-                "through the libfabric plugin, not its IB transport)"
-            )
-        if self.fabric not in ("efa", "slingshot") and self.nccl_net_plugin is not None:
-            raise ValueError(
-                f"nccl_net_plugin is the libfabric plugin of fabric efa or slingshot, not of {self.fabric} "
-                "(set NCCL_NET_PLUGIN in extra_env for another plugin)"
-            )
-        if self.fabric != "efa" and "efa_device_rdma" in self.model_fields_set:
-            raise ValueError(f"efa_device_rdma is for fabric efa, not {self.fabric}")
-        if self.fabric not in ("efa", "slingshot") and "versions" in self.model_fields_set:
-            raise ValueError(f"versions are the libfabric plugin's of fabric efa or slingshot, not of {self.fabric}")
-        return self
-
-    @field_validator("extra_env")
-    @classmethod
-    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        _shell_names(v, "extra_env")
-        return v
-
-    @field_validator("nccl_socket_ifname")
-    @classmethod
-    def _nccl_ifname(cls, v: str) -> str:
-        _nccl_list(v, NCCL_SOCKET_IFNAME_VAR)
-        return v
-
-    @field_validator("gloo_socket_ifname")
-    @classmethod
-    def _gloo_ifname(cls, v: str) -> str:
-        if not all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) for n in v.split(",")):
-            raise ValueError(
-                f"{shown(v)} is not a comma list of interface names (gloo takes exact names: no ^, = or ports)"
-            )
-        return v
-
-    @field_validator("ib_hca", "ib_hca_exclude")
-    @classmethod
-    def _hcas(cls, v: list[str]) -> list[str]:
-        if v:
-            if any(item.startswith("^") for item in v):
-                raise ValueError(
-                    "an item starting with ^ is not an exclude list here: list the HCAs to avoid under ib_hca_exclude"
-                )
-            if any("," in item for item in v):
-                raise ValueError("one HCA per item (a list, not a comma-separated string)")
-            if any(item.startswith("=") for item in v[1:]):
-                raise ValueError("= (exact names) applies to the whole list: put it on the first item only")
-            _nccl_list(",".join(v), NCCL_IB_HCA_VAR)
-        return v
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "Network":
-        if self.ib_hca and self.ib_hca_exclude:
-            raise ValueError("give ib_hca or ib_hca_exclude, not both")
-        if self.fabric in ("ethernet", "loopback") and (
-            self.ib_hca or self.ib_hca_exclude or self.roce_gid_index is not None
-        ):
-            raise ValueError(f"fabric {self.fabric} takes no ib_hca, ib_hca_exclude or roce_gid_index")
-        if self.fabric == "roce" and self.roce_gid_index is None:
-            raise ValueError("fabric roce needs roce_gid_index (usually 3 for RoCE v2)")
-        return self
-
-
 class Environment(Strict):
     modules: list[Annotated[str, Field(pattern=r"^\S+$")]] = Field(
         default_factory=list, description="module names, one per item"
@@ -489,7 +170,7 @@ class Environment(Strict):
     @field_validator("variables")
     @classmethod
     def _names(cls, v: dict[str, str]) -> dict[str, str]:
-        _shell_names(v, "environment.variables")
+        shell_names(v, "environment.variables")
         return v
 
 
@@ -500,12 +181,16 @@ class Preemption(Strict):
     lead_s: int = Field(
         DEFAULT_SIGNAL_LEAD_S,
         ge=10,
+        le=MAX_SIGNAL_LEAD_S,
         description="seconds before the time limit the signal comes (Slurm may send it up to 60 s earlier)",
     )
-    max_requeues: int = Field(DEFAULT_MAX_REQUEUES, ge=0, description="requeues after which a stopped job ends instead")
+    max_requeues: int = Field(
+        DEFAULT_MAX_REQUEUES, ge=0, le=MAX_COUNT, description="requeues after which a stopped job ends instead"
+    )
     max_excluded_nodes: int = Field(
         DEFAULT_MAX_EXCLUDED_NODES,
         ge=0,
+        le=MAX_COUNT,
         description="nodes a job with --preflight may exclude "
         "itself (a node failing its health check, missing at a collective timeout or a "
         "persistent straggler: requeued without it); 0: it ends instead",
@@ -513,6 +198,7 @@ class Preemption(Strict):
     exclude_stragglers_after: int = Field(
         0,
         ge=0,
+        le=MAX_COUNT,
         description="the trainer's straggler.stop_after: a rank named a "
         "straggler for this many windows in a row has its node excluded (the run stops "
         "with a checkpoint and is requeued without it); 0: off (at least straggler.windows)",
@@ -534,13 +220,17 @@ class Restart(Strict):
     spare_nodes: int = Field(
         0,
         ge=0,
+        le=MAX_COUNT,
         description="nodes allocated beyond --nodes, for in-job restarts (default of "
         "hpc.submit --spare-nodes; 0: none, a failure goes back to the queue)",
     )
-    max_restarts: int = Field(DEFAULT_MAX_RESTARTS, ge=0, description="in-job restarts per job (all its runs)")
+    max_restarts: int = Field(
+        DEFAULT_MAX_RESTARTS, ge=0, le=MAX_COUNT, description="in-job restarts per job (all its runs)"
+    )
     max_restarts_per_node: int = Field(
         DEFAULT_MAX_RESTARTS_PER_NODE,
         ge=1,
+        le=MAX_COUNT,
         description="in-job restarts one node's failures may cause before it leaves the job (1: at the first)",
     )
 
@@ -574,7 +264,14 @@ class SiteProfile(Strict):
             raise ValueError(f"partition names repeat: {names}")
         if sum(p.default for p in self.partitions) > 1:
             raise ValueError("more than one partition has default: true")
+        check_profile_env(self.network, self.environment.variables, self.mounts_project())
         return self
+
+    def mounts_project(self) -> bool:
+        """Whether a container of the site or of a partition mounts the project (hpc.submit then sets PYTHONPATH)."""
+        return any(
+            c is not None and c.project == "mount" for c in (self.container, *(p.container for p in self.partitions))
+        )
 
     def container_for(self, partition: Partition) -> Optional[Container]:
         """The partition's container section, else the site's (None: no container)."""

@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -23,6 +22,7 @@ from pydantic import ValidationError
 
 from hpc.node.cli import HpcError, Parser, fail, path_text, shown
 from hpc.node.strict_yaml import YamlError, load_yaml
+from hpc.node.tool import ToolMissing, ToolTimeout, run_tool
 from hpc.site import NAME_RE, SiteProfile
 from hpc.slurm_inventory import Cluster, InventoryError, Node, SlurmPartition, read_cluster
 from hpc.slurm_time import parse_minutes
@@ -34,15 +34,15 @@ PROBE_MINUTES = 5
 MAX_PROBE_CHARS = 2**20
 
 
-def probe_node(partition: str, python: str, run: Callable = subprocess.run) -> tuple[str, dict]:
+def probe_node(partition: str, python: str, run: Callable = run_tool) -> tuple[str, dict]:
     """One node's interfaces and HCAs through ``srun -N1``: (where they come from, the inventory)."""
     argv = ["srun", "-N1", "-n1", f"--partition={partition}", f"--time={PROBE_MINUTES}", "--job-name=hpc-site-init"]
     argv += ["--quiet", python, "-u", "-m", PROBE_MODULE]
     try:
-        r = run(argv, capture_output=True, text=True, errors="replace", timeout=PROBE_TIMEOUT_S)
-    except FileNotFoundError:
+        r = run(argv, PROBE_TIMEOUT_S)
+    except ToolMissing:
         raise InventoryError("srun is not on PATH: run this on a Slurm login node") from None
-    except subprocess.TimeoutExpired:
+    except ToolTimeout:
         raise InventoryError(
             f"srun -N1 --partition={partition} got no node within {PROBE_TIMEOUT_S} s: try --probe-partition "
             "with a partition that has idle nodes"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional
@@ -15,6 +14,7 @@ from typing import Callable, Mapping, Optional
 import hostlist
 
 from hpc.node.cli import HpcError, shown
+from hpc.node.tool import ToolMissing, ToolTimeout, run_tool
 from hpc.slurm_query import check_controller, parse_scontrol
 
 CLIENT_TIMEOUT_S = 30
@@ -25,13 +25,13 @@ class InventoryError(HpcError):
     """Slurm cannot be asked, or says something this cannot use; one line."""
 
 
-def run_client(argv: list[str], run: Callable = subprocess.run, timeout_s: float = CLIENT_TIMEOUT_S) -> str:
+def run_client(argv: list[str], run: Callable = run_tool, timeout_s: float = CLIENT_TIMEOUT_S) -> str:
     """A Slurm client's stdout (at most MAX_OUTPUT_CHARS); InventoryError naming the command and what it said."""
     try:
-        r = run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s)
-    except FileNotFoundError:
+        r = run(argv, timeout_s)
+    except ToolMissing:
         raise InventoryError(f"{argv[0]} is not on PATH: run this on a Slurm login node") from None
-    except subprocess.TimeoutExpired:
+    except ToolTimeout:
         raise InventoryError(f"{' '.join(argv)} got no answer within {timeout_s:g} s: is slurmctld up?") from None
     if r.returncode != 0:
         said = next((line.strip() for line in r.stderr.splitlines() if line.strip()), f"exit code {r.returncode}")
@@ -138,7 +138,7 @@ class Cluster:
     nodes: dict[str, Node]
 
 
-def read_cluster(run: Callable = subprocess.run, environ: Mapping[str, str] = os.environ) -> Cluster:
+def read_cluster(run: Callable = run_tool, environ: Mapping[str, str] = os.environ) -> Cluster:
     """Ask Slurm's clients (after seconds-long checks that SLURM_CONF exists and slurmctld answers: the clients
     themselves retry for long); InventoryError when one fails or the cluster has no partition."""
     conf = environ.get("SLURM_CONF")

@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import socket
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
@@ -21,6 +20,8 @@ from typing import Mapping, Optional
 from hpc.node.cli import HpcError, shown
 from hpc.node.contract import ENDED_STATES
 from hpc.node.files import META_BYTES, read_small_text
+from hpc.node.tool import ToolMissing, ToolResult, ToolTimeout, run_tool
+from hpc.sweep import MAX_ARRAY_SIZE
 
 CLIENT_TIMEOUT_S = 10  # Slurm's clients retry for a long while when slurmctld is down
 SEP = "\x1f"  # sacct's field delimiter: job names and submit lines may contain "|"
@@ -39,6 +40,8 @@ SACCT_FIELDS = (
 SQUEUE_FIELDS = ("JobIDRaw", "JobName", "State", "NNodes", "Elapsed")
 # a job, one task of an array job (ARRAY_TASK, 123_4) or one component of a heterogeneous job (123+1)
 JOB_ID = re.compile(r"([1-9][0-9]{0,9})(?:_(0|[1-9][0-9]{0,9})|\+(0|[1-9][0-9]{0,9}))?")
+NULLS = ("(null)", "None", "Unknown", "N/A")  # how Slurm's clients write a field without a value
+NAMED = ("JobName",)  # a user's text, never read as Slurm's empty value
 MAX_JOB_ID = 2**32 - 1  # Slurm's ids are 32 bits: a larger number would wrap to another job; 0 means every job
 
 
@@ -131,12 +134,13 @@ def check_controller(environ: Mapping[str, str] = os.environ, timeout_s: float =
     raise JobError(f"Slurm's controller does not answer at {', '.join(errors)} (from {path}): is slurmctld up?")
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess:
+def run_slurm(argv: list[str]) -> ToolResult:
+    """A Slurm client's answer (`run_tool` within CLIENT_TIMEOUT_S); JobError when it is missing or hangs."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
-    except FileNotFoundError:
+        return run_tool(argv, CLIENT_TIMEOUT_S)
+    except ToolMissing:
         raise JobError(f"{argv[0]} is not on PATH: run this on a Slurm login node") from None
-    except subprocess.TimeoutExpired:
+    except ToolTimeout:
         raise JobError(
             f"{argv[0]} got no answer within {CLIENT_TIMEOUT_S} s: is Slurm (slurmctld, or slurmdbd for sacct) up?"
         ) from None
@@ -146,14 +150,45 @@ def sacct_command(*args: str) -> list[str]:
     return ["sacct", "-X", "-D", "-n", "-P", f"--delimiter={SEP}", "-o", ",".join(SACCT_FIELDS), *args]
 
 
+def parse_rows(tool: str, fields: tuple[str, ...], text: str) -> list[dict[str, str]]:
+    """A client's delimited output as dicts of ``fields``; JobError naming the tool when a line has another number of
+    fields (a truncated answer, another version's or another format)."""
+    rows = []
+    for line in text.splitlines():
+        if not line:
+            continue
+        values = line.split(SEP)
+        if len(values) != len(fields):
+            raise JobError(
+                f"{tool} answered a line of {len(values)} field(s), not the {len(fields)} asked for "
+                f"({shown(line[:80])})"
+            )
+        rows.append({k: v if k in NAMED else no_null(v) for k, v in zip(fields, values, strict=True)})
+    return rows
+
+
+def no_null(value: str) -> str:
+    """Slurm's empty value: ``(null)``, ``None``, ``Unknown`` and ``N/A`` are ""."""
+    return "" if value.strip() in NULLS else value
+
+
+def count(tool: str, key: str, value: str, default: int = 0) -> int:
+    """A count Slurm answered: ASCII digits within 32 bits; JobError naming the field otherwise."""
+    if not value:
+        return default
+    if not re.fullmatch(r"[0-9]{1,10}", value) or int(value) > MAX_JOB_ID:
+        raise JobError(f"{tool} answered {key}={shown(value)}, not a count")
+    return int(value)
+
+
 def parse_sacct(text: str) -> list[dict[str, str]]:
     """sacct_command's output: one dict of SACCT_FIELDS per run of a job (requeues included)."""
-    return [dict(zip(SACCT_FIELDS, line.split(SEP), strict=False)) for line in text.splitlines() if line]
+    return parse_rows("sacct", SACCT_FIELDS, text)
 
 
 def sacct_rows(*args: str) -> list[dict[str, str]]:
     """`sacct -X -D` rows (one per run of a job, requeues included) as dicts of SACCT_FIELDS."""
-    r = _run(sacct_command(*args))
+    r = run_slurm(sacct_command(*args))
     if r.returncode != 0:
         raise JobError(f"sacct failed: {r.stderr.strip()}")
     return parse_sacct(r.stdout)
@@ -165,7 +200,7 @@ def squeue_command(*args: str) -> list[str]:
 
 def parse_squeue(text: str) -> list[dict[str, str]]:
     """squeue_command's output: one dict of SQUEUE_FIELDS per live job."""
-    return [dict(zip(SQUEUE_FIELDS, line.split(SEP), strict=False)) for line in text.splitlines() if line]
+    return parse_rows("squeue", SQUEUE_FIELDS, text)
 
 
 def squeue_rows(*args: str) -> list[dict[str, str]]:
@@ -174,7 +209,7 @@ def squeue_rows(*args: str) -> list[dict[str, str]]:
     Live jobs come from slurmctld at once; accounting records a new job a moment later
     (first as "allocation", PENDING).
     """
-    r = _run(squeue_command(*args))
+    r = run_slurm(squeue_command(*args))
     if r.returncode != 0:
         raise JobError(f"squeue failed: {r.stderr.strip()}")
     return parse_squeue(r.stdout)
@@ -192,13 +227,16 @@ def scontrol_command(job_id: str) -> list[str]:
 def parse_scontrol(text: str) -> dict[str, str]:
     """One line of scontrol_command's output as a dict of its KEY=VALUE pairs; values run until the next " Key="
     (JobName and paths may contain spaces)."""
-    return dict(re.findall(r"(?:^| )([A-Za-z_:/]+)=(.*?)(?= [A-Za-z_:/]+=|$)", text.strip()))
+    pairs = re.findall(r"(?:^| )([A-Za-z_:/]+)=(.*?)(?= [A-Za-z_:/]+=|$)", text.strip())
+    if text.strip() and not pairs:
+        raise JobError(f"scontrol answered {shown(text.strip()[:80])}, not KEY=VALUE pairs")
+    return {k: v if k in NAMED else no_null(v) for k, v in pairs}
 
 
 def scontrol_records(job_id: str) -> list[dict[str, str]]:
     """`scontrol show job -o` as dicts, one per line (an array job has one per task or pending range);
     [] once slurmctld no longer remembers the job."""
-    r = _run(scontrol_command(job_id))
+    r = run_slurm(scontrol_command(job_id))
     return [parse_scontrol(line) for line in r.stdout.splitlines() if line.strip()] if r.returncode == 0 else []
 
 
@@ -210,12 +248,16 @@ def scontrol_fields(job_id: str) -> dict[str, str]:
 
 
 def expand_indices(text: str) -> list[int]:
-    """Slurm's task index lists: ``3``, ``0-3``, ``[0-2,5]``, ``0-7%2`` -> the indices."""
+    """Slurm's task index lists: ``3``, ``0-3``, ``[0-2,5]``, ``0-7%2`` -> the indices; JobError when an index is past
+    Slurm's largest array (MaxArraySize at most 4,000,001: indices up to 4,000,000) or the list is not one."""
     out: list[int] = []
     for part in text.strip("[]").split("%")[0].split(","):
         lo, _, hi = part.partition("-")
-        if lo.isdigit() and (not hi or hi.isdigit()):
-            out.extend(range(int(lo), int(hi or lo) + 1))
+        if not re.fullmatch(r"[0-9]{1,7}", lo) or (hi and not re.fullmatch(r"[0-9]{1,7}", hi)):
+            raise JobError(f"Slurm answered the array tasks {shown(text)}, not a list of indices")
+        if max(int(lo), int(hi or lo)) >= MAX_ARRAY_SIZE or len(out) + int(hi or lo) - int(lo) >= MAX_ARRAY_SIZE:
+            raise JobError(f"Slurm answered the array tasks {shown(text)}: past its largest array ({MAX_ARRAY_SIZE})")
+        out.extend(range(int(lo), int(hi or lo) + 1))
     return out
 
 
@@ -314,14 +356,15 @@ def job_from(job_id: str, ctl: dict[str, str], rows: list[dict[str, str]]) -> Jo
         job_id=job_id,
         name=name,
         state=ctl.get("JobState") or last.get("State", "UNKNOWN"),
-        nodes=int(ctl.get("NumNodes", "").split("-")[0] or last.get("NNodes") or 0),
+        nodes=count("scontrol", "NumNodes", ctl.get("NumNodes", "").split("-")[0])
+        or count("sacct", "NNodes", last.get("NNodes", "")),
         elapsed=ctl.get("RunTime") or last.get("Elapsed", ""),
         partition=ctl.get("Partition") or last.get("Partition", ""),
         nodelist=ctl.get("NodeList") or last.get("NodeList", ""),
-        restarts=int(ctl["Restarts"]) if "Restarts" in ctl else restarts(rows),
+        restarts=count("scontrol", "Restarts", ctl["Restarts"]) if ctl.get("Restarts") else restarts(rows),
         stdout=stdout,
         array_task=int(job_id.partition("_")[2]) if "_" in job_id else None,
-        reason="" if ctl.get("Reason", "None") == "None" else ctl["Reason"],
-        excluded="" if ctl.get("ExcNodeList", "(null)") == "(null)" else ctl["ExcNodeList"],
+        reason=ctl.get("Reason", ""),
+        excluded=ctl.get("ExcNodeList", ""),
         exit_code=ctl.get("ExitCode", ""),
     )

@@ -10,9 +10,9 @@ first inherited from SLURM_GPUS_PER_NODE). What cannot be the same is refused he
 from __future__ import annotations
 
 import re
-import subprocess
 from typing import Optional
 
+from hpc.node.tool import run_tool
 from hpc.spec import JobSpec, SpecError
 
 Version = tuple[int, int]
@@ -38,8 +38,8 @@ def shown_version(version: Version) -> str:
 def sbatch_version() -> Optional[Version]:
     """The version of the sbatch on PATH (the cluster's, as a login node has it); None when it does not say."""
     try:
-        r = subprocess.run(["sbatch", "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        r = run_tool(["sbatch", "--version"], timeout_s=30)
+    except OSError:  # ToolMissing, ToolTimeout
         return None
     return parse_version(r.stdout) if r.returncode == 0 else None
 

@@ -8,7 +8,6 @@ import dataclasses
 import getpass
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +17,12 @@ from pydantic import ValidationError
 
 from hpc.container import Container, Places
 from hpc.dependency import parse_after
+from hpc.gpu_binding import check_job_bind
 from hpc.node.cli import HpcError, path_text, shown, whole
-from hpc.node.contract import PROJECT_MODULE, TRAINER_MODULE
+from hpc.node.contract import MAX_COUNT, PROJECT_MODULE, TRAINER_MODULE
 from hpc.node.launcher import SRUN, Launcher, get_launcher
 from hpc.node.ownership import check_owner, run_dir_name
+from hpc.node.tool import run_tool
 from hpc.plan import plan_layout
 from hpc.site import Partition, Preemption, SiteError, SiteProfile
 from hpc.slurm_time import format_minutes, parse_minutes
@@ -34,9 +35,9 @@ from train.front.run_check import check_run
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the directory that holds the hpc and train packages
 
+PROBE_TIMEOUT_S = 60  # the rank python asked whether it finds the module
 
 MAX_JOB_NAME = 200
-MAX_COUNT = 100_000  # the most nodes, GPUs or requeues a flag may ask for
 
 
 class SpecError(HpcError):
@@ -285,11 +286,9 @@ def check_rank_command(spec: JobSpec, cfg: Optional[TrainConfig] = None) -> None
     elif cmd[2] == "-m" and Path(cmd[0]).is_file():  # the rank's python (a name inside an image is not checked here)
         probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
         try:
-            missing = (
-                subprocess.run([cmd[0], "-c", probe, cmd[3]], cwd=spec.workdir, capture_output=True).returncode != 0
-            )
+            missing = run_tool([cmd[0], "-c", probe, cmd[3]], PROBE_TIMEOUT_S, cwd=spec.workdir).returncode != 0
         except OSError as e:
-            raise SpecError(f"python {cmd[0]}: cannot run it ({e.strerror})") from None
+            raise SpecError(f"python {cmd[0]}: cannot run it ({e.strerror or e})") from None
         if missing:
             raise SpecError(f"-m {cmd[3]}: no such module for {cmd[0]} (run from {spec.workdir})")
 
@@ -341,6 +340,11 @@ def build_spec(
     if not 1 <= gpus <= part.gpus_per_node:
         raise SpecError(f"--gpus-per-node {gpus}: partition {part.name} allows 1 to {part.gpus_per_node}")
     launch = get_launcher(launcher)
+    if part.gpu_bind and not launch.per_node:
+        try:
+            check_job_bind(part.gpu_bind, gpus, launch.tasks_per_node(gpus))
+        except ValueError as e:
+            raise SpecError(f"--gpus-per-node {gpus}: partition {part.name}'s {e}") from None
     limit = part.max_minutes
     if time is None:
         minutes = limit if limit is not None else 60
@@ -381,7 +385,7 @@ def build_spec(
     if pre.lead_s >= minutes * 60:
         raise SpecError(f"--signal-lead {pre.lead_s}: must be shorter than the time limit ({minutes * 60} s)")
     wanted, avoided = node_lists(nodes, nodelist, exclude, spares)
-    array = build_sweep(sweep, max_parallel)
+    array = build_sweep(sweep, max_parallel, site.submission.max_array_size)
     dependencies = parse_after(after)
     workdir = (workdir or Path.cwd()).resolve()
     python = python or site.environment.python or sys.executable

@@ -16,7 +16,6 @@ import getpass
 import io
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,12 +27,17 @@ import submitit
 from hpc.dependency import check_known
 from hpc.node.cli import shown
 from hpc.node.contract import ENDED_STATES, FINAL_STATES, task_log
+from hpc.node.files import NotASmallFile, read_range
 from hpc.node.ownership import claim
+from hpc.node.tool import run_tool
 from hpc.render import render_sbatch
 from hpc.slurm_query import JobError, check_controller, job_state, squeue_rows
 from hpc.slurm_version import check_version, sbatch_version
 from hpc.spec import JobSpec, SpecError
 from hpc.sweep import write_table
+
+SBATCH_TIMEOUT_S = 60  # sbatch --test-only asks slurmctld
+FOLLOW_BYTES = 1 << 20  # of the log followed, what one look shows
 
 
 def use_site_slurm(spec: JobSpec) -> None:
@@ -113,11 +117,8 @@ def submit(spec: JobSpec) -> submitit.SlurmJob:
     except submitit.core.utils.FailedJobError as e:
         message = " ".join(str(e).split()) or captured.getvalue().strip() or "no message"
         extra = spec.site.submission.extra_sbatch
-        hint = (
-            f" (the profile's submission.extra_sbatch adds {', '.join(f'--{k}={v}' for k, v in extra.items())})"
-            if extra
-            else ""
-        )
+        added = ", ".join(f"--{k}" + ("" if v is True else f"={v}") for k, v in extra.items())
+        hint = f" (the profile's submission.extra_sbatch adds {added})" if extra else ""
         raise SpecError(f"sbatch refused the job: {message}{hint}") from None
     except submitit.core.utils.FailedSubmissionError as e:  # sbatch exited 0 but printed no "job <id>"
         raise SpecError(f"sbatch printed no job id: {' '.join(str(e).splitlines()[0].split())}") from None
@@ -130,7 +131,10 @@ def test_only(spec: JobSpec) -> str:
     with tempfile.NamedTemporaryFile("w", suffix=".sbatch") as f:
         f.write(render_sbatch(spec))
         f.flush()
-        r = subprocess.run(["sbatch", "--test-only", f.name], capture_output=True, text=True, cwd=spec.workdir)
+        try:
+            r = run_tool(["sbatch", "--test-only", f.name], SBATCH_TIMEOUT_S, cwd=spec.workdir)
+        except OSError as e:
+            raise SpecError(f"sbatch --test-only: {e}") from None
     message = " ".join(r.stderr.split()).removeprefix("sbatch: ")
     if r.returncode != 0:
         raise SpecError(f"sbatch --test-only refused the job: {message.removeprefix('error: ') or 'no message'}")
@@ -159,14 +163,14 @@ def follow(
             print(f"{prefix} job {job_id}: {state}", flush=True)
         if started is None and state not in ("PENDING", "REQUEUED"):
             started = time.time()
-        if log.exists():
-            with log.open("rb") as f:
-                f.seek(shown)
-                chunk = f.read()
-            if chunk:
-                sys.stdout.write(chunk.decode(errors="replace"))
-                sys.stdout.flush()
-                shown += len(chunk)
+        try:
+            chunk = read_range(log, shown, FOLLOW_BYTES)[0]
+        except (OSError, NotASmallFile):  # not there yet (or not a regular file: nothing to show)
+            chunk = b""
+        if chunk:
+            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.flush()
+            shown += len(chunk)
         if state in ENDED_STATES or (deadline is not None and deadline(state, started)):
             return state
         time.sleep(poll_s)

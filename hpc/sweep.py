@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ from hpc.node.files import META_BYTES, read_json_object, read_small_text
 from hpc.node.ownership import slug
 from train.front.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY, RUN_DIR_KEYS
 
+DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize (array indices 0 to 1000)
+MAX_ARRAY_SIZE = 4_000_001  # the largest MaxArraySize Slurm allows
 SWEEP_FILE = "sweep.json"  # the task table of an array job, in its job directory
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _SLUG_MAX = 60
@@ -92,8 +95,11 @@ def dir_name(index: int, width: int, overrides: Sequence[str]) -> str:
     return f"{index:0{width}d}-{readable}" if readable else f"{index:0{width}d}"
 
 
-def build_sweep(items: Sequence[str], max_parallel: Optional[int]) -> Optional[Sweep]:
-    """The tasks of ``--sweep`` items (None without any), in the order of the cartesian product."""
+def build_sweep(
+    items: Sequence[str], max_parallel: Optional[int], max_tasks: int = DEFAULT_MAX_ARRAY_SIZE
+) -> Optional[Sweep]:
+    """The tasks of ``--sweep`` items (None without any), in the order of the cartesian product; at most
+    ``max_tasks`` (the cluster's MaxArraySize: indices 0 to max_tasks - 1), counted before any is made."""
     if not items:
         if max_parallel is not None:
             raise SweepError("--max-parallel: limits the tasks of a sweep; give it with --sweep")
@@ -101,6 +107,12 @@ def build_sweep(items: Sequence[str], max_parallel: Optional[int]) -> Optional[S
     if max_parallel is not None and max_parallel < 1:
         raise SweepError(f"--max-parallel {max_parallel}: must be at least 1")
     axes = parse_axes(items)
+    count = math.prod(len(values) for _, values in axes)
+    if count > max_tasks:
+        raise SweepError(
+            f"--sweep: {' x '.join(str(len(v)) for _, v in axes)} = {count} tasks; the cluster's MaxArraySize allows "
+            f"{max_tasks} (submission.max_array_size in the profile, Slurm's default 1001)"
+        )
     combos = list(itertools.product(*[[f"{key}={v}" for v in values] for key, values in axes]))
     width = len(str(len(combos) - 1))
     tasks = tuple(SweepTask(i, combo, dir_name(i, width, combo)) for i, combo in enumerate(combos))

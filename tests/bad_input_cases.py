@@ -2074,7 +2074,6 @@ def sbatch_prefix_cases() -> list[Case]:
         "reservation",
         "mail-type",
         "exclusive",
-        "gres-",
     ):  # whole and unique, a plugin's
         c.append(
             Case(
@@ -2086,6 +2085,323 @@ def sbatch_prefix_cases() -> list[Case]:
             )
         )
     return c
+
+
+def sbatch_option_cases() -> list[Case]:
+    """extra_sbatch generated from hpc/sbatch_options.py's tables: every option hpc.submit renders or refuses, by its
+    shortest prefix that every supported Slurm version reads as that option (and the whole name); flags given a value,
+    value options given none; options sbatch refuses together; --export other than ALL."""
+    from hpc.sbatch_options import EXCLUSIVE, FLAG, REFUSED, RENDERED, VALUE, VERSIONS, accepted_prefixes
+
+    c: list[Case] = []
+    run = ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run", "--", "{T}/s.py"]
+
+    def add(cid, extra, names, expect="error"):
+        files = {"p.yaml": site_yaml(submission__extra_sbatch=extra), **SCRIPT}
+        c.append(Case(f"sbatch-{cid}", SUBMIT, run, names if expect == "error" else None, files, expect=expect))
+
+    for option in sorted(set(RENDERED) | set(REFUSED)):
+        common = set.intersection(*(set(accepted_prefixes(option, o)) for o in VERSIONS.values() if option in o))
+        shortest = min(common, key=len)
+        add(f"prefix-{option}", {shortest: "x"}, f"--{option}" if shortest != option else option)
+    flags = sorted(
+        {o for v in VERSIONS.values() for o, kind in v.items() if kind == FLAG} - set(RENDERED) - set(REFUSED)
+    )
+    for option in flags:
+        add(f"flag-with-value-{option}", {option: "yes"}, option)
+        add(f"flag-ok-{option}", {option: True}, None, expect="ok")
+    values = sorted(
+        o for o, kind in VERSIONS["22.05"].items() if kind == VALUE and o not in RENDERED and o not in REFUSED
+    )
+    for option in values[:20]:
+        if option != "export":
+            add(f"value-as-flag-{option}", {option: True}, option)
+    for a, b in EXCLUSIVE:
+        given = {k: True if VERSIONS["22.05"].get(k) != VALUE else "1" for k in (a, b)}
+        add(f"together-{a}-{b}", given, "together")
+    for cid, value in (
+        ("none", "NONE"),
+        ("names", "PATH,HOME"),
+        ("nil", "NIL"),
+        ("lower-all", "all"),
+        ("space", " ALL"),
+    ):
+        add(f"export-{cid}", {"export": value}, "export")
+    add("false", {"contiguous": False}, "contiguous")
+    return c
+
+
+FABRICS = {
+    "efa": {"fabric": "efa", "nccl_net_plugin": "ofi"},
+    "efa-old": {"fabric": "efa", "nccl_net_plugin": "ofi", "versions": {"aws_ofi_nccl": "1.6.0"}},
+    "slingshot": {"fabric": "slingshot"},
+    "slingshot-old": {"fabric": "slingshot", "versions": {"nccl": "2.26.6", "libfabric": "1.17"}},
+    "infiniband": {"fabric": "infiniband", "ib_hca": ["mlx5_0"], "gdr_level": "PHB"},
+    "roce": {"fabric": "roce", "roce_gid_index": 3},
+    "ethernet": {"fabric": "ethernet"},
+}
+
+
+def env_place_cases() -> list[Case]:
+    """One setting, one place: every variable a network key of each fabric sets or owns (hpc/network.py's table),
+    given again in network.extra_env or environment.variables; hpc.submit's own variables in environment.variables;
+    one variable in both extra_env and environment.variables."""
+    from hpc.job_env import JOB_VARS
+    from hpc.network import network_settings
+    from hpc.site import Network
+
+    c: list[Case] = []
+    run = ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run", "--", "{T}/s.py"]
+
+    def add(cid, changes, names):
+        files = {"p.yaml": site_yaml(**changes), **SCRIPT}
+        c.append(Case(f"place-{cid}", SUBMIT, run, names, files))
+
+    for fabric, keys in FABRICS.items():
+        net = {**BASE_SITE["network"], **keys}
+        for where, variables in network_settings(Network.model_validate(net))[:-1]:
+            for var in variables:
+                add(f"{fabric}-extra-{var}", {"network": {**net, "extra_env": {var: "1"}}}, where)
+                add(f"{fabric}-variables-{var}", {"network": net, "environment__variables": {var: "1"}}, where)
+    for var in JOB_VARS:
+        add(f"job-{var}", {"environment__variables": {var: "1"}}, "hpc.submit")
+    add(
+        "both-places",
+        {"network__extra_env": {"NCCL_DEBUG": "INFO"}, "environment__variables": {"NCCL_DEBUG": "WARN"}},
+        "network.extra_env",
+    )
+    return c
+
+
+PROFILE_BOUNDS = {  # profile key: the first value past its bound (the matching flag's or Slurm's)
+    "partitions.0.max_nodes": 100_001,
+    "partitions.0.gpus_per_node": 1025,
+    "partitions.0.cpus_per_node": 65535,
+    "partitions.0.mem_per_node_gb": 2**31 + 1,
+    "preemption.lead_s": 10**7 + 1,
+    "preemption.max_requeues": 100_001,
+    "preemption.max_excluded_nodes": 100_001,
+    "preemption.exclude_stragglers_after": 100_001,
+    "restart.spare_nodes": 100_001,
+    "restart.max_restarts": 100_001,
+    "restart.max_restarts_per_node": 100_001,
+}
+NODE_BINDS = {  # gpu_bind on a node of 4 GPUs: what is wrong with it
+    "map-beyond": "map_gpu:0,1,2,4",
+    "map-nine": "map_gpu:9,0,1,2",
+    "map-star-beyond": "map_gpu:0*3,7",
+    "map-twice": "map_gpu:0,0,1,2",
+    "map-star-twice": "map_gpu:0*2,1,2",
+    "map-last-twice": "map_gpu:3,2,1,3",
+    "map-verbose-twice": "verbose,map_gpu:1,1,2,3",
+    "mask-empty": "mask_gpu:0x0,0x1,0x2,0x4",
+    "mask-empty-plain": "mask_gpu:0,1,2,4",
+    "mask-beyond": "mask_gpu:0x10,0x1,0x2,0x4",
+    "mask-overlap": "mask_gpu:0x3,0x1,0x4,0x8",
+    "mask-star-overlap": "mask_gpu:0x1*2,0x2,0x4",
+    "per-task-beyond": "per_task:5",
+}
+JOB_BINDS = {  # gpu_bind valid on the node of 4 GPUs, wrong for the job's GPUs or ranks: (bind, --gpus-per-node)
+    "map-beyond-job": ("map_gpu:0,1,2,3", "2"),
+    "map-short": ("map_gpu:0,1", "4"),
+    "map-long": ("map_gpu:0,1,2", "2"),
+    "map-one": ("map_gpu:0", "3"),
+    "mask-beyond-job": ("mask_gpu:0x1,0x2,0x4,0x8", "3"),
+    "mask-short": ("mask_gpu:0x1,0x2", "4"),
+    "per-task-over": ("per_task:2", "4"),
+    "per-task-three": ("per_task:3", "2"),
+}
+
+
+def partition_value_cases() -> list[Case]:
+    """Values checked against the partition: GPU bind lists and masks against the node's GPUs (4 here) and the job's
+    ranks per node; every count of the profile bounded as the flag or Slurm field it becomes."""
+    c: list[Case] = []
+    four = {"partitions__0__gpus_per_node": 4, "partitions__0__cpus_per_node": 4, "partitions__0__max_nodes": 4}
+
+    def add(cid, changes, names, flags=()):
+        run = ["--site", "{T}/p.yaml", "--nodes", "1", *flags, "--dry-run", "--", "{T}/s.py"]
+        c.append(Case(f"partvalue-{cid}", SUBMIT, run, names, {"p.yaml": site_yaml(**changes), **SCRIPT}))
+
+    for cid, bind in NODE_BINDS.items():
+        add(f"node-{cid}", {**four, "partitions__0__gpu_bind": bind}, "gpu_bind")
+    for cid, (bind, gpus) in JOB_BINDS.items():
+        add(f"job-{cid}", {**four, "partitions__0__gpu_bind": bind}, "gpu_bind", ["--gpus-per-node", gpus])
+    for key, value in PROFILE_BOUNDS.items():
+        add(f"bound-{key}", {key.replace(".", "__"): value}, key)
+    return c
+
+
+RESTART_ENV = {
+    "SLURM_JOB_ID": "12",
+    "SLURM_JOB_NODELIST": "n[1-3]",
+    "HPC_JOB_DIR": "{T}/jobs",
+    "HPC_STOP_RECORD": "{T}/jobs/stop",
+}
+RESTART_ARGS = ["--nodes", "2", "--tasks-per-node", "2", "--ranks", "4", "--marks", "{T}/jobs/marks"]
+
+
+def restart_start_cases() -> list[Case]:
+    """hpc.node.restart checks what hpc.node.launch checks before it makes a directory or runs srun: the job id, the
+    restart count, the ranks against nodes x tasks, the allocation's nodes, the marks' and job directory's types."""
+    c: list[Case] = []
+    jobs = {"jobs/.keep": ""}
+
+    def add(cid, names, env=None, args=None, files=None):
+        argv = (RESTART_ARGS if args is None else args) + ["--", "srun", "true"]
+        c.append(
+            Case(
+                f"restartstart-{cid}",
+                "hpc.node.restart",
+                argv,
+                names,
+                files=jobs if files is None else files,
+                env={**RESTART_ENV, **(env or {})},
+            )
+        )
+
+    for cid, value in {
+        "zero": "0",
+        "abc": "abc",
+        "array": "1_2",
+        "eleven-digits": "99999999999",
+        "past-32-bits": "4294967296",
+        "neg": "-1",
+        "space": " 12",
+        "newline": "12\n",
+        "unicode": UNICODE_DIGIT * 2,
+    }.items():
+        add(f"job-id-{cid}", "SLURM_JOB_ID", env={"SLURM_JOB_ID": value})
+    for cid, value in {
+        "abc": "x",
+        "neg": "-1",
+        "frac": "1.5",
+        "underscore": "1_0",
+        "huge": "9999999",
+        "space": " 1",
+    }.items():
+        add(f"restart-count-{cid}", "SLURM_RESTART_COUNT", env={"SLURM_RESTART_COUNT": value})
+    for ranks in ("1", "3", "5", "8"):
+        add(f"ranks-{ranks}", "--ranks", args=[*RESTART_ARGS[:5], ranks, *RESTART_ARGS[6:]])
+    add(
+        "nodes-past-allocation",
+        "--nodes",
+        args=["--nodes", "4", "--tasks-per-node", "1", "--ranks", "4", *RESTART_ARGS[6:]],
+    )
+    for cid, value in {"open": "n[1-", "reversed": "n[3-1]", "comma": ","}.items():
+        add(f"nodelist-{cid}", "SLURM_JOB_NODELIST", env={"SLURM_JOB_NODELIST": value})
+    add("marks-file", "--marks", files={**jobs, "jobs/marks": "x"})
+    add("marks-fifo", "--marks", files={**jobs, "jobs/marks": FIFO})
+    add("marks-no-parent", "--marks", args=[*RESTART_ARGS[:7], "{T}/nowhere/marks"])
+    add("job-dir-missing", "HPC_JOB_DIR", files={})
+    add("job-dir-file", "HPC_JOB_DIR", files={"jobs": "x"})
+    add("job-dir-fifo", "HPC_JOB_DIR", files={"jobs": FIFO})
+    add("stop-record-no-dir", "HPC_STOP_RECORD", env={"HPC_STOP_RECORD": "{T}/nowhere/stop"})
+    add("log-fifo", "restarts.jsonl", files={**jobs, "jobs/restarts.jsonl": FIFO})
+    add("log-dir", "restarts.jsonl", files={**jobs, "jobs/restarts.jsonl/x": ""})
+    return c
+
+
+def array_bound_cases() -> list[Case]:
+    """Sweeps bounded by the cluster's MaxArraySize (the profile's submission.max_array_size, else Slurm's default
+    1001), counted before any task is made; the key itself bounded by Slurm's largest, 4,000,001."""
+    c: list[Case] = []
+    tiny = ["--", "--config", TINY]
+    for cid, limit, axes in (
+        ("default", None, ["seed=" + ",".join(map(str, range(1002)))]),
+        ("product", None, ["seed=" + ",".join(map(str, range(100))), "steps=" + ",".join(map(str, range(1, 12)))]),
+        ("huge-product", None, [f"k{i}.x=" + ",".join(map(str, range(100))) for i in range(8)]),
+        ("profile", 10, ["seed=" + ",".join(map(str, range(11)))]),
+        ("profile-one", 1, ["seed=1,2"]),
+    ):
+        changes = {} if limit is None else {"submission__max_array_size": limit}
+        sweep = [a for axis in axes for a in ("--sweep", axis)]
+        c.append(
+            Case(
+                f"arraybound-{cid}",
+                SUBMIT,
+                ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run", *sweep, *tiny],
+                "MaxArraySize",
+                files={"p.yaml": site_yaml(**changes)},
+            )
+        )
+    for cid, value in (("zero", 0), ("past-slurm", 4_000_002), ("text", "1001")):
+        c.append(
+            Case(
+                f"arraybound-key-{cid}",
+                SUBMIT,
+                ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run", *RANK],
+                "max_array_size",
+                files={"p.yaml": site_yaml(submission__max_array_size=value), **SCRIPT},
+            )
+        )
+    return c
+
+
+def profile_keys() -> list[str]:
+    """Every key of a site profile (hpc/site.py's models), dotted; a list of sections by its first item (``.0``)."""
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    from hpc.site import SiteProfile
+
+    def models(annotation) -> list[type]:
+        found = [annotation] if isinstance(annotation, type) and issubclass(annotation, BaseModel) else []
+        return found + [m for a in get_args(annotation) for m in models(a)]
+
+    def walk(model, prefix: str):
+        for name, f in model.model_fields.items():
+            inner = models(f.annotation)
+            index = ".0" if "list" in str(f.annotation) and inner else ""
+            if inner:
+                for m in inner:
+                    yield from walk(m, f"{prefix}{name}{index}.")
+            else:
+                yield f"{prefix}{name}"
+
+    return sorted(set(walk(SiteProfile, "")))
+
+
+CONTAINER = {"runtime": "apptainer", "image": "docker://nvcr.io/nvidia/pytorch:25.10-py3"}
+
+
+def profile_key_cases() -> list[Case]:
+    """Every profile key (generated from hpc/site.py's models, so a new key has its case) given a value of no
+    type it takes, a mapping in a mapping: one line naming the key."""
+    c: list[Case] = []
+    run = ["--site", "{T}/p.yaml", "--nodes", "1", "--dry-run", *RANK]
+    for key in profile_keys():
+        leaf, bad = key.rsplit(".", 1)[-1], {"nested": {"x": 1}}
+        changes = {key.replace(".", "__"): bad}
+        for section in ("container", "partitions.0.container"):
+            if key.startswith(section + "."):
+                changes = {section.replace(".", "__"): {**CONTAINER, leaf: bad}}
+        c.append(Case(f"profilekey-{key}", SUBMIT, run, leaf, {"p.yaml": site_yaml(**changes), **SCRIPT}))
+    return c
+
+
+def flag_gap_cases() -> list[Case]:
+    """The flags no other table gives bad: hpc.submit's --test-only, --exclude, --preflight; hpc.jobs' --follow;
+    hpc.plan's --lora-r, --quantize-base; hpc.preflight's --nodelist and --exclude."""
+    plan = ["--site", "ib-h200", "--nodes", "1", "--model", "8B"]
+    return [
+        Case("flag-submit-test-only-dry-run", SUBMIT, [*SITE, *DRY, "--test-only", *RANK], "--test-only", SCRIPT),
+        Case("flag-submit-exclude-open", SUBMIT, [*SITE, *DRY, "--exclude", "n[1-", *RANK], "--exclude", SCRIPT),
+        Case(
+            "flag-submit-preflight-exclude",
+            SUBMIT,
+            [*SITE, *DRY, "--preflight", "--exclude", "n[", *RANK],
+            "--exclude",
+            SCRIPT,
+        ),
+        Case("flag-jobs-follow-job-zero", "hpc.jobs", ["logs", "0", "--follow"], "job id"),
+        Case("flag-plan-lora-r-zero", "hpc.plan", [*plan, "--lora-r", "0"], "--lora-r"),
+        Case("flag-plan-lora-r-text", "hpc.plan", [*plan, "--lora-r", "r8"], "--lora-r"),
+        Case("flag-plan-quantize-base", "hpc.plan", [*plan, "--lora-r", "8", "--quantize-base", "nf8"], "--quantize"),
+        Case("flag-preflight-exclude", "hpc.preflight", [*SITE, "--nodes", "1", "--exclude", "n[1-"], "--exclude"),
+        Case("flag-preflight-nodelist", "hpc.preflight", [*SITE, "--nodes", "1", "--nodelist", "n[1-"], "--nodelist"),
+    ]
 
 
 def all_cases() -> list[Case]:
@@ -2111,6 +2427,13 @@ def all_cases() -> list[Case]:
         + jobs_more_cases()
         + generate_more_cases()
         + sbatch_prefix_cases()
+        + sbatch_option_cases()
+        + env_place_cases()
+        + partition_value_cases()
+        + restart_start_cases()
+        + array_bound_cases()
+        + profile_key_cases()
+        + flag_gap_cases()
     )
     ids = [c.id for c in cases]
     dup = sorted({i for i in ids if ids.count(i) > 1})

@@ -111,6 +111,20 @@ CASES = {
         "1",
         "--preflight",
     ],  # in-job restarts on a spare
+    **{  # each GPU form with a spare: the job's request and the health step's over all 3 nodes, the ranks' over 2
+        f"local-{form}-spares": [
+            "--site",
+            "{PROJECT}/tests/sites/local-forms.yaml",
+            "--partition",
+            partition,
+            "--nodes",
+            "2",
+            "--spare-nodes",
+            "1",
+            "--preflight",
+        ]
+        for form, partition in (("gres", "debug"), ("gpus", "low"), ("cpu", "cpu"))
+    },
     "submitit": [
         "--site",
         "local",

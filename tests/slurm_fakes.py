@@ -6,6 +6,7 @@ or sbatch's own lines. ``FakeSlurm`` puts them as small scripts first on PATH (t
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -79,18 +80,20 @@ class FakeSlurm:
 
 class InProcessSlurm:
     """The same clients without processes, as submitit's ``MockedSubprocess`` (core/test_core.py) does it:
-    ``subprocess.run`` (squeue, scontrol, sacct, sbatch --test-only), submitit's ``CommandFunction`` (its sbatch) and
-    ``shutil.which`` answer for them; any other program goes to the real ``subprocess.run``, which the unit tier
-    refuses. ``answer`` and ``calls`` as ``FakeSlurm``'s: the Nth call gets the Nth answer (the last once they run
-    out), a command without answers exits 0 and prints nothing; ``--version`` is not a call."""
+    ``subprocess.Popen`` (the tool runner's squeue, scontrol, sacct, sbatch --test-only), ``subprocess.run``,
+    submitit's ``CommandFunction`` (its sbatch) and ``shutil.which`` answer for them; any other program goes to the
+    real ``subprocess.Popen`` or ``run``, which the unit tier refuses. ``answer`` and ``calls`` as ``FakeSlurm``'s:
+    the Nth call gets the Nth answer (the last once they run out), a command without answers exits 0 and prints
+    nothing; ``--version`` is not a call."""
 
     def __init__(self, monkeypatch, folder: Path):
         self.folder = folder  # SLURM_CONF points at a file there that does not exist: no controller to check
         self._answers: dict[str, list[tuple[int, str]]] = {}
         self._calls: dict[str, list[list[str]]] = {name: [] for name in COMMANDS}
         self._scripts: list[str] = []
-        self._run, self._which = subprocess.run, shutil.which
+        self._run, self._popen, self._which = subprocess.run, subprocess.Popen, shutil.which
         monkeypatch.setattr(subprocess, "run", self.run)
+        monkeypatch.setattr(subprocess, "Popen", self.popen)
         monkeypatch.setattr(shutil, "which", self.which)
         monkeypatch.setattr(submitit.core.utils, "CommandFunction", self.command_function)
         monkeypatch.setenv("SLURM_CONF", str(folder / "no-slurm.conf"))
@@ -131,6 +134,12 @@ class InProcessSlurm:
             result.check_returncode()
         return result
 
+    def popen(self, argv, *args, **kwargs):
+        if Path(argv[0]).name not in COMMANDS:
+            return self._popen(argv, *args, **kwargs)
+        rc, out = self._answer(list(argv))
+        return Answered(rc, *((out, "") if rc == 0 else ("", out)))
+
     def which(self, name, *args, **kwargs):
         return str(self.folder / name) if name in COMMANDS else self._which(name, *args, **kwargs)
 
@@ -146,3 +155,17 @@ class InProcessSlurm:
             raise submitit.core.utils.FailedJobError(out.strip())
 
         return call
+
+
+class Answered:
+    """What ``subprocess.Popen`` hands the tool runner, for a command that has already answered."""
+
+    def __init__(self, rc: int, out: str, err: str):
+        self.returncode, self.pid = rc, -1
+        self.stdout, self.stderr = io.BytesIO(out.encode()), io.BytesIO(err.encode())
+
+    def wait(self, timeout=None) -> int:
+        return self.returncode
+
+    def poll(self) -> int:
+        return self.returncode

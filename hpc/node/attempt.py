@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from hpc.node.contract import ATTEMPT_DIR_VAR
+from hpc.node.files import read_json_object
 
 PROGRESS = "progress.json"
 MARKS = "marks"
@@ -196,8 +197,8 @@ def read(directory: Path) -> Records:
         if not name.endswith(".json") or name.startswith("."):
             continue
         try:
-            data = json.loads((Path(directory) / name).read_text())
-        except (OSError, ValueError):
+            data = read_json_object(Path(directory) / name)
+        except (OSError, ValueError):  # not yet whole, not JSON, not an object, not a small regular file
             continue
         if name.startswith("start-"):
             out.starts.append(data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import reprlib
 import sys
 from typing import Callable, NoReturn, Optional
@@ -37,9 +38,32 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     return r if len(r) <= limit + 2 else f"{r[:limit]}..."
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with terminal control codes (ESC, BEL, CR, DEL, the C1 codes, ...; not newline or tab) written as
+    ``\\xNN``, so what Slurm, a tool or a record holds is shown, never obeyed by the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class PrintableWriter:
+    """A text stream's writes through `printable` (the stream of a command that shows what Slurm and records say)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(printable(text))
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def error_line(prog: str, error: HpcError | str) -> str:
-    """``prog: error: MESSAGE`` on one line, at most `LINE_CHARS` characters, printable in any locale."""
-    text = " ".join(str(error).split())
+    """``prog: error: MESSAGE`` on one line, at most `LINE_CHARS` characters, printable in any locale (control codes
+    escaped)."""
+    text = printable(" ".join(str(error).split()))
     if len(text) > LINE_CHARS:
         text = f"{text[:LINE_CHARS]}... ({len(text)} characters)"
     line = f"{prog}: error: {text}"

@@ -76,6 +76,9 @@ DEFAULT_MAX_REQUEUES = 5
 DEFAULT_MAX_EXCLUDED_NODES = 2  # nodes a job may exclude itself after they failed hpc.node.health
 STOP_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "URG")  # allowed pre-stop signals
 REQUEUE_GRACE_S = 120  # how long the batch script waits for Slurm to end a run it requeued
+MAX_COUNT = 100_000  # the most nodes, requeues or restarts a flag or a profile key may ask for
+MAX_GPUS_PER_NODE = 1024  # GPUs per node a partition may have (hpc.node.health, hpc.node.preflight_node)
+MAX_SIGNAL_LEAD_S = 10**7  # hpc.submit --signal-lead and preemption.lead_s
 DEFAULT_MAX_RESTARTS = 3  # in-job restarts on the allocation's nodes per job (a job with spare nodes)
 DEFAULT_MAX_RESTARTS_PER_NODE = 1  # in-job restarts one node's failures may cause before it leaves the job
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import subprocess
 from typing import Callable, Mapping, Optional
 
 from hpc.node.cli import NodeCheckError
 from hpc.node.contract import FABRIC_MIN_VAR, FI_PROVIDER_VAR, NCCL_NET_PLUGIN_VAR, NCCL_NET_VAR
 from hpc.node.fabric_versions import check_versions, node_versions
+from hpc.node.tool import ToolTimeout, run_tool
 
 FI_INFO_TIMEOUT_S = 60
 BUILTIN_NETS = ("IB", "Socket")  # NCCL_NET values NCCL serves itself, without a plugin
@@ -34,7 +34,7 @@ def provider_domains(text: str, provider: str) -> list[str]:
     return domains
 
 
-def check_provider(value: str, run: Callable = subprocess.run, which: Callable = shutil.which) -> list[str]:
+def check_provider(value: str, run: Callable = run_tool, which: Callable = shutil.which) -> list[str]:
     """FI_PROVIDER: each provider it names (not an exclusion, ``^tcp``) must be listed by ``fi_info -p`` here."""
     if value.startswith("^"):
         return []
@@ -47,8 +47,8 @@ def check_provider(value: str, run: Callable = subprocess.run, which: Callable =
                 "environment.setup (e.g. /opt/amazon/efa/bin on AWS)"
             )
         try:
-            r = run(["fi_info", "-p", provider], capture_output=True, text=True, timeout=FI_INFO_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
+            r = run(["fi_info", "-p", provider], FI_INFO_TIMEOUT_S)
+        except ToolTimeout:
             raise NodeCheckError(
                 f"{FI_PROVIDER_VAR}={value}: fi_info -p {provider} got no answer within {FI_INFO_TIMEOUT_S} s"
             ) from None
@@ -105,7 +105,7 @@ def load_plugin(plugin: Optional[str], load: Callable = ctypes.CDLL) -> tuple[st
 
 def check_fabric(
     environ: Mapping[str, str],
-    run: Callable = subprocess.run,
+    run: Callable = run_tool,
     which: Callable = shutil.which,
     load: Callable = ctypes.CDLL,
     versions: Callable = node_versions,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -18,6 +17,8 @@ from typing import Callable, Mapping, Optional
 
 from hpc.node.cli import NodeCheckError
 from hpc.node.contract import FABRIC_MIN_VAR
+from hpc.node.files import NotASmallFile, read_range
+from hpc.node.tool import run_tool
 
 PLUGIN, LIBFABRIC, NCCL = "aws-ofi-nccl", "libfabric", "nccl"
 # the newest plugin and libfabric that still need FI_PROVIDER / FI_EFA_USE_DEVICE_RDMA: below these the preset sets them
@@ -72,11 +73,12 @@ def parse_minimums(value: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def libfabric_version(run: Callable = subprocess.run) -> Optional[tuple[int, ...]]:
-    """libfabric's version from ``fi_info --version`` ("libfabric: 1.18.2amzn1.0"); None when it cannot be told."""
+def libfabric_version(run: Callable = run_tool) -> Optional[tuple[int, ...]]:
+    """libfabric's version from ``fi_info --version`` ("libfabric: 1.18.2amzn1.0"); None when it cannot be told (the
+    tool missing or past its timeout too)."""
     try:
-        r = run(["fi_info", "--version"], capture_output=True, text=True, errors="replace", timeout=FI_INFO_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
+        r = run(["fi_info", "--version"], FI_INFO_TIMEOUT_S)
+    except OSError:  # ToolMissing, ToolTimeout
         return None
     m = re.search(r"^libfabric:\s*(\S+)", r.stdout[:4096], re.M) if r.returncode == 0 else None
     return parse_version(m.group(1)) if m else None
@@ -87,9 +89,8 @@ def plugin_version(path: Optional[str]) -> Optional[tuple[int, ...]]:
     if not path:
         return None
     try:
-        with open(path, "rb") as f:
-            data = f.read(SCAN_BYTES)
-    except OSError:
+        data, _ = read_range(path, 0, SCAN_BYTES)
+    except (OSError, NotASmallFile):
         return None
     m = re.search(rb"aws-ofi-nccl (\d+(?:\.\d+){1,3})", data)
     return parse_version(m.group(1).decode()) if m else None
@@ -124,7 +125,7 @@ def library_path(name: str, environ: Mapping[str, str]) -> Optional[str]:
     return next((str(Path(d) / name) for d in folders if (Path(d) / name).is_file()), None)
 
 
-def node_versions(environ: Mapping[str, str], plugin: Optional[str], run: Callable = subprocess.run) -> Found:
+def node_versions(environ: Mapping[str, str], plugin: Optional[str], run: Callable = run_tool) -> Found:
     """This node's plugin (the library ``plugin`` names, as NCCL loads it), libfabric and NCCL versions."""
     path = library_path(plugin, environ) if plugin else None
     return Found(plugin_version(path), libfabric_version(run), nccl_version(environ), is_p5())
@@ -132,9 +133,10 @@ def node_versions(environ: Mapping[str, str], plugin: Optional[str], run: Callab
 
 def is_p5(product: Path = DMI_PRODUCT) -> bool:
     try:
-        return product.read_text(errors="replace")[:200].strip().startswith("p5")
-    except OSError:
+        data, _ = read_range(product, 0, 200)
+    except (OSError, NotASmallFile):
         return False
+    return data.decode("utf-8", errors="replace").strip().startswith("p5")
 
 
 @dataclass(frozen=True)

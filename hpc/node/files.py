@@ -9,6 +9,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Optional
 
 from hpc.node.cli import HpcError
 
@@ -74,6 +75,32 @@ def read_small(path: str | os.PathLike, limit: int = SMALL_BYTES) -> bytes:
     if len(data) > limit:
         raise NotASmallFile(f"{path} holds more than {limit} bytes; at most {limit} are read")
     return data
+
+
+def read_range(path: str | os.PathLike, start: Optional[int], limit: int) -> tuple[bytes, int]:
+    """At most ``limit`` bytes of the regular file ``path`` from byte ``start`` (None: its last ``limit`` bytes), and
+    the offset they begin at: a log or a record file that grows without bound, read to a bound. NotASmallFile when it
+    is not a regular file (checked before it is opened and on the descriptor, as `read_small` does)."""
+    problem = regular_file_problem(path)
+    if problem is not None:
+        raise NotASmallFile(f"{path} is {problem}, not a regular file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        if e.errno in (errno.ENXIO, errno.EISDIR):
+            raise NotASmallFile(f"{path} is not a regular file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        kind = _kind(st.st_mode)
+        if kind is not None:
+            raise NotASmallFile(f"{path} is {kind}, not a regular file")
+        offset = max(0, st.st_size - limit) if start is None else min(start, st.st_size)
+        os.lseek(fd, offset, os.SEEK_SET)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit), offset
+    finally:
+        os.close(fd)
 
 
 def read_small_text(path: str | os.PathLike, limit: int = SMALL_BYTES) -> str:

@@ -18,7 +18,6 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -26,15 +25,17 @@ from pathlib import Path
 from typing import Optional
 
 from hpc.node.cli import HpcError, Parser, fail, number, path_text, whole
-from hpc.node.contract import EXIT_FAILED, HEALTH_MODULE
+from hpc.node.contract import EXIT_FAILED, HEALTH_MODULE, MAX_GPUS_PER_NODE
 from hpc.node.files import META_BYTES, read_small_text
 from hpc.node.slurm_env import node_name
+from hpc.node.tool import run_tool
 
 PROG = HEALTH_MODULE
 DEFAULT_MIN_FRACTION = 0.8  # a GPU below this fraction of the profile's matmul or copy rate fails
-MAX_GPUS = 1024  # GPUs per node a job may ask for (as hpc.node.preflight_node)
+MAX_GPUS = MAX_GPUS_PER_NODE  # GPUs per node a job may ask for (as hpc.node.preflight_node)
 MAX_RATE = 1e6  # TFLOP/s or GB/s an expectation may state
 DCGM_TIMEOUT_S = 300
+NVIDIA_SMI_TIMEOUT_S = 120
 
 
 @dataclass(frozen=True)
@@ -219,8 +220,8 @@ def check_dcgm() -> list[Finding]:
     if shutil.which("dcgmi") is None:
         return []
     try:
-        r = subprocess.run(["dcgmi", "diag", "-r", "1"], capture_output=True, text=True, timeout=DCGM_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+        r = run_tool(["dcgmi", "diag", "-r", "1"], DCGM_TIMEOUT_S)
+    except OSError:
         return [Finding("dcgm", False, f"dcgmi diag -r 1 did not finish within {DCGM_TIMEOUT_S} s")]
     failed = [" ".join(line.strip("|+ ").split()) for line in r.stdout.splitlines() if re.search(r"\bFail", line)]
     if r.returncode != 0 or failed:
@@ -262,7 +263,10 @@ def read_smi(path: Optional[str]) -> Optional[str]:
             raise HpcError(f"--nvidia-smi-q {path}: cannot read it ({why})") from None
     if shutil.which("nvidia-smi") is None:
         return None
-    r = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True, timeout=120)
+    try:
+        r = run_tool(["nvidia-smi", "-q"], NVIDIA_SMI_TIMEOUT_S)
+    except OSError as e:
+        return f"nvidia-smi -q failed: {e}"
     return r.stdout if r.returncode == 0 else f"nvidia-smi -q failed: {r.stderr.strip()}"
 
 

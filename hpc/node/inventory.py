@@ -8,15 +8,17 @@ import json
 import socket
 from pathlib import Path
 
+from hpc.node.files import NotASmallFile, read_range
 from hpc.node.netcheck import IB_SYSFS, hca_ports, interfaces
 
 
 def link_layer(device: str, port: int, root: Path = IB_SYSFS) -> str:
     """InfiniBand or Ethernet (RoCE) for an HCA port; "" when sysfs does not say."""
     try:
-        return (root / device / "ports" / str(port) / "link_layer").read_text().strip()
-    except OSError:
+        data, _ = read_range(root / device / "ports" / str(port) / "link_layer", 0, 4096)
+    except (OSError, NotASmallFile):
         return ""
+    return data.decode("utf-8", errors="replace").strip()
 
 
 def inventory() -> dict:

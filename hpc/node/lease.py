@@ -17,7 +17,6 @@ import fcntl
 import json
 import os
 import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -28,6 +27,7 @@ from typing import Mapping
 from hpc.node.cli import HpcError, shown
 from hpc.node.contract import ENDED_STATES, LEASE_FILE
 from hpc.node.files import read_json_object
+from hpc.node.tool import run_tool
 
 REFRESH_S = 30.0
 TAKEOVER_LOCK = ".lease.lock"  # beside the lease: serializes take-overs
@@ -49,8 +49,8 @@ def slurm_job_id(environ: Mapping[str, str]) -> str | None:
 def _slurm_state(job_id: str) -> str | None:
     """The job's state as squeue shows it; "" when Slurm no longer lists it; None when Slurm cannot be asked."""
     try:
-        r = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=15)
-    except (OSError, subprocess.TimeoutExpired):
+        r = run_tool(["squeue", "-h", "-j", job_id, "-o", "%T"], 15)
+    except OSError:
         return None
     if r.returncode != 0:
         return "" if "Invalid job id" in r.stderr else None
@@ -120,10 +120,8 @@ def _record_problem(record: dict) -> str | None:
 
     for key, optional in (("run_id", False), ("job_id", True), ("job_name", False), ("host", False)):
         if key not in record or not text(key, optional):
-            return (
-                f"{key} is {'missing' if key not in record else shown(record[key])}, not a "
-                f"{'job id or null' if optional else 'string'}"
-            )
+            what = "missing" if key not in record else shown(record[key])
+            return f"{key} is {what}, not a {'job id or null' if optional else 'string'}"
     pid, started = record.get("pid"), record.get("started")
     if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31:
         return f"pid is {'missing' if 'pid' not in record else shown(pid)}, not a process id"

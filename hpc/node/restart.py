@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from hpc.node import attempt as records
-from hpc.node.cli import HpcError, Parser, fail, path_text, whole
+from hpc.node.cli import HpcError, Parser, fail, path_text, shown, whole
 from hpc.node.contract import (
     ATTEMPT_DIR,
     ATTEMPT_DIR_VAR,
@@ -40,12 +41,15 @@ from hpc.node.contract import (
     BAD_NODE_MARKS_VAR,
     DEFAULT_MAX_RESTARTS,
     DEFAULT_MAX_RESTARTS_PER_NODE,
+    EXIT_STOPPED,
     JOB_DIR_VAR,
+    MAX_COUNT,
     RESTART_DIR,
     RESTART_LOG,
     RESTART_MODULE,
     STOP_RECORD_VAR,
 )
+from hpc.node.files import NotASmallFile, read_range, regular_file_problem
 from hpc.node.hang import GRACE_S, STORE_TIMEOUT_S
 from hpc.node.lease import slurm_job_id
 from hpc.node.restart_policy import (
@@ -61,15 +65,34 @@ from hpc.node.restart_policy import (
     place,
 )
 from hpc.node.slurm_env import node_hosts
+from hpc.node.tool import run_tool
 
 PROG = RESTART_MODULE
+MAX_JOB_ID = 2**32 - 1
+LOG_BYTES = 16 << 20  # of restarts.jsonl, its newest records (a few hundred bytes each)
+TERM_WAIT_S = 20.0  # after SIGTERM, how long the ranks' srun has to end before it is killed (Slurm's KillWait: 30 s)
+RECORD_FIELDS = {
+    "restart": int,
+    "attempt": int,
+    "number": int,
+    "step": int,
+    "resumed_step": int,
+    "action": str,
+    "kind": str,
+    "what": str,
+    "why": str,
+    **{k: (int, float) for k in ("fault_at", "seen_at", "ended_at", "load_started_at", "loaded_at", "trained_at")},
+    "nodes": list,
+}
 POLL_S = 0.25
 EVIDENCE_S = GRACE_S + STORE_TIMEOUT_S + 2.0  # after a first failure record, the longest wait for the others' records
+SLURM_TIMEOUT_S = 30.0  # squeue and scancel from the batch script
 END_WAIT_S = 60.0  # how long srun may take to return once its tasks were killed
 
 
 def job_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The job's values this needs from the batch script's environment; an HpcError naming a missing one."""
+    """The job's values this needs from the batch script's environment, checked as hpc.node.launch checks them; an
+    HpcError naming a missing or malformed one."""
     needed = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", JOB_DIR_VAR, STOP_RECORD_VAR)
     missing = [n for n in needed if not environ.get(n)]
     if missing:
@@ -77,24 +100,60 @@ def job_env(environ: Mapping[str, str]) -> dict[str, str]:
             f"missing {', '.join(missing)}: run this in the batch script of a job (python -m hpc.submit "
             "--spare-nodes renders it)"
         )
-    return {n: environ[n] for n in needed} | {"SLURM_RESTART_COUNT": environ.get("SLURM_RESTART_COUNT", "0")}
+    env = {n: environ[n] for n in needed} | {"SLURM_RESTART_COUNT": environ.get("SLURM_RESTART_COUNT", "0")}
+    job_id = env["SLURM_JOB_ID"]
+    if not re.fullmatch(r"[0-9]{1,10}", job_id) or not 1 <= int(job_id) <= MAX_JOB_ID:
+        raise HpcError(f"SLURM_JOB_ID={shown(job_id)} is not a Slurm job id (1 to {MAX_JOB_ID})")
+    if not re.fullmatch(r"[0-9]{1,6}", env["SLURM_RESTART_COUNT"]):
+        raise HpcError(f"SLURM_RESTART_COUNT={shown(env['SLURM_RESTART_COUNT'])} is not a whole number")
+    return env
+
+
+def check_places(job_dir: Path, marks: Path, stop_record: Path) -> None:
+    """The job directory is one, the marks are a directory (or not there yet, in one) and the stop record's directory
+    exists: checked before anything is made or started."""
+    if not job_dir.is_dir():
+        raise HpcError(f"{JOB_DIR_VAR}={shown(str(job_dir))} is not a directory (hpc.submit makes the job's)")
+    if marks.exists() and not marks.is_dir():
+        raise HpcError(f"--marks {shown(str(marks))} is {regular_file_problem(marks) or 'a file'}, not a directory")
+    if not marks.exists() and not marks.parent.is_dir():
+        raise HpcError(f"--marks {shown(str(marks))}: {marks.parent} is not a directory")
+    if not stop_record.parent.is_dir():
+        raise HpcError(f"{STOP_RECORD_VAR}={shown(str(stop_record))}: {stop_record.parent} is not a directory")
+    log = job_dir / RESTART_LOG
+    problem = regular_file_problem(log)
+    if problem:
+        raise HpcError(f"{log} is {problem}, not the job's restart records")
 
 
 def read_log(path: Path, job_id: str) -> list[dict]:
-    """This job's decision records of ``restarts.jsonl`` (all its runs), completions merged into their decision."""
-    by_id: dict[str, dict] = {}
+    """This job's decision records of ``restarts.jsonl`` (all its runs), completions merged into their decision; read
+    to a bound (its last LOG_BYTES), as a regular file, leniently decoded; a line that is not a record is skipped."""
     try:
-        lines = path.read_text().splitlines()
-    except OSError:
+        data, _ = read_range(path, None, LOG_BYTES)
+    except (OSError, NotASmallFile):
         return []
-    for line in lines:
+    by_id: dict[str, dict] = {}
+    for line in data.decode("utf-8", errors="replace").splitlines():
         try:
             rec = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
-        if isinstance(rec, dict) and rec.get("job_id") == job_id and "id" in rec:
+        if isinstance(rec, dict) and rec.get("job_id") == job_id and isinstance(rec.get("id"), str):
             by_id.setdefault(rec["id"], {}).update(rec)
-    return list(by_id.values())
+    return [rec for rec in by_id.values() if record_problem(rec) is None]
+
+
+def record_problem(rec: dict) -> Optional[str]:
+    """Why a decision record cannot be shown or counted (a field of the wrong type), None when it can."""
+    for key, kinds in RECORD_FIELDS.items():
+        if key in rec and rec[key] is not None and (isinstance(rec[key], bool) or not isinstance(rec[key], kinds)):
+            return f"{key} is not {kinds}"
+    if not all(isinstance(n, str) for n in rec.get("nodes") or []):
+        return "nodes is not a list of names"
+    if not isinstance(rec.get("replaced") or {}, dict):
+        return "replaced is not a mapping"
+    return None
 
 
 def append_log(path: Path, record: dict) -> None:
@@ -165,16 +224,33 @@ class Supervisor:
         self.job = self.env["SLURM_JOB_ID"]  # this job's own id (an array task's too): its steps, its directories
         self.job_ref = slurm_job_id(environ) or self.job  # as Slurm's clients and hpc.jobs name it (ARRAY_TASK)
         self.allocation = node_hosts(self.env["SLURM_JOB_NODELIST"])
+        if self.ranks != self.nodes * self.tasks_per_node:
+            raise HpcError(
+                f"--ranks {self.ranks}: the ranks run {self.tasks_per_node} per node on {self.nodes} node(s), "
+                f"{self.nodes * self.tasks_per_node} in all"
+            )
+        if self.nodes > len(self.allocation):
+            raise HpcError(
+                f"--nodes {self.nodes}: the job holds {len(self.allocation)} node(s) (SLURM_JOB_NODELIST="
+                f"{shown(self.env['SLURM_JOB_NODELIST'])})"
+            )
         job_dir = Path(self.env[JOB_DIR_VAR])
         self.log = job_dir / RESTART_LOG
         self.root = job_dir / RESTART_DIR.format(job_id=self.job, restart=self.env["SLURM_RESTART_COUNT"])
         self.stop_record = Path(self.env[STOP_RECORD_VAR])
+        check_places(job_dir, self.marks, self.stop_record)
         self.out: set[str] = set()
         self.ending = False
+        self.proc: Optional[subprocess.Popen] = None
+        self.term_at = 0.0
 
     def _on_term(self, signum, frame) -> None:
-        """SIGTERM (the job is being cancelled or requeued): srun passes it to the ranks; no new start after this."""
-        self.ending = True
+        """SIGTERM (the job is being cancelled or requeued): the ranks' srun gets it too (they stop with a checkpoint
+        and exit 75); no new start after this, and srun is killed if it is not done within TERM_WAIT_S."""
+        if not self.ending:
+            self.ending, self.term_at = True, time.monotonic()
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
@@ -219,6 +295,10 @@ class Supervisor:
             rec, failure, decision = self._attempt(attempt, chosen, history, pending)
             rc = failure.rc
             pending = None
+            if self.ending and decision.action != Action.DONE:  # SIGTERM: the job is cancelled or requeued now
+                self._leave_marks(self.out | (set(failure.nodes) if decision.action != Action.END else set()))
+                print(f"[restart] got SIGTERM: ranks stopped, job {self.job_ref} ends here (exit {EXIT_STOPPED})")
+                return EXIT_STOPPED
             if decision.action == Action.DONE:
                 return 0
             if decision.action == Action.STOP:
@@ -269,11 +349,14 @@ class Supervisor:
             f"{','.join(spares) or 'none'}",
             flush=True,
         )
-        proc = subprocess.Popen(argv, env=env)
+        proc = self.proc = subprocess.Popen(argv, env=env)
         first_failure = decided_at = None
         snapshot = None
         while proc.poll() is None:
             time.sleep(POLL_S)
+            if self.ending and time.monotonic() - self.term_at > TERM_WAIT_S:
+                proc.kill()
+                break
             seen = records.read(directory)
             if pending is not None and seen.progress.get("trained_at"):
                 self._completed(pending, seen.progress)
@@ -347,22 +430,26 @@ class Supervisor:
         """Kill what is left of the attempt's step now (its ranks hung, or waiting on the dead)."""
         steps = sorted({s["step"] for s in seen.starts if s.get("step")})
         if not steps:
-            out = subprocess.run(
-                ["squeue", "-h", "-s", "-j", self.job, "-o", "%i"], capture_output=True, text=True
-            ).stdout
+            try:
+                out = run_tool(["squeue", "-h", "-s", "-j", self.job, "-o", "%i"], SLURM_TIMEOUT_S).stdout
+            except OSError:
+                out = ""
             steps = [line.split(".", 1)[1] for line in out.split() if line.split(".", 1)[-1].isdigit()]
         for step in steps:
-            subprocess.run(["scancel", "--signal=KILL", f"{self.job}.{step}"], capture_output=True)
+            try:
+                run_tool(["scancel", "--signal=KILL", f"{self.job}.{step}"], SLURM_TIMEOUT_S)
+            except OSError as e:
+                print(f"[restart] scancel of step {self.job}.{step} failed: {e}", flush=True)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
-    p.add_argument("--nodes", type=whole(1, 100_000), required=True, help="nodes the ranks run on")
-    p.add_argument("--tasks-per-node", type=whole(1, 100_000), required=True)
+    p.add_argument("--nodes", type=whole(1, MAX_COUNT), required=True, help="nodes the ranks run on")
+    p.add_argument("--tasks-per-node", type=whole(1, MAX_COUNT), required=True)
     p.add_argument("--ranks", type=whole(1, 10_000_000), required=True, help="the ranks' world size")
     p.add_argument("--marks", type=path_text, required=True, help="the batch script's bad-node marks of this run")
-    p.add_argument("--max-restarts", type=whole(0, 100_000), default=DEFAULT_MAX_RESTARTS)
-    p.add_argument("--max-restarts-per-node", type=whole(1, 100_000), default=DEFAULT_MAX_RESTARTS_PER_NODE)
+    p.add_argument("--max-restarts", type=whole(0, MAX_COUNT), default=DEFAULT_MAX_RESTARTS)
+    p.add_argument("--max-restarts-per-node", type=whole(1, MAX_COUNT), default=DEFAULT_MAX_RESTARTS_PER_NODE)
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- srun [OPTIONS] PROGRAM [ARGS]")
     a = p.parse_args(argv)
     command = a.command[1:] if a.command[:1] == ["--"] else a.command

@@ -84,3 +84,35 @@ def test_allow_task_sharing_runs_where_the_clusters_slurm_takes_it(slurm, tmp_pa
     recs = [json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))]
     assert sorted(int(r["rank"]) for r in recs) == [0, 1, 2, 3]
     assert [r["cuda_visible_devices"] for r in recs] == [VISIBLE["low"](int(r["local_rank"])) for r in recs]
+
+
+def test_gpus_form_with_a_spare(slurm, tmp_path):
+    """--gpus with a spare node: the job asks for both nodes' GPUs (--gpus=4), the ranks' step on one node for its
+    own (--gpus=2, through hpc.node.restart); each rank sees its GPU (the golden local-gpus-spares)."""
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        str(FORMS),
+        "--partition",
+        "low",
+        "--nodes",
+        "1",
+        "--spare-nodes",
+        "1",
+        "--job-name",
+        "forms-spare",
+        "--",
+        "-m",
+        "hpc.node.smoke",
+        "--out",
+        str(tmp_path / "spare"),
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    job = re.search(r"submitted job (\d+)", r.stdout).group(1)
+    assert wait_job(job) == "COMPLETED"
+    assert len(job_nodes(job)) == 2
+    recs = [json.loads(p.read_text()) for p in sorted((tmp_path / "spare").glob("rank-*.json"))]
+    assert sorted(int(r["rank"]) for r in recs) == [0, 1]
+    assert [r["cuda_visible_devices"] for r in recs] == [str(int(r["local_rank"])) for r in recs]

@@ -3,13 +3,13 @@ p5 needs NCCL 2.18.5 and plugin 1.7.3; CSCS turns LL128 off on Slingshot from NC
 holds every node to the minimums they rely on, over fi_info outputs from public documentation
 (data/fi_info/README.md) and plugin libraries made here."""
 
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from hpc.network import network_env
+from hpc.job_env import merge
+from hpc.network import network_settings
 from hpc.node.cli import NodeCheckError
 from hpc.node.contract import FABRIC_MIN_VAR
 from hpc.node.fabric import check_fabric
@@ -21,6 +21,7 @@ from hpc.node.fabric_versions import (
     parse_version,
     plugin_version,
 )
+from hpc.node.tool import ToolResult
 from hpc.shipped import SHIPPED_SITE_DIR
 from hpc.site import SiteError, load_site
 
@@ -28,9 +29,9 @@ FI_INFO = Path(__file__).parent / "data" / "fi_info"
 
 
 def answer(file: str, rc: int = 0):
-    def run(argv, **kw):
+    def run(argv, timeout_s):
         assert argv == ["fi_info", "--version"]
-        return subprocess.CompletedProcess(argv, rc, (FI_INFO / file).read_text(), "")
+        return ToolResult(rc, (FI_INFO / file).read_text(), "")
 
     return run
 
@@ -95,7 +96,7 @@ def profile(tmp_path, name: str, **network) -> Path:
 
 
 def env_of(path: Path) -> dict[str, str]:
-    return network_env(load_site(str(path)).network)
+    return merge(network_settings(load_site(str(path)).network))
 
 
 def test_efa_preset_sets_fi_variables_only_for_versions_that_need_them(tmp_path):

@@ -2,13 +2,13 @@
 data/slurm/inventory/22.05; no 24.11 or 26.05 recording of these commands exists yet), and the profile it writes,
 checked against the hand-written shipped profile of the same cluster (site_configs/local.yaml)."""
 
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from hpc import site_init
+from hpc.node.tool import ToolResult
 from hpc.shipped import SHIPPED_SITE_DIR
 from hpc.site import SiteProfile
 from hpc.slurm_inventory import InventoryError, gpus_of, parse_nodes, parse_partitions, read_cluster, slurm_version
@@ -34,12 +34,12 @@ def recorded(*overrides):
     }
     special = dict(overrides)
 
-    def run(argv, **kw):
-        assert kw["timeout"] and kw["errors"] == "replace"
+    def run(argv, timeout_s):
+        assert timeout_s
         if tuple(argv) in special:
             rc, out, err = special[tuple(argv)]
-            return subprocess.CompletedProcess(argv, rc, out, err)
-        return subprocess.CompletedProcess(argv, 0, (REC / files[tuple(argv)]).read_text(), "")
+            return ToolResult(rc, out, err)
+        return ToolResult(0, (REC / files[tuple(argv)]).read_text(), "")
 
     return run
 
