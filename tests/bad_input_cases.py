@@ -365,12 +365,6 @@ def trainer_cases() -> list[Case]:
         },
         names="parallel.tp",
     )
-    add(
-        "env-batch-dp",
-        args=["global_batch=3"],
-        env={"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29997"},
-        names="global_batch",
-    )
     add("data-missing", cfg={"data.path": "{T}/nosuch.jsonl"}, names="data.path")
     add("data-suffix", cfg={"data.path": "{T}/d.csv"}, files={"d.csv": "a,b\n"}, names="data.path")
     add("data-nul", cfg={"data.path": "{T}/d\0.jsonl"}, names="NUL")
@@ -591,7 +585,7 @@ def submit_cases() -> list[Case]:
         ("train-config-missing", ["--config", "{T}/nosuch.yaml"], "nosuch.yaml"),
         ("train-config-dir", ["--config", "{T}"], "--config"),
         ("train-config-fifo", ["--config", "{T}/fifo"], "--config"),
-        ("train-batch", ["global_batch=3", "micro_batch=2"], "global_batch"),
+        ("train-batch", ["global_batch=0"], "global_batch"),
         ("train-shape", ["model.shape=70B"], "model.shape"),
         ("train-data-missing", ["data.path={T}/nosuch.jsonl"], "data.path"),
         ("train-data-suffix", ["data.path={T}/d.csv"], "data.path"),

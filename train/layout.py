@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from hpc.node.cli import shown
 from hpc.node.contract import LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, RANK_VAR, WORLD_SIZE_VAR
+from train.batch_split import BatchSplit
 from train.config import ConfigError, ParallelConfig, TrainConfig, with_overrides
 
 
@@ -126,13 +127,9 @@ class ParallelDims:
             raise ConfigError(problem)
         return cls(dp, tp, cfg.ep)
 
-    def grad_accum(self, global_batch: int, micro_batch: int) -> int:
-        """Micro-batches per rank per step; global_batch must split evenly over micro_batch x dp."""
-        if global_batch % (micro_batch * self.dp):
-            raise ConfigError(
-                f"global_batch={global_batch} must be a multiple of micro_batch x dp = {micro_batch} x {self.dp}"
-            )
-        return global_batch // (micro_batch * self.dp)
+    def batch_split(self, global_batch: int, micro_batch: int) -> BatchSplit:
+        """How each step's global batch splits over dp (any dp: the global batch stays what the config says)."""
+        return BatchSplit(global_batch, micro_batch, self.dp)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,6 @@ SHARED = {
     "train/data/sources.py:source_path",
     "train/tokenizer.py:_directory",
     "train/layout.py:ParallelDims.build",
-    "train/layout.py:ParallelDims.grad_accum",
     "train/run_check.py:check_run",
     "train/run_check.py:model_dims",
     "train/config.py:_validated",
@@ -264,13 +263,6 @@ CASES = [
         (1, 2),
         {},
         "parallel.tp=2 must divide the model's num_key_value_heads=1",
-    ),
-    (
-        "batch",
-        ["global_batch=6", "micro_batch=2"],
-        (2, 2),
-        {},
-        "global_batch=6 must be a multiple of micro_batch x dp = 2 x 4",
     ),
     ("lora-key-alone", ["lora.r=8"], (1, 1), {}, "lora.r is set but lora.enabled is not"),
     (
