@@ -90,12 +90,14 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="JOB[:ok|any|notok]",
-        help="start after JOB ended COMPLETED (ok, the default), in any state (any), or not COMPLETED (notok); repeatable",
+        help="start after JOB ended COMPLETED (ok, the default), in any state (any), or not COMPLETED (notok); "
+        "repeatable",
     )
     p.add_argument(
         "--preflight",
         action="store_true",
-        help="first check every node's GPUs inside the job (hpc.node.health); a failing node stops the job before training",
+        help="first check every node's GPUs inside the job (hpc.node.health); a failing node stops the job before "
+        "training",
     )
     p.add_argument(
         "--spare-nodes",
@@ -126,7 +128,8 @@ def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def planned_spec(a: argparse.Namespace, rank_args: list[str]) -> tuple[JobSpec, Optional[TrainConfig]]:
     """The command line's job checked against the site profile (built once), with the planner's layout added to the
-    trainer's part where it adds one; and the trainer's config as its ranks will load it (None for a script or module)."""
+    trainer's part where it adds one; and the trainer's config as its ranks will load it (None for a script or
+    module)."""
     spec = build_spec(
         load_site(a.site),
         args=rank_args,

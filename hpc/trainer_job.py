@@ -68,8 +68,8 @@ def trainer_job(args: Sequence[str], site: SiteProfile, job_dir: Path, checkpoin
     """The trainer's part from the words after ``--`` (``-m train`` may lead them): ``--config FILE`` (default: the
     profile's training.config) and overrides. The trainer logs into the job directory and checkpoints under the site's
     checkpoint root, both named after the job (unless an override sets them): a job of the same name resumes the same
-    run.
-    With the profile's preemption.exclude_stragglers_after it stops for a persistent straggler (straggler.stop_after)."""
+    run. With the profile's preemption.exclude_stragglers_after it stops for a persistent straggler
+    (straggler.stop_after)."""
     args = list(args[2:] if args[:1] == ["-m"] else args)
     try:
         config, overrides = split_cli(args)

@@ -173,7 +173,8 @@ def model_type_problem(path: str, model_type) -> str | None:
     """Why a model.path directory of this config.json model_type cannot be trained, or None."""
     if model_type in MODEL_TYPES:
         return None
-    return f"model.path: {path} holds a {shown(model_type) if not isinstance(model_type, str) else model_type} model; allowed: {', '.join(MODEL_TYPES)}"
+    held = shown(model_type) if not isinstance(model_type, str) else model_type
+    return f"model.path: {path} holds a {held} model; allowed: {', '.join(MODEL_TYPES)}"
 
 
 def experts_problem(dims: dict, where: str) -> str | None:
@@ -257,7 +258,8 @@ class ModelConfig(_Strict):
 
 class ParallelConfig(_Strict):
     """dp x tp degrees; dp None means world_size // tp. ep (mixture of experts only): expert parallelism inside dp, each
-    group of ep data-parallel ranks splitting the experts and exchanging tokens by all-to-all; it divides dp and the experts."""
+    group of ep data-parallel ranks splitting the experts and exchanging tokens by all-to-all; it divides dp and the
+    experts."""
 
     dp: int | None = Field(None, ge=1)
     tp: int = Field(1, ge=1)
@@ -412,8 +414,8 @@ class TrainConfig(_Strict):
     updates rounding away); fp8 puts the decoder's linear layers in float8; activation_checkpointing
     is true, false or the fraction of layers checkpointed; activation_offload keeps the checkpointed layers' inputs
     in host memory instead of the GPU's (one rank; train/offload.py); sdpa_backend puts that attention kernel first on
-    GPU (auto: PyTorch's choice); steps is the
-    last step, over which the schedule runs; export is a directory for the final HF model (relative: inside log.dir) or null."""
+    GPU (auto: PyTorch's choice); steps is the last step, over which the schedule runs; export is a directory for the
+    final HF model (relative: inside log.dir) or null."""
 
     model: ModelConfig
     data: DataConfig = DataConfig()
@@ -484,7 +486,10 @@ class TrainConfig(_Strict):
                     + f"; set {name}.enabled=true, or leave the {name} keys out"
                 )
         if self.lora.merge and not self.export:
-            return "lora.merge=true writes the merged model into <export>/merged; set export (a directory) or leave lora.merge out"
+            return (
+                "lora.merge=true writes the merged model into <export>/merged; set export (a directory) or leave "
+                "lora.merge out"
+            )
         s = self.straggler
         for key, given, needs in (
             ("test_slow_s", s.test_slow_s > 0, s.test_slow_rank is not None),

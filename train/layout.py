@@ -24,7 +24,10 @@ def tp_problem(tp: int, kv_heads: int, ranks_per_node: int) -> str | None:
             f"parallel.tp={tp} must divide the model's num_key_value_heads={kv_heads} (allowed: {_divisors(kv_heads)})"
         )
     if ranks_per_node % tp:
-        return f"parallel.tp={tp} must divide the ranks per node LOCAL_WORLD_SIZE={ranks_per_node}, so a TP group stays on one node"
+        return (
+            f"parallel.tp={tp} must divide the ranks per node LOCAL_WORLD_SIZE={ranks_per_node}, so a TP group stays "
+            "on one node"
+        )
     return None
 
 

@@ -3,10 +3,9 @@ runs it for every job (each array task) before anything is submitted, so both re
 
 Besides the config's own validation it holds every rule that needs the job's ranks or the model's structure: the
 parallel layout, the features' layouts (QLoRA's and activation offload's single rank, the straggler test ranks), the
-model's type, vocabulary and
-experts, the LoRA targets each decoder layer has (``decoder_linears``: transformers' Qwen3 and Qwen3-MoE layers, from
-the
-config's fields) and the NF4 block rule. ``train.adapters`` and ``train.model`` refuse with the same functions' lines."""
+model's type, vocabulary and experts, the LoRA targets each decoder layer has (``decoder_linears``: transformers' Qwen3
+and Qwen3-MoE layers, from the config's fields) and the NF4 block rule. ``train.adapters`` and ``train.model`` refuse
+with the same functions' lines."""
 
 from __future__ import annotations
 
@@ -149,7 +148,8 @@ def module_path(name: str) -> str:
 
 
 def missing_target(target: str, layer: int, linears) -> str:
-    return f"lora.target_modules: {target} is not a linear layer of decoder layer {layer} (it has: {', '.join(sorted(linears)) or 'none'})"
+    has = ", ".join(sorted(linears)) or "none"
+    return f"lora.target_modules: {target} is not a linear layer of decoder layer {layer} (it has: {has})"
 
 
 def nf4_block_problem(name: str, shape: tuple[int, int]) -> str | None:
@@ -197,7 +197,10 @@ def weights_problem(path: str | None) -> str | None:
 def vocab_problem(vocab_size: int | None, tokens: int | None) -> str | None:
     """The model's vocabulary must hold the tokenizer's tokens (None: not known, or taken from the tokenizer)."""
     if vocab_size is not None and tokens is not None and tokens > vocab_size:
-        return f"model: vocab_size={vocab_size} is smaller than the tokenizer's {tokens} tokens; use a matching data.tokenizer"
+        return (
+            f"model: vocab_size={vocab_size} is smaller than the tokenizer's {tokens} tokens; use a matching "
+            "data.tokenizer"
+        )
     return None
 
 

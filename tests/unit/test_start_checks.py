@@ -72,9 +72,9 @@ AT_START = {
     "train/data/prepared.py:prepare": "the data's content, read by the ranks",
     "train/data/prepared.py:wait_until_prepared": "the data's content, read by the ranks",
     "train/data/prepared.py:PreparedData.__init__": "the prepared data's files when the job starts",
-    "train/data/stream.py:TokenStream.__init__": "the data's size in tokens (the layout's own rules: ParallelDims, shared)",
+    "train/data/stream.py:TokenStream.__init__": "the data's size in tokens",
     "train/data/stream.py:TokenStream.load_state_dict": "a checkpoint's data position",
-    "train/data/stream.py:PackedStream.__init__": "the data's size in rows (the layout's own rules: ParallelDims, shared)",
+    "train/data/stream.py:PackedStream.__init__": "the data's size in rows",
     "train/data/stream.py:eval_batches": "the held-out data's size in rows",
 }
 
