@@ -102,7 +102,6 @@ class Trainer:
         self.run_dir = Path(cfg.log.dir)
         self.mesh = build_mesh(dims, device)
         self.split = dims.batch_split(cfg.global_batch, cfg.micro_batch)
-        self.grad_accum = self.split.accum
         experts = f" (experts split over ep={dims.ep} of the dp ranks)" if dims.ep > 1 else ""
         _log0(
             f"[train] layout dp={dims.dp} x tp={dims.tp}{experts} on {env.world_size} ranks, mesh "
@@ -496,6 +495,7 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         moe = {}
         real = len(micro) - self.stream.last_padding  # the rest are padding: no loss token, no load-balancing loss
+        per_rank = self.split.real_micro_batches / self.dims.dp  # grad accumulation when no rank pads
         with self._attention():
             for i, mb in enumerate(micro):
                 loss = self._summed_loss(*mb)
@@ -504,7 +504,6 @@ class Trainer:
                     aux, counts = routing_summary(self.model)
                     if i >= real:
                         aux, counts = aux * 0, counts * 0
-                    per_rank = self.split.real_micro_batches / self.dims.dp  # grad_accum when no rank pads
                     objective = objective + self.hf_config.router_aux_loss_coef / per_rank * aux
                     moe["aux"], moe["counts"] = moe.get("aux", 0) + aux.detach(), moe.get("counts", 0) + counts
                 objective.backward()

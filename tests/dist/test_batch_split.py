@@ -1,8 +1,9 @@
 """A global batch that dp does not divide trains the same step as one process, and a resume at another dp keeps it.
 
-Three launches of the tiny config, global_batch 4 of micro-batches of at most 1 row: A on dp=3 (ranks take 2, 1
-and 1 rows, so ranks 1 and 2 run a padding micro-batch each step), S in one process (the oracle), and R on dp=4
-resuming A's step-2 checkpoint (one row per rank: no accumulation)."""
+Three launches of the tiny config's mixture of experts (so the load-balancing loss, which padding must not count, is
+compared too), global_batch 4 of micro-batches of at most 1 row: A on dp=3 (ranks take 2, 1 and 1 rows, so ranks 1 and
+2 run a padding micro-batch each step), S in one process (the oracle), and R on dp=4 resuming A's step-2 checkpoint
+(one row per rank: no accumulation)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from train_helpers import finish, launch, metrics, seed_checkpoint
 
 COMMON = (
+    "model.shape=tiny-moe",
     "global_batch=4",
     "micro_batch=1",
     "steps=4",
@@ -37,6 +39,7 @@ def test_uneven_dp_trains_the_single_process_steps(runs):
     assert sorted(a) == sorted(s) == [1, 2, 3, 4]
     assert max(abs(a[k]["loss"] - s[k]["loss"]) for k in a) < TOL
     assert max(abs(a[k]["grad_norm"] - s[k]["grad_norm"]) / s[k]["grad_norm"] for k in a) < TOL
+    assert max(abs(a[k]["moe_aux_loss"] - s[k]["moe_aux_loss"]) for k in a) < TOL
     assert all(a[k]["loss_tokens"] == s[k]["loss_tokens"] == 4 * 32 for k in a)  # padding counts no loss token
     assert "global_batch 4 = dp 3 x 1-2 rows, grad accumulation 2 x micro-batches of at most 1 rows" in runs["out"]["A"]
     assert "global_batch 3 or 6 splits evenly" in runs["out"]["A"]
