@@ -1,6 +1,6 @@
 """A stub rank (no torch): records its wiring as hpc.node.launch set it beside Slurm's own variables, and the batch
 rule's answer for its place (train.run_check's layout for the trainer arguments it is given; the dp rank is the
-trainer mesh's, RANK // tp), in OUT/rank-<RANK>.json.
+trainer mesh's, RANK // (cp x tp)), in OUT/rank-<RANK>.json.
 
     python wiring_stub.py OUT --config FILE [key=value ...]"""
 
@@ -22,6 +22,6 @@ cfg = load_config(config, overrides)
 dims = check_run(cfg, env)
 split = dims.batch_split(cfg.global_batch, cfg.micro_batch)
 record = {k: os.environ.get(k) for k in VARS + SLURM}
-record |= {"dp": dims.dp, "tp": dims.tp, "share": split.share(env.rank // dims.tp), "accum": split.accum}
+record |= {"dp": dims.dp, "tp": dims.tp, "share": split.share(env.rank // (dims.cp * dims.tp)), "accum": split.accum}
 out.mkdir(parents=True, exist_ok=True)
 (out / f"rank-{env.rank}.json").write_text(json.dumps(record))

@@ -65,7 +65,9 @@ def test_every_profile_renders_at_every_node_count(tmp_path, monkeypatch, capsys
         dims = ParallelDims.build(cfg.parallel, WorldEnv(0, 0, nodes * gpus, gpus), cfg.model.kv_heads())
         split = dims.batch_split(cfg.global_batch, cfg.micro_batch)
         rows, accum = oracle(cfg.global_batch, cfg.micro_batch, dims.dp)
-        assert dims.dp * dims.tp == nodes * gpus and cfg.global_batch == load_config(words[1]).global_batch, where
+        assert dims.dp * dims.cp * dims.tp == nodes * gpus and cfg.global_batch == load_config(words[1]).global_batch, (
+            where
+        )
         assert [split.share(r)[1] for r in range(dims.dp)] == rows and split.accum == accum, where
         assert sum(split.share(r)[1] for r in range(dims.dp)) == cfg.global_batch, where
         uneven = cfg.global_batch % dims.dp != 0
@@ -123,3 +125,21 @@ def test_the_planner_offers_the_nearest_even_global_batches(capsys):
     rows, accum = oracle(16, 2, dp)
     shown = f"{min(rows)}-{max(rows)}" if min(rows) != max(rows) else str(rows[0])
     assert f"batch: global_batch 16 = dp {dp} x {shown} rows, grad accumulation {accum} x" in out, out
+
+
+def test_the_cp_ranks_of_a_dp_rank_share_its_rows():
+    """With parallel.cp the batch splits over dp alone: 8 ranks at cp=2 are dp=4, each dp rank's cp ranks taking the
+    same rows (each its chunks of every sequence)."""
+    from hpc.trainer_job import batch_note
+
+    tiny = str(ROOT / "train" / "configs" / "tiny.yaml")
+    for cp, global_batch, dp in ((2, 8, 4), (4, 6, 2), (1, 6, 8)):
+        cfg = load_config(tiny, [f"parallel.cp={cp}", f"global_batch={global_batch}"])
+        dims = ParallelDims.build(cfg.parallel, WorldEnv(0, 0, 8, 8), cfg.model.kv_heads())
+        split = dims.batch_split(cfg.global_batch, cfg.micro_batch)
+        rows, accum = oracle(global_batch, cfg.micro_batch, dp)
+        assert dims.dp == dp and [split.share(r)[1] for r in range(dp)] == rows and split.accum == accum
+        note = batch_note(cfg, 8, 8)
+        assert (note is None) == (global_batch % dp == 0), note
+        if note:
+            assert f"over dp={dp}:" in note and "\n" not in note, note
