@@ -70,6 +70,7 @@ from typing import Optional, Sequence
 from hpc.node.bandwidth import bus_factor
 from hpc.node.cli import HpcError, Parser, fail, path_text, whole
 from hpc.site import Partition, SiteProfile, load_site
+from train.front.batch_split import BatchSplit
 from train.front.config import SHAPES, TrainConfig, cp_problem
 from train.front.interface import LOSS_CHUNK_TOKENS
 from train.front.layout import Layout, ep_degrees, tp_degrees
@@ -570,6 +571,9 @@ def parser() -> Parser:
     ap.add_argument("--seq-len", type=whole(1, 2**24), default=4096)
     ap.add_argument("--micro-batch", type=whole(1, 2**16), default=1)
     ap.add_argument(
+        "--global-batch", type=whole(1, 2**24), help="rows per optimizer step: show how they split over the proposed dp"
+    )
+    ap.add_argument(
         "--master-dtype", choices=list(STATE_B), default="fp32", help="the trainer's master_dtype (default fp32)"
     )
     ap.add_argument("--lora-r", type=whole(1, 2**16), help="plan LoRA adapters of this rank on a frozen base (lora.r)")
@@ -608,6 +612,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except HpcError as e:
         fail("hpc.plan", e)
     print(report(p, site, part))
+    if a.global_batch is not None:
+        split = BatchSplit(a.global_batch, a.micro_batch, p.chosen.dp)
+        print(f"batch: {split.describe()}" + (f"\nnote: {split.uneven_note()}" if split.uneven_note() else ""))
 
 
 if __name__ == "__main__":

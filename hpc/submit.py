@@ -31,6 +31,7 @@ from hpc.site import load_site
 from hpc.spec import MAX_COUNT, JobSpec, SpecError, add_allocation_args, build_spec, check_rank_command, plan_trainer
 from hpc.submitter import check_after, first_log, follow, submit, test_only
 from hpc.sweep import write_table
+from hpc.trainer_job import batch_note
 from train.front.config import TrainConfig
 from train.front.run_check import ignored_settings
 
@@ -162,6 +163,9 @@ def make_spec(a: argparse.Namespace, rank_args: list[str]) -> JobSpec:
     check_rank_command(spec, cfg)
     for line in ignored_settings(cfg) if cfg is not None else ():
         print(f"{PROG}: warning: trainer: {line}", file=sys.stderr)
+    note = batch_note(cfg, spec.world_size, spec.gpus_per_node) if cfg is not None else None
+    if note:
+        print(f"{PROG}: note: trainer: {note}", file=sys.stderr)
     return spec
 
 

@@ -13,7 +13,7 @@ from hpc.node.contract import TRAINER_MODULE
 from hpc.site import SiteProfile
 from train.front.config import ConfigError, TrainConfig, load_config, split_cli
 from train.front.interface import CHECKPOINT_DIR_KEY, CONFIG_DIR, LOG_DIR_KEY, STRAGGLER_STOP_KEY
-from train.front.layout import Layout
+from train.front.layout import Layout, ParallelDims, WorldEnv
 
 
 @dataclass(frozen=True)
@@ -89,3 +89,11 @@ def trainer_job(args: Sequence[str], site: SiteProfile, job_dir: Path, checkpoin
         if value and not any(o.startswith(f"{key}=") for o in overrides)
     )
     return TrainerJob(config or default_train_config(site), tuple(overrides), run_dirs, site_settings=site_settings)
+
+
+def batch_note(cfg: TrainConfig, world_size: int, ranks_per_node: int) -> Optional[str]:
+    """The note for a global batch that does not split evenly over the job's dp ranks (train/front/batch_split.py), or
+    None; ``cfg`` already passed ``train.run_check``."""
+    env = WorldEnv(rank=0, local_rank=0, world_size=world_size, local_world_size=ranks_per_node)
+    dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads(), num_experts=cfg.model.num_experts())
+    return dims.batch_split(cfg.global_batch, cfg.micro_batch).uneven_note()

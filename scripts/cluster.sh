@@ -13,6 +13,8 @@
 # Settings (environment): LAB=/tmp/hpc-slurm  NNODES=4  CPUS=2 (per node)
 #   GPUS=2 (fake gres/gpu per node: --gpus-per-node and CUDA_VISIBLE_DEVICES behave
 #   as on a GPU cluster; the devices are /dev/null clones, there is no CUDA)
+#   NNODES8=2 (nodes after n1..nN, in partition gpu8 only, with 8 fake GPUs and 8 CPUs
+#   each: the CPUs are oversubscribed, for rank wiring with stub ranks; 0: none)
 #   ACCT=1 (MariaDB + slurmdbd, so sacct and submitit's state polling are real)
 #   MODE=netns (default: one network + UTS namespace per node, with its own hostname
 #              n1..nN and address $NET.1X on interface eth0 behind the private
@@ -21,8 +23,9 @@
 # A second cluster runs beside the first with its own LAB, NETNS (namespaces NETNS-n1..), BRIDGE, VETH (host ends
 #   VETH1..), NET (/24 prefix), PORT (slurmctld; slurmd PORT+1, slurmdbd PORT+2, MODE=multi's slurmd PORT+4..) and
 #   DB_PORT (its MariaDB); defaults hpcslurm, slbr0, slv, 10.250.0, 6817, 3306.
-# Partitions: debug (default), low (preemptible, GraceTime 20 s), high (preempts low), cpu; only low's jobs are ever
-# preempted, so a test that preempts its own low job leaves the others' jobs running.
+# Partitions: debug (default), low (preemptible, GraceTime 20 s), high (preempts low), cpu, all on n1..nN; only low's
+# jobs are ever preempted, so a test that preempts its own low job leaves the others' jobs running. gpu8: the 8-GPU
+# nodes.
 # Clients need SLURM_CONF=$LAB/etc/slurm.conf, and with --slurm 24.11/26.05 PATH=$LAB/bin:$PATH (both in $LAB/env.sh).
 set -euo pipefail
 # The daemons started here outlive this script: they must not inherit its caller's descriptors (a lock held around
@@ -36,6 +39,9 @@ MODE=${MODE:-netns}
 NNODES=${NNODES:-4}
 CPUS=${CPUS:-2}
 GPUS=${GPUS:-2}
+NNODES8=${NNODES8:-2}
+GPUS8=8
+ALL=$((NNODES + NNODES8))
 ACCT=${ACCT:-1}
 CRED_EXPIRE=${CRED_EXPIRE:-5}   # also the delay before a requeued job may start again
 NET=${NET:-10.250.0}
@@ -172,7 +178,7 @@ CONF
 }
 
 write_conf() {
-  local host=$1 ctl=$2 nodeline=$3 acct gres="" node_gres="" sock=$LAB/munge/munge.socket.2
+  local host=$1 ctl=$2 nodeline=$3 nodeline8=$4 acct gres="" node_gres="" node_gres8="" sock=$LAB/munge/munge.socket.2
   acct="AccountingStorageType=accounting_storage/none"
   if [ "$ACCT" = 1 ]; then
     acct="AccountingStorageType=accounting_storage/slurmdbd
@@ -181,11 +187,20 @@ AccountingStoragePort=$((PORT + 2))
 AccountingStoragePass=$sock"
   fi
   rm -f "$LAB/etc/gres.conf"
+  mkdir -p "$LAB/fakedev"
+  for g in $(seq 0 $((GPUS8-1))); do rm -f "$LAB/fakedev/gpu$g"; mknod "$LAB/fakedev/gpu$g" c 1 3; done
+  : > "$LAB/etc/gres.conf"
   if [ "$GPUS" -gt 0 ]; then
-    mkdir -p "$LAB/fakedev"
-    for g in $(seq 0 $((GPUS-1))); do rm -f "$LAB/fakedev/gpu$g"; mknod "$LAB/fakedev/gpu$g" c 1 3; done
     gres="GresTypes=gpu"; node_gres="Gres=gpu:$GPUS"
-    echo "Name=gpu File=$LAB/fakedev/gpu[0-$((GPUS-1))]" > "$LAB/etc/gres.conf"
+    echo "NodeName=n[1-$NNODES] Name=gpu File=$LAB/fakedev/gpu[0-$((GPUS-1))]" >> "$LAB/etc/gres.conf"
+  fi
+  if [ "$NNODES8" -gt 0 ]; then
+    gres="GresTypes=gpu"; node_gres8="Gres=gpu:$GPUS8"
+    echo "NodeName=n[$((NNODES+1))-$ALL] Name=gpu File=$LAB/fakedev/gpu[0-$((GPUS8-1))]" >> "$LAB/etc/gres.conf"
+    nodeline8="$nodeline8 CPUs=$GPUS8 RealMemory=4000 $node_gres8 State=UNKNOWN
+PartitionName=gpu8  Nodes=n[$((NNODES+1))-$ALL] MaxTime=02:00:00 State=UP PriorityTier=1 PreemptMode=OFF"
+  else
+    nodeline8=""
   fi
   cat > "$SLURM_CONF" <<CONF
 ClusterName=local
@@ -225,10 +240,11 @@ PreemptMode=REQUEUE
 SlurmctldParameters=preempt_send_user_signal
 $gres
 $nodeline CPUs=$CPUS RealMemory=4000 $node_gres State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=02:00:00 State=UP PriorityTier=1 PreemptMode=OFF
-PartitionName=low   Nodes=ALL MaxTime=02:00:00 State=UP PriorityTier=1 GraceTime=20
-PartitionName=high  Nodes=ALL MaxTime=02:00:00 State=UP PriorityTier=10 PreemptMode=OFF
-PartitionName=cpu   Nodes=ALL MaxTime=02:00:00 State=UP PriorityTier=1 PreemptMode=OFF
+PartitionName=debug Nodes=n[1-$NNODES] Default=YES MaxTime=02:00:00 State=UP PriorityTier=1 PreemptMode=OFF
+PartitionName=low   Nodes=n[1-$NNODES] MaxTime=02:00:00 State=UP PriorityTier=1 GraceTime=20
+PartitionName=high  Nodes=n[1-$NNODES] MaxTime=02:00:00 State=UP PriorityTier=10 PreemptMode=OFF
+PartitionName=cpu   Nodes=n[1-$NNODES] MaxTime=02:00:00 State=UP PriorityTier=1 PreemptMode=OFF
+$nodeline8
 CONF
   cat > "$LAB/etc/cgroup.conf" <<CONF
 CgroupPlugin=autodetect
@@ -258,14 +274,14 @@ up() {
   rm -f "$LAB"/log/*.log "$LAB/munge/munged.log"
   rm -rf "$LAB/state"/* "$LAB/spool"
   chmod 755 "$LAB" "$LAB/munge"
-  for i in $(seq 1 "$NNODES"); do mkdir -p "$LAB/spool/n$i"; done
+  for i in $(seq 1 "$ALL"); do mkdir -p "$LAB/spool/n$i"; done
   start_munge
   if [ "$MODE" = netns ]; then
     ip link add "$BRIDGE" type bridge
     ip addr add "$NET.1/24" dev "$BRIDGE"
     ip link set "$BRIDGE" up
-    { cat /etc/hosts; for i in $(seq 1 "$NNODES"); do echo "$NET.$((10+i)) n$i"; done; } > "$LAB/etc/hosts"
-    for i in $(seq 1 "$NNODES"); do
+    { cat /etc/hosts; for i in $(seq 1 "$ALL"); do echo "$NET.$((10+i)) n$i"; done; } > "$LAB/etc/hosts"
+    for i in $(seq 1 "$ALL"); do
       ip netns add "$NETNS-n$i"
       ip link add "$VETH$i" type veth peer name eth0 netns "$NETNS-n$i"
       ip link set "$VETH$i" master "$BRIDGE" up
@@ -273,12 +289,14 @@ up() {
       ip -n "$NETNS-n$i" link set eth0 up
       ip -n "$NETNS-n$i" link set lo up
     done
-    write_conf "$host" "$host($NET.1)" "NodeName=n[1-$NNODES] NodeAddr=$NET.[11-$((10+NNODES))]"
+    write_conf "$host" "$host($NET.1)" "NodeName=n[1-$NNODES] NodeAddr=$NET.[11-$((10+NNODES))]" \
+      "NodeName=n[$((NNODES+1))-$ALL] NodeAddr=$NET.[$((11+NNODES))-$((10+ALL))]"
   elif [ "$MODE" = multi ]; then
     # node names resolve inside jobs through a private /etc/hosts bind-mounted for each slurmd
-    { cat /etc/hosts; echo "127.0.0.1 $(seq -f 'n%g' -s ' ' 1 "$NNODES")"; } > "$LAB/etc/hosts"
+    { cat /etc/hosts; echo "127.0.0.1 $(seq -f 'n%g' -s ' ' 1 "$ALL")"; } > "$LAB/etc/hosts"
     write_conf "$host" "$host(127.0.0.1)" \
-      "NodeName=n[1-$NNODES] NodeHostname=$host NodeAddr=127.0.0.1 Port=[$((PORT + 4))-$((PORT + 3 + NNODES))]"
+      "NodeName=n[1-$NNODES] NodeHostname=$host NodeAddr=127.0.0.1 Port=[$((PORT + 4))-$((PORT + 3 + NNODES))]" \
+      "NodeName=n[$((NNODES+1))-$ALL] NodeHostname=$host NodeAddr=127.0.0.1 Port=[$((PORT + 4 + NNODES))-$((PORT + 3 + ALL))]"
   else
     echo "cluster.sh: MODE=$MODE is not known; allowed: multi, netns" >&2; exit 2
   fi
@@ -293,7 +311,7 @@ up() {
   slurmctld -f "$SLURM_CONF" -c
   for _ in $(seq 1 50); do [ -s "$LAB/run/slurmctld.pid" ] && break; sleep 0.1; done
   ts "slurmctld up"
-  for i in $(seq 1 "$NNODES"); do
+  for i in $(seq 1 "$ALL"); do
     if [ "$MODE" = netns ]; then
       # nsenter, not "ip netns exec": that remounts /sys and slurmd loses /sys/fs/cgroup
       nsenter --net="/run/netns/$NETNS-n$i" unshare --uts --mount --propagation private sh -c \
@@ -304,12 +322,13 @@ up() {
     fi
   done
   for _ in $(seq 1 150); do
-    [ "$(sinfo -h -p debug -t idle -o %D 2>/dev/null)" = "$NNODES" ] && break; sleep 0.2
+    [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" = "$ALL" ] && break; sleep 0.2
   done
-  if [ "$(sinfo -h -p debug -t idle -o %D)" != "$NNODES" ]; then
+  if [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" != "$ALL" ]; then
     sinfo >&2; echo "cluster.sh: nodes did not become idle; see $LAB/log" >&2; exit 1
   fi
-  ts "up: Slurm $SLURM_VERSION, $NNODES nodes ($MODE, $GPUS fake GPUs and $CPUS CPUs each, accounting=$ACCT). Clients: source $LAB/env.sh"
+  ts "up: Slurm $SLURM_VERSION, $NNODES nodes ($MODE, $GPUS fake GPUs and $CPUS CPUs each, accounting=$ACCT) +" \
+    "$NNODES8 in gpu8 ($GPUS8 fake GPUs and $GPUS8 CPUs each). Clients: source $LAB/env.sh"
 }
 
 case "${1:-}" in

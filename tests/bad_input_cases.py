@@ -366,12 +366,6 @@ def trainer_cases() -> list[Case]:
         },
         names="parallel.tp",
     )
-    add(
-        "env-batch-dp",
-        args=["global_batch=3"],
-        env={"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29997"},
-        names="global_batch",
-    )
     add("data-missing", cfg={"data.path": "{T}/nosuch.jsonl"}, names="data.path")
     add("data-suffix", cfg={"data.path": "{T}/d.csv"}, files={"d.csv": "a,b\n"}, names="data.path")
     add("data-nul", cfg={"data.path": "{T}/d\0.jsonl"}, names="NUL")
@@ -543,7 +537,7 @@ def submit_cases() -> list[Case]:
         ("sweep-empty", ["--sweep", "optim.lr="], "--sweep"),
         ("sweep-empty-item", ["--sweep", "optim.lr=1e-4,"], "--sweep"),
         ("sweep-twice", ["--sweep", "optim.lr=1e-4", "--sweep", "optim.lr=3e-4"], "given twice"),
-        ("sweep-bad-combo", ["--sweep", "micro_batch=2,3"], "micro_batch"),
+        ("sweep-bad-combo", ["--sweep", "parallel.tp=1,3"], "parallel.tp"),
         ("sweep-inf", ["--sweep", "optim.lr=1e-4,inf"], "optim.lr"),
         ("sweep-own-dir", ["--sweep", "log.dir=a,b"], "log.dir"),
         ("max-parallel-alone", ["--max-parallel", "2"], "--max-parallel"),
@@ -592,7 +586,7 @@ def submit_cases() -> list[Case]:
         ("train-config-missing", ["--config", "{T}/nosuch.yaml"], "nosuch.yaml"),
         ("train-config-dir", ["--config", "{T}"], "--config"),
         ("train-config-fifo", ["--config", "{T}/fifo"], "--config"),
-        ("train-batch", ["global_batch=3", "micro_batch=2"], "global_batch"),
+        ("train-batch", ["global_batch=0"], "global_batch"),
         ("train-shape", ["model.shape=70B"], "model.shape"),
         ("train-data-missing", ["data.path={T}/nosuch.jsonl"], "data.path"),
         ("train-data-suffix", ["data.path={T}/d.csv"], "data.path"),
@@ -927,6 +921,9 @@ def plan_cases() -> list[Case]:
             ("partition-nosuch", ["--nodes", "1", "--model", "8B", "--partition", "cpu"], "partition"),
             ("no-fit", ["--nodes", "1", "--model", "32B", "--seq-len", "131072", "--micro-batch", "8"], "does not fit"),
             ("model-twice", ["--nodes", "1", "--model", "8B", "--model", "4B"], "--model"),
+            ("global-batch-0", ["--nodes", "1", "--model", "8B", "--global-batch", "0"], "--global-batch"),
+            ("global-batch-huge", ["--nodes", "1", "--model", "8B", "--global-batch", "1e9"], "--global-batch"),
+            ("global-batch-over", ["--nodes", "1", "--model", "8B", "--global-batch", str(2**24 + 1)], "--global-batch"),
         )
     ]
     c.append(
@@ -1137,7 +1134,7 @@ SWEEP_BAD = [
     (["--sweep", "optim=1,2"], "--sweep optim: optim is a section, not a value"),
     (["--sweep", "optim.lr="], "--sweep 'optim.lr=': an empty value"),
     (["--sweep", "optim.lr=1", "--sweep", "optim.lr=2"], "--sweep optim.lr: given twice"),
-    (["--sweep", "micro_batch=2,3"], "--sweep task [1] micro_batch=3: trainer:"),
+    (["--sweep", "parallel.tp=1,3"], "--sweep task [1] parallel.tp=3: trainer: parallel.tp=3 must divide"),
     (["--max-parallel", "2"], "--max-parallel: limits the tasks of a sweep"),
     (["--sweep", "seed=1,2", "--max-parallel", "0"], "argument --max-parallel: 0 is out of range: allowed 1..100000"),
     (["--after", "12x"], "--after '12x': expected JOB[:ok|any|notok]"),

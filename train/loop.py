@@ -104,7 +104,7 @@ class Trainer:
         self.rank = env.rank
         self.run_dir = Path(cfg.log.dir)
         self.mesh = build_mesh(dims, device)
-        self.grad_accum = dims.grad_accum(cfg.global_batch, cfg.micro_batch)
+        self.split = dims.batch_split(cfg.global_batch, cfg.micro_batch)
         # the ranks that share the step's loss: dp, or dp x cp (each cp rank holds a slice of every row)
         self.batch_group = fsdp_mesh(self.mesh).get_group()
         self.shards = (
@@ -121,8 +121,10 @@ class Trainer:
         _log0(
             f"[train] layout dp={dims.dp}{context} x tp={dims.tp}{experts} on {env.world_size} ranks, mesh "
             f"({', '.join(self.mesh.mesh_dim_names)}) {self.mesh.mesh.tolist()}; "
-            f"grad accumulation {self.grad_accum} x micro_batch {cfg.micro_batch}; device {device.type}"
+            f"{self.split.describe()}; device {device.type}"
         )
+        if self.split.uneven_note():
+            _log0(f"[train] {self.split.uneven_note()}")
         self.eval_batches: list[tuple[torch.Tensor, ...]] = []
         self.on_gpu = device.type == "cuda"
         self.tokenizer_name = tokenizer_source(cfg.data.tokenizer, cfg.model.path, cfg.data.format == "chat")
@@ -378,6 +380,11 @@ class Trainer:
                 f"{f' x cp={cp}' if cp > 1 else ''} x tp={meta['tp']}), "
                 f"loaded in {time.perf_counter() - t0:.2f} s"
             )
+            if meta.get("grad_accum", self.split.accum) != self.split.accum:
+                _log0(
+                    f"[train] the same global_batch {self.split.global_batch}: grad accumulation {self.split.accum} at "
+                    f"dp={self.dims.dp} (it was {meta['grad_accum']} at dp={meta['dp']})"
+                )
             return
         aside = [[p.name for p in checkpoint.set_aside_checkpoints(root)]]
         dist.broadcast_object_list(aside, src=0)
@@ -405,6 +412,9 @@ class Trainer:
             "tp": self.dims.tp,
             "ep": self.dims.ep,
             "cp": self.dims.cp,
+            "global_batch": self.split.global_batch,
+            "micro_batch": self.split.micro_batch,
+            "grad_accum": self.split.accum,
             "data": self.stream.state_dict(),
             "written_with": self.written_with,
             "tracker": self.tracking.run_ids() if self.tracking is not None else self._tracker_ids,
@@ -509,13 +519,17 @@ class Trainer:
         scale = self.dims.dp * self.dims.cp / loss_tokens.clamp(min=1).float()
         loss_sum = torch.zeros((), device=self.device)
         moe = {}
+        real = len(micro) - self.stream.last_padding  # the rest are padding: no loss token, no load-balancing loss
+        per_rank = self.split.real_micro_batches / self.dims.dp  # grad accumulation when no rank pads
         with self._attention():
-            for mb in micro:
+            for i, mb in enumerate(micro):
                 loss = self._summed_loss(*mb)
                 objective = loss * scale
-                if self.moe:  # + coef x the mean load-balancing loss over the global batch's micro-batches
+                if self.moe:  # + coef x the mean load-balancing loss over the global batch's (real) micro-batches
                     aux, counts = routing_summary(self.model)
-                    objective = objective + self.hf_config.router_aux_loss_coef / self.grad_accum * aux
+                    if i >= real:
+                        aux, counts = aux * 0, counts * 0
+                    objective = objective + self.hf_config.router_aux_loss_coef / per_rank * aux
                     moe["aux"], moe["counts"] = moe.get("aux", 0) + aux.detach(), moe.get("counts", 0) + counts
                 objective.backward()
                 loss_sum += loss.detach()
@@ -548,7 +562,7 @@ class Trainer:
         stats = torch.cat([moe["aux"].reshape(1), moe["counts"].flatten()])
         dist.all_reduce(stats, group=self.mesh[DP].get_group())
         return {
-            "moe_aux_loss": stats[0] / (self.grad_accum * self.dims.dp),
+            "moe_aux_loss": stats[0] / self.split.real_micro_batches,
             "moe_load_imbalance": load_imbalance(stats[1:].view_as(moe["counts"])),
         }
 

@@ -29,7 +29,7 @@ STATE_DIMS = (
 ROUTING_DIMS = ("num_experts_per_tok", "norm_topk_prob")
 # Settings recorded since a later version: a checkpoint written before holds no value for them, and is not refused for
 # it.
-RECORDED_LATER = tuple(f"model.dims.{k}" for k in ROUTING_DIMS)
+RECORDED_LATER = (*(f"model.dims.{k}" for k in ROUTING_DIMS), "global_batch")
 _SHOWN = 60  # characters of a value in a message
 
 
@@ -39,6 +39,7 @@ def written_with(cfg: TrainConfig, config, lora: dict | None) -> dict:
     checkpoints."""
     settings = {f"model.dims.{k}": getattr(config, k, None) for k in STATE_DIMS + ROUTING_DIMS}
     settings |= {"master_dtype": cfg.master_dtype, "fp8.enabled": cfg.fp8.enabled, "data.packed": cfg.data.packed}
+    settings |= {"global_batch": cfg.global_batch}  # what a step trains; the layout and accumulation may change
     settings |= {f"lora.{k}": v for k, v in (lora or {}).items()}
     return json.loads(json.dumps(settings))  # as meta.json holds them
 

@@ -34,7 +34,6 @@ SHARED = {
     "train/front/data_sources.py:source_path",
     "train/front/tokenizer.py:tokenizer_dir",
     "train/front/layout.py:ParallelDims.build",
-    "train/front/layout.py:ParallelDims.grad_accum",
     "train/front/run_check.py:check_run",
     "train/front/run_check.py:model_dims",
     "train/front/config.py:_validated",
@@ -86,13 +85,9 @@ AT_START = {
     "train/data/prepared.py:prepare": "the data's content, read by the ranks",
     "train/data/prepared.py:wait_until_prepared": "the data's content, read by the ranks",
     "train/data/prepared.py:PreparedData.__init__": "the prepared data's files when the job starts",
-    "train/data/stream.py:TokenStream.__init__": (
-        "the data's size in tokens (the layout's own rules: ParallelDims, shared)"
-    ),
+    "train/data/stream.py:TokenStream.__init__": "the data's size in tokens",
     "train/data/stream.py:TokenStream.load_state_dict": "a checkpoint's data position",
-    "train/data/stream.py:PackedStream.__init__": (
-        "the data's size in rows (the layout's own rules: ParallelDims, shared)"
-    ),
+    "train/data/stream.py:PackedStream.__init__": "the data's size in rows",
     "train/data/stream.py:eval_batches": "the held-out data's size in rows",
 }
 
@@ -281,13 +276,6 @@ CASES = [
         (1, 2),
         {},
         "parallel.tp=2 must divide the model's num_key_value_heads=1",
-    ),
-    (
-        "batch",
-        ["global_batch=6", "micro_batch=2"],
-        (2, 2),
-        {},
-        "global_batch=6 must be a multiple of micro_batch x dp = 2 x 4",
     ),
     ("lora-key-alone", ["lora.r=8"], (1, 1), {}, "lora.r is set but lora.enabled is not"),
     (

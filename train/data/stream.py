@@ -12,7 +12,8 @@ import hashlib
 import numpy as np
 import torch
 
-from train.data.packing import model_inputs
+from train.data.packing import IGNORE, model_inputs
+from train.front.batch_split import BatchSplit
 from train.front.data_sources import DataError
 
 
@@ -28,8 +29,9 @@ class TokenStream:
     dropped); a subclass may serve other rows through ``_rows``. Each epoch visits the
     blocks in a permutation fixed by (seed, epoch); every
     global step takes the next ``global_batch`` blocks of it, and an epoch ends when fewer
-    than ``global_batch`` blocks remain. Rank ``r`` gets the ``r``-th contiguous slice of
-    ``global_batch // dp_size`` blocks, as micro-batches of ``micro_batch``. The state
+    than ``global_batch`` blocks remain. Rank ``r`` gets the ``r``-th contiguous share of them
+    as ``BatchSplit`` deals them (any dp_size), padded to the same number of micro-batches on every
+    rank with rows that count no loss token (``last_padding`` of them, last). The state
     (epoch, samples consumed in the epoch) does not depend on dp_size or micro_batch, so
     a run may resume under another layout without repeating or skipping samples.
     ``last_sample_ids`` lists the global block ids this rank took in the last step.
@@ -52,11 +54,6 @@ class TokenStream:
                 f"seq_len, global_batch, micro_batch and dp_size must be >= 1, "
                 f"got {seq_len}, {global_batch}, {micro_batch}, {dp_size}"
             )
-        if global_batch % (micro_batch * dp_size):
-            raise DataError(
-                f"global_batch={global_batch} must be divisible by "
-                f"micro_batch*dp_size={micro_batch}*{dp_size}={micro_batch * dp_size}"
-            )
         if not 0 <= dp_rank < dp_size:
             raise DataError(f"dp_rank={dp_rank} must be in [0, dp_size={dp_size})")
         self.num_blocks = tokens.numel() // (seq_len + 1)
@@ -73,6 +70,8 @@ class TokenStream:
     ) -> None:
         self.seq_len, self.global_batch, self.micro_batch = seq_len, global_batch, micro_batch
         self.dp_rank, self.dp_size, self.seed = dp_rank, dp_size, seed
+        self.split = BatchSplit(global_batch, micro_batch, dp_size)
+        self.last_padding = 0
         self.steps_per_epoch = self.num_blocks // global_batch
         self.epoch, self.consumed = 0, 0
         self.last_sample_ids: list[int] = []
@@ -93,12 +92,17 @@ class TokenStream:
         rows."""
         if self.consumed + self.global_batch > self.num_blocks:
             self.epoch, self.consumed = self.epoch + 1, 0
-        share = self.global_batch // self.dp_size
-        start = self.consumed + self.dp_rank * share
-        ids = self._permutation()[start : start + share]
+        step = self._permutation()[self.consumed : self.consumed + self.global_batch]
+        start, rows = self.split.share(self.dp_rank)
+        ids = step[start : start + rows]
         self.consumed += self.global_batch
         self.last_sample_ids = ids.tolist()
-        return [self._rows(mb) for mb in ids.split(self.micro_batch)]
+        micro = [self._rows(mb) for mb in ids.tensor_split(self.split.accum) if len(mb)]
+        self.last_padding = self.split.accum - len(micro)
+        if self.last_padding:  # a row of the step with no loss token, so that every rank runs as many passes
+            row = self._rows(step[:1])
+            micro += [(row[0], torch.full_like(row[1], IGNORE), *row[2:])] * self.last_padding
+        return micro
 
     def state_dict(self) -> dict:
         return {
@@ -129,11 +133,6 @@ class PackedStream(TokenStream):
     def __init__(
         self, data, row_ids: np.ndarray, global_batch: int, micro_batch: int, dp_rank: int, dp_size: int, seed: int
     ):
-        if global_batch % (micro_batch * dp_size):
-            raise DataError(
-                f"global_batch={global_batch} must be divisible by "
-                f"micro_batch*dp_size={micro_batch}*{dp_size}={micro_batch * dp_size}"
-            )
         self.data, self.row_ids = data, row_ids
         self.num_blocks = len(row_ids)
         if self.num_blocks < global_batch:

@@ -441,7 +441,8 @@ class StragglerConfig(_Strict):
 
 class TrainConfig(_Strict):
     """Everything one training run needs. global_batch counts samples of seq_len tokens per
-    optimizer step (gradient accumulation = global_batch / (micro_batch x dp)); dtype auto means
+    optimizer step, whatever the layout; micro_batch is the most rows a rank runs at once (gradient accumulation =
+    global_batch / dp / micro_batch, rounded up; train/front/batch_split.py); dtype auto means
     bf16 compute on GPU and fp32 on CPU; master_dtype is that of the parameters, their gradients and the
     AdamW state (fp32; bf16 halves their memory, as a plain bf16 loop does, at the cost of small
     updates rounding away); fp8 puts the decoder's linear layers in float8; activation_checkpointing
@@ -479,8 +480,6 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        if self.global_batch % self.micro_batch:
-            raise ValueError(f"global_batch={self.global_batch} must be a multiple of micro_batch={self.micro_batch}")
         if self.schedule.warmup_steps > self.steps:
             raise ValueError(f"schedule.warmup_steps={self.schedule.warmup_steps} must be <= steps={self.steps}")
         if self.fp8.enabled and self.dtype == "fp32":

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from hpc.node.cli import shown
 from hpc.node.contract import LOCAL_RANK_VAR, LOCAL_WORLD_SIZE_VAR, MASTER_ADDR_VAR, RANK_VAR, WORLD_SIZE_VAR
+from train.front.batch_split import BatchSplit
 from train.front.config import ConfigError, ParallelConfig, TrainConfig, with_overrides
 
 # The device mesh's dimension names (``ParallelDims.mesh_dims``): data and tensor parallel, and with ep on the expert
@@ -180,13 +181,9 @@ class ParallelDims:
             return DP_CP, (DP, CP)
         return None
 
-    def grad_accum(self, global_batch: int, micro_batch: int) -> int:
-        """Micro-batches per rank per step; global_batch must split evenly over micro_batch x dp."""
-        if global_batch % (micro_batch * self.dp):
-            raise ConfigError(
-                f"global_batch={global_batch} must be a multiple of micro_batch x dp = {micro_batch} x {self.dp}"
-            )
-        return global_batch // (micro_batch * self.dp)
+    def batch_split(self, global_batch: int, micro_batch: int) -> BatchSplit:
+        """How each step's global batch splits over dp (any dp: the global batch stays what the config says)."""
+        return BatchSplit(global_batch, micro_batch, self.dp)
 
 
 @dataclass(frozen=True)

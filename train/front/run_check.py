@@ -66,7 +66,6 @@ def check_run(cfg: TrainConfig, env: WorldEnv) -> ParallelDims:
     tokens = cfg.check_paths()
     model = model_dims(cfg)
     dims = ParallelDims.build(cfg.parallel, env, kv_heads=cfg.model.kv_heads(), num_experts=cfg.model.num_experts())
-    dims.grad_accum(cfg.global_batch, cfg.micro_batch)
     problem = (
         weights_problem(cfg.model.path)
         or vocab_problem(model["vocab_size"], tokens)
