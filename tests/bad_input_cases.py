@@ -923,7 +923,11 @@ def plan_cases() -> list[Case]:
             ("model-twice", ["--nodes", "1", "--model", "8B", "--model", "4B"], "--model"),
             ("global-batch-0", ["--nodes", "1", "--model", "8B", "--global-batch", "0"], "--global-batch"),
             ("global-batch-huge", ["--nodes", "1", "--model", "8B", "--global-batch", "1e9"], "--global-batch"),
-            ("global-batch-over", ["--nodes", "1", "--model", "8B", "--global-batch", str(2**24 + 1)], "--global-batch"),
+            (
+                "global-batch-over",
+                ["--nodes", "1", "--model", "8B", "--global-batch", str(2**24 + 1)],
+                "--global-batch",
+            ),
         )
     ]
     c.append(
