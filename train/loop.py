@@ -26,6 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from hpc.node.attempt import Progress
 from hpc.node.cli import HpcError
 from hpc.node.contract import EXIT_FAILED, RUN_CONFIG
+from hpc.node.fault_table import classify
 from hpc.node.hang import collective_failure, gather_nodes, mark_bad_nodes, name_the_missing
 from train import adapters, checkpoint, faults, resume
 from train.config import ConfigError, TrainConfig
@@ -540,7 +541,7 @@ class Trainer:
             self._loop(step_fn, stop_requested)
         except (RuntimeError, dist.DistError) as e:
             failure = collective_failure(e)
-            if failure is None:
+            if failure is None or classify(e).specific:  # a GPU's or NCCL's coded error: the fault table judges it
                 raise
             raise self._report_hang(failure) from None
         self.straggler.close()

@@ -13,6 +13,10 @@ is the cause, the failures it brought on in the other ranks (their collectives f
 | a rank's process was killed by a signal (SIGKILL, SIGSEGV, ...) | died | restart without its node |
 | a node's ranks all ended without a record (the node's processes killed, the node gone) | vanished | restart without
 it |
+| a rank ended on a suspected node fault (exit 94: a GPU's, driver's, link's or network's error by the fault table,
+`hpc.node.fault_table`) | node fault | the node's GPU checks (`hpc.node.health`) fail: restart without it (it leaves the
+job); they pass: restart with the node behind the spares, not counted against it; the same error (type and code) back
+on another node after such a restart: the program's error, never restarted or requeued |
 | bad input (exit 2) | bad input | never restarted or requeued |
 | a rank asked for none (exit 93, `EXIT_NO_RESTART`) | no restart | never restarted or requeued |
 | a rank's program failed by itself (a Python exception, ``sys.exit(1)``, any other code) | error | never restarted or
@@ -32,9 +36,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from hpc.node.attempt import Records
-from hpc.node.contract import EXIT_BAD_INPUT, EXIT_NO_RESTART, EXIT_STOPPED
+from hpc.node.contract import EXIT_BAD_INPUT, EXIT_NO_RESTART, EXIT_NODE_FAULT, EXIT_STOPPED
 
 DONE, STOPPED, STRAGGLER, HANG, DIED, VANISHED = "done", "stopped", "straggler", "hang", "died", "vanished"
+NODE_FAULT = "node fault"  # suspected: the node's GPU checks decide whether it is the node's
 BAD_INPUT, NO_RESTART, ERROR, UNKNOWN = "bad input", "no restart", "error", "unknown"
 NAMES_A_NODE = (STRAGGLER, HANG, DIED, VANISHED)  # restarted without the node(s) named
 NEVER = (BAD_INPUT, NO_RESTART, ERROR)  # the program's own failure: never restarted or requeued
@@ -54,6 +59,8 @@ class Failure:
     at: Optional[float] = None
     rc: int = 0
     seen: Optional[float] = None
+    signature: str = ""  # a node fault's exception type and code (the same error, wherever it comes back)
+    confirmed: Optional[bool] = None  # a node fault: whether its node then failed its GPU checks (None: not checked)
 
 
 def _fine(rc: int) -> bool:
@@ -113,6 +120,21 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
                     e["at"],
                     e["rc"],
                     e["at"],
+                )
+            )
+        elif e.get("rc") == EXIT_NODE_FAULT and (e.get("rank") is None or e["rank"] not in noted):
+            fault = _fault_record(e, records)
+            signature = fault.get("signature") or f"exit {EXIT_NODE_FAULT}"
+            what = f" ({fault['what']})" if fault.get("what") else ""
+            events.append(
+                Failure(
+                    NODE_FAULT,
+                    (e["node"],),
+                    f"{e['who']} ended on a suspected node fault: {signature}{what}",
+                    e["at"],
+                    e["rc"],
+                    e["at"],
+                    signature,
                 )
             )
         elif e.get("rank") is None or e["rank"] not in noted:  # not a collective's victim: the program's own failure
@@ -181,6 +203,20 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
     return Failure(UNKNOWN, (), f"the ranks ended with exit code {rc}, and no rank or node is named", None, rc or 1)
 
 
+def _fault_record(exit_record: dict, records: Records) -> dict:
+    """The fault record a rank left with its exit 94 (`hpc.node.fault_exit`); under a per-node launcher, one of its
+    node's ranks'."""
+    rank = exit_record.get("rank")
+    return next(
+        (
+            f
+            for f in sorted(records.faults, key=lambda f: f.get("at", 0))
+            if (f.get("rank") == rank if rank is not None else f.get("node") == exit_record.get("node"))
+        ),
+        {},
+    )
+
+
 def _ranks_on(ranks: list[int], nodes: tuple[str, ...]) -> str:
     what = "rank " + str(ranks[0]) if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
     return f"{what} on {', '.join(nodes)}" if nodes else what
@@ -195,7 +231,7 @@ def decisive(records: Records, world: int) -> bool:
         not _fine(e.get("rc", 0))
         and (
             e.get("signal")
-            or e.get("rc") in (EXIT_BAD_INPUT, EXIT_NO_RESTART)
+            or e.get("rc") in (EXIT_BAD_INPUT, EXIT_NO_RESTART, EXIT_NODE_FAULT)
             or e.get("rank") not in {n["rank"] for n in records.notes}
         )
         for e in exits
@@ -210,12 +246,14 @@ def decisive(records: Records, world: int) -> bool:
 
 @dataclass
 class History:
-    """The job's in-job restarts so far (all its runs): how many, how many of unknown cause, and how many each node
-    caused."""
+    """The job's in-job restarts so far (all its runs): how many, how many of unknown cause, how many each node
+    caused (a node fault only where the node failed its GPU checks), and the nodes each node fault's error restarted
+    the ranks from."""
 
     restarts: int = 0
     unattributed: int = 0
     caused: Counter = field(default_factory=Counter)
+    node_faults: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, decisions: list[dict]) -> "History":
@@ -225,8 +263,17 @@ class History:
                 continue
             h.restarts += 1
             h.unattributed += d.get("kind") == UNKNOWN
+            if d.get("kind") == NODE_FAULT:
+                h.node_faults.setdefault(d.get("signature") or "", set()).update(d.get("nodes") or [])
+                if not d.get("confirmed"):
+                    continue
             h.caused.update(d.get("nodes") or [])
         return h
+
+    def came_back(self, failure: Failure) -> list[str]:
+        """The other nodes where ``failure``'s error (a node fault) restarted the ranks before; none: a first."""
+        before = self.node_faults.get(failure.signature, set())
+        return sorted(before - set(failure.nodes))
 
 
 @dataclass(frozen=True)
@@ -257,9 +304,15 @@ def decide(failure: Failure, history: History, limits: Limits, usable: set[str],
             ERROR: "an error in the program is never restarted",
         }[kind]
         return Decision(END, f"not restarted: {reason}")
+    if kind == NODE_FAULT and history.came_back(failure):
+        return Decision(
+            END,
+            f"not restarted: the same error ({failure.signature}) came back on {', '.join(failure.nodes)} after it "
+            f"restarted the ranks off {', '.join(history.came_back(failure))}: the program's error",
+        )
     if history.restarts >= limits.max_restarts:
         return Decision(
-            REQUEUE if kind in NAMES_A_NODE else END,
+            REQUEUE if kind in NAMES_A_NODE or failure.confirmed else END,
             f"not restarted: the job has restarted {history.restarts} time(s), at most {limits.max_restarts}",
         )
     if kind == UNKNOWN:
@@ -268,10 +321,21 @@ def decide(failure: Failure, history: History, limits: Limits, usable: set[str],
                 END, "not restarted: a failure of unknown cause restarts at most once per job, and this is the second"
             )
         return Decision(RESTART, "a failure of unknown cause: restarted once, on the same nodes")
-    out = tuple(n for n in failure.nodes if history.caused[n] + 1 >= limits.max_restarts_per_node)
+    if kind == NODE_FAULT and not failure.confirmed:
+        return Decision(
+            RESTART,
+            "restarted: the node passed its GPU checks, so it stays (behind the spares) and the restart is not counted "
+            "against it",
+        )
+    if kind == NODE_FAULT:
+        out = failure.nodes  # its GPUs failed their checks: it leaves the job now
+    else:
+        out = tuple(n for n in failure.nodes if history.caused[n] + 1 >= limits.max_restarts_per_node)
     healthy = len(usable - set(out))
     if healthy < needed:
         return Decision(REQUEUE, f"not restarted: {healthy} healthy node(s) left, the ranks need {needed}", out)
+    if kind == NODE_FAULT:
+        return Decision(RESTART, "restarted without the node: its GPUs failed their checks", out)
     return Decision(RESTART, "restarted on the allocation's healthy nodes", out)
 
 
