@@ -12,7 +12,8 @@ attempt ATTEMPT (``HPC_ATTEMPT``, default 0), so a restarted run passing that st
 * ``gil``: a C call that sleeps an hour holding the GIL (the process answers nothing, signals included, but SIGKILL);
 * the exceptions PyTorch raises for a GPU's or NCCL's error, built as torch builds them (`hpc.node.fault_table` judges
   them): ``ecc`` (``torch.AcceleratorError``, CUDA error 214), ``launch-failure`` (719), ``device-assert`` (710),
-  ``oom`` (``torch.OutOfMemoryError``), ``nccl-system`` (``torch.distributed.DistBackendError``, ncclSystemError).
+  ``oom`` (``torch.OutOfMemoryError``), ``nccl-system`` (``torch.distributed.DistBackendError``, ncclSystemError);
+* ``slow-save``: the checkpoint save of step STEP (a save step) takes ``SLOW_SAVE_S`` longer on that rank.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ CUDA_ERRORS = {  # kind: (cudaError_t, the text torch gives it)
     "launch-failure": (719, "unspecified launch failure"),
     "device-assert": (710, "device-side assert triggered"),
 }
-KINDS = ("exception", "exit", "no-restart", "segfault", "gil", *CUDA_ERRORS, "oom", "nccl-system")
+SLOW_SAVE = "slow-save"
+SLOW_SAVE_S = 90.0
+KINDS = ("exception", "exit", "no-restart", "segfault", "gil", *CUDA_ERRORS, "oom", "nccl-system", SLOW_SAVE)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,9 @@ def fire(fault: Fault, where: str) -> None:
         raise RuntimeError(f"injected fault after step {fault.step}")
     if fault.kind in ("exit", "no-restart"):
         sys.exit(1 if fault.kind == "exit" else EXIT_NO_RESTART)
+    if fault.kind == SLOW_SAVE:
+        time.sleep(SLOW_SAVE_S)
+        return
     if fault.kind in (*CUDA_ERRORS, "oom", "nccl-system"):
         raise torch_error(fault.kind)
     if fault.kind == "segfault":

@@ -8,6 +8,7 @@
   arrived at the hang report and those missing (`hpc.node.hang`);
 * ``fault-R.json``: rank R ended on an exception the fault table judged (`hpc.node.fault_table`): its type, code
   and cause;
+* ``beat-R.json``: rank R's heartbeat: its phase, since when, and its thread's last run (`hpc.node.heartbeat`);
 * ``progress.json``: rank 0's checkpoint load and steps in this attempt (the trainer, `hpc.integrations`);
 * ``marks/``: the attempt's bad-node marks (``HPC_BAD_NODE_MARKS``: a rank missing at a timeout, a persistent
   straggler).
@@ -193,6 +194,7 @@ class Records:
     exits: list[dict] = field(default_factory=list)
     notes: list[dict] = field(default_factory=list)
     faults: list[dict] = field(default_factory=list)
+    beats: list[dict] = field(default_factory=list)
     marked: list[str] = field(default_factory=list)
     progress: dict = field(default_factory=dict)
 
@@ -219,6 +221,8 @@ def read(directory: Path) -> Records:
             out.notes.append(data)
         elif name.startswith("fault-"):
             out.faults.append(data)
+        elif name.startswith("beat-"):
+            out.beats.append(data)
         elif name == PROGRESS:
             out.progress = data
     try:

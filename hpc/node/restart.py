@@ -49,10 +49,12 @@ from hpc.node.contract import (
     STOP_RECORD_VAR,
 )
 from hpc.node.hang import GRACE_S, STORE_TIMEOUT_S
+from hpc.node.hang_deadlines import hung
 from hpc.node.lease import slurm_job_id
 from hpc.node.restart_policy import (
     DONE_ACTION,
     END,
+    HANG,
     NODE_FAULT,
     REQUEUE,
     RESTART,
@@ -278,7 +280,7 @@ class Supervisor:
             flush=True,
         )
         proc = subprocess.Popen(argv, env=env)
-        first_failure = decided_at = None
+        first_failure = decided_at = silence = None
         snapshot = None
         while proc.poll() is None:
             time.sleep(POLL_S)
@@ -288,6 +290,12 @@ class Supervisor:
                 pending = None
             if first_failure is None and (seen.notes or any(e.get("rc") not in (0, 75) for e in seen.exits)):
                 first_failure = time.monotonic()
+            if first_failure is None and not self.ending:
+                silence = self._silence(seen)
+                if silence is not None:
+                    snapshot, decided_at = seen, time.time()
+                    self._end_step(seen)
+                    break
             if first_failure is not None and (
                 decisive(seen, self.ranks) or time.monotonic() - first_failure > EVIDENCE_S
             ):
@@ -303,7 +311,9 @@ class Supervisor:
         final = records.read(directory)
         if pending is not None and final.progress.get("trained_at"):
             self._completed(pending, final.progress)
-        failure = judge(snapshot or final, self.stop_record.exists(), None if snapshot is not None else rc, self.ranks)
+        failure = silence or judge(
+            snapshot or final, self.stop_record.exists(), None if snapshot is not None else rc, self.ranks
+        )
         if failure.kind == NODE_FAULT and not history.came_back(failure):
             failure = dataclasses.replace(failure, confirmed=not all(self._gpus_pass(n) for n in failure.nodes))
         usable = set(self.allocation) - self.out
@@ -353,6 +363,16 @@ class Supervisor:
         print(
             f"[restart] restart {rec.get('number')} of job {rec['job_id']}: {timing_line({**rec, **done})}", flush=True
         )
+
+    def _silence(self, seen: records.Records) -> Optional[Failure]:
+        """A hang the ranks' heartbeats show (`hpc.node.hang_deadlines`), as the failure naming its ranks' nodes."""
+        now = time.time()
+        silent = hung(seen.beats, {e.get("rank") for e in seen.exits}, now)
+        if not silent:
+            return None
+        nodes = tuple(sorted({s.node for s in silent}))
+        what = "a heartbeat went silent: " + "; ".join(s.line(now) for s in silent)
+        return Failure(HANG, nodes, what, min(s.since for s in silent), 1, now)
 
     def _gpus_pass(self, node: str) -> bool:
         """The health stage's GPU checks on ``node`` (`hpc.node.health`, its lines on this output): whether they pass

@@ -1,0 +1,84 @@
+"""When a rank's heartbeat (`hpc.node.heartbeat`) says it hangs: each phase has its own deadline, following what the
+rank measured, and the restart supervisor names a silent rank with its node in seconds.
+
+| phase | deadline from the phase's start |
+| --- | --- |
+| first step (of a start: compilation, the first collectives) | ``FIRST_STEP_S`` |
+| step | max(``STEP_MIN_S``, ``STEP_FACTOR`` x the median of the rank's recent step times); ``STEP_UNMEASURED_S`` before
+one is measured |
+| save | max(``SAVE_MIN_S``, ``LONGER_FACTOR`` x the longest save the rank made in this start) |
+| eval | max(``EVAL_MIN_S``, ``LONGER_FACTOR`` x the longest evaluation) |
+
+A rank is hung when its heartbeat thread stopped (``alive`` older than ``FROZEN_S``: the process stopped, stuck
+holding the GIL, or gone with its node), or when it is past its phase's deadline while other ranks got further (a
+higher step): its peers then wait for it. Every rank past its deadline at the same point names nobody: the collective
+timeout (`hpc.node.hang`) names who is missing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from hpc.node.heartbeat import EVAL, SAVE, STEP
+
+FROZEN_S = 10.0  # a heartbeat thread silent this long: its process does not run
+FIRST_STEP_S = 600.0
+STEP_MIN_S = 10.0
+STEP_FACTOR = 5.0
+STEP_UNMEASURED_S = 60.0
+SAVE_MIN_S = 180.0
+EVAL_MIN_S = 120.0
+LONGER_FACTOR = 3.0
+
+
+def deadline(beat: dict) -> float:
+    """Seconds ``beat``'s rank may stay in its phase."""
+    phase = beat.get("phase")
+    if phase == STEP:
+        times = beat.get("step_s") or []
+        return max(STEP_MIN_S, STEP_FACTOR * statistics.median(times)) if times else STEP_UNMEASURED_S
+    if phase == SAVE:
+        return max(SAVE_MIN_S, LONGER_FACTOR * float(beat.get("save_s") or 0))
+    if phase == EVAL:
+        return max(EVAL_MIN_S, LONGER_FACTOR * float(beat.get("eval_s") or 0))
+    return FIRST_STEP_S
+
+
+@dataclass(frozen=True)
+class Silent:
+    """A hung rank: where, in what phase, silent since when, and the bound it passed."""
+
+    rank: int
+    node: str
+    phase: str
+    step: object
+    since: float
+    bound_s: float
+    frozen: bool
+
+    def line(self, now: float) -> str:
+        what = "its process stopped running" if self.frozen else f"past its {self.phase} deadline"
+        return (
+            f"rank {self.rank} on {self.node} silent {now - self.since:.0f} s in its {self.phase} (step {self.step}): "
+            f"{what} ({self.bound_s:.0f} s)"
+        )
+
+
+def hung(beats: list[dict], ended: set[int], now: float) -> list[Silent]:
+    """The hung ranks among ``beats`` (ranks in ``ended`` left an exit record: not hung), at ``now``."""
+    live = [b for b in beats if b.get("rank") not in ended]
+    frozen = [
+        Silent(b["rank"], b["node"], b["phase"], b.get("step"), b["alive"], FROZEN_S, True)
+        for b in live
+        if now - b["alive"] > FROZEN_S
+    ]
+    if frozen:
+        return frozen
+    late = [b for b in live if now - b["since"] > deadline(b)]
+    furthest = max((b.get("step") or 0 for b in live), default=0)
+    return [
+        Silent(b["rank"], b["node"], b["phase"], b.get("step"), b["since"], deadline(b), False)
+        for b in late
+        if (b.get("step") or 0) < furthest
+    ]
