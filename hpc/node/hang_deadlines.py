@@ -1,13 +1,6 @@
 """When a rank's heartbeat (`hpc.node.heartbeat`) says it hangs: each phase has its own deadline, following what the
-rank measured, and the restart supervisor names a silent rank with its node in seconds.
-
-| phase | deadline from the phase's start |
-| --- | --- |
-| first step (of a start: compilation, the first collectives) | ``FIRST_STEP_S`` |
-| step | max(``STEP_MIN_S``, ``STEP_FACTOR`` x the median of the rank's recent step times); ``STEP_UNMEASURED_S`` before
-one is measured |
-| save | max(``SAVE_MIN_S``, ``LONGER_FACTOR`` x the longest save the rank made in this start) |
-| eval | max(``EVAL_MIN_S``, ``LONGER_FACTOR`` x the longest evaluation) |
+rank measured (`deadline`; the docs' table is `markdown_table`), and the restart supervisor names a silent rank with
+its node in seconds.
 
 A rank is hung when its heartbeat thread stopped (``alive`` older than ``FROZEN_S``: the process stopped, stuck
 holding the GIL, or gone with its node), or when it is past its phase's deadline while other ranks got further (a
@@ -82,3 +75,17 @@ def hung(beats: list[dict], ended: set[int], now: float) -> list[Silent]:
         for b in late
         if (b.get("step") or 0) < furthest
     ]
+
+
+def markdown_table() -> str:
+    """The phases' deadlines as the docs show them."""
+    return (
+        "| phase | a rank is hung when silent past |\n"
+        "| --- | --- |\n"
+        f"| any (its heartbeat thread stopped: the process stopped, holding the GIL, or gone) | {FROZEN_S:g} s |\n"
+        f"| first step of a start (compilation, the first collectives) | {FIRST_STEP_S:g} s |\n"
+        f"| step | max({STEP_MIN_S:g} s, {STEP_FACTOR:g} x the median of its recent step times); "
+        f"{STEP_UNMEASURED_S:g} s before one is measured |\n"
+        f"| checkpoint save | max({SAVE_MIN_S:g} s, {LONGER_FACTOR:g} x its longest save in this start) |\n"
+        f"| evaluation | max({EVAL_MIN_S:g} s, {LONGER_FACTOR:g} x its longest evaluation) |\n"
+    )
