@@ -13,7 +13,7 @@ from conftest import ROOT, run_cli, wait_job
 
 from hpc.node.attempt import read
 from slurm.requeue_checks import batch_log, submit, wait_for
-from slurm.test_spares import Run, hook_fault, row, spare_site
+from slurm.spare_checks import Run, hook_fault, row, spare_site
 
 pytestmark = pytest.mark.slurm
 
