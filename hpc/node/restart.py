@@ -381,6 +381,7 @@ class Supervisor:
             "srun",
             "--nodes=1",
             "--ntasks=1",
+            "--ntasks-per-node=1",
             f"--nodelist={node}",
             "--overlap",
             sys.executable,
