@@ -122,7 +122,9 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
                     e["at"],
                 )
             )
-        elif e.get("rc") == EXIT_NODE_FAULT and (e.get("rank") is None or e["rank"] not in noted):
+        elif (e.get("rc") == EXIT_NODE_FAULT or _per_node_fault(e, records)) and (
+            e.get("rank") is None or e["rank"] not in noted
+        ):
             fault = _fault_record(e, records)
             signature = fault.get("signature") or f"exit {EXIT_NODE_FAULT}"
             what = f" ({fault['what']})" if fault.get("what") else ""
@@ -201,6 +203,12 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
     if rc == 0:
         return Failure(DONE, (), "every rank reached the end", None, 0)
     return Failure(UNKNOWN, (), f"the ranks ended with exit code {rc}, and no rank or node is named", None, rc or 1)
+
+
+def _per_node_fault(exit_record: dict, records: Records) -> bool:
+    """A per-node launcher (torchrun, accelerate) failed, which exits 1 whatever its ranks' codes, and one of its
+    ranks left a suspected node fault's record."""
+    return exit_record.get("rank") is None and _fault_record(exit_record, records).get("cause") == "node"
 
 
 def _fault_record(exit_record: dict, records: Records) -> dict:

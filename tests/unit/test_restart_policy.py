@@ -315,3 +315,13 @@ def test_the_same_error_back_on_another_node_is_the_programs_and_ends_the_job():
     assert decide(node_fault("n2", False), h, LIMITS, ALL, 2).action == RESTART  # the same node: not "another"
     other = Failure(NODE_FAULT, ("n3",), "", 10.0, 94, 10.0, "torch.distributed.DistBackendError ncclSystemError")
     assert decide(other, h, LIMITS, ALL, 2).action == RESTART  # another error
+
+
+def test_a_per_node_launchers_failure_with_a_ranks_node_fault_record_is_a_node_fault():
+    """torchrun exits 1 whatever its rank's code; the rank's record says it was a suspected node fault."""
+    task = {"who": "task 1 on n2", "rank": None, "task": 1, "node": "n2", "rc": 1, "signal": None, "at": 10.0}
+    rs = records([task])
+    assert judge(rs, False, None, 4).kind == ERROR
+    rs.faults = [{"rank": 3, "node": "n2", "signature": ECC, "cause": "node"}]
+    f = judge(rs, False, None, 4)
+    assert (f.kind, f.nodes, f.signature) == (NODE_FAULT, ("n2",), ECC)
