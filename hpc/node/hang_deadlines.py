@@ -3,9 +3,10 @@ rank measured (`deadline`; the docs' table is `markdown_table`), and the restart
 its node in seconds.
 
 A rank is hung when its heartbeat thread stopped (``alive`` older than ``FROZEN_S``: the process stopped, stuck
-holding the GIL, or gone with its node), or when it is past its phase's deadline while other ranks got further (a
-higher step): its peers then wait for it. Every rank past its deadline at the same point names nobody: the collective
-timeout (`hpc.node.hang`) names who is missing.
+holding the GIL, or gone with its node): it is named with its node. Ranks alive but past their phase's deadline
+(`late`) are said, not named: when one rank hangs in a kernel or a collective its peers wait in theirs, alive and late
+too, at the same or the next step, so the beats cannot tell which one it is; the collective timeout
+(`hpc.node.hang`) names who is missing.
 """
 
 from __future__ import annotations
@@ -59,30 +60,31 @@ class Silent:
 
 
 def hung(beats: list[dict], ended: set[int], now: float) -> list[Silent]:
-    """The hung ranks among ``beats`` (ranks in ``ended`` left an exit record: not hung), at ``now``."""
-    live = [b for b in beats if b.get("rank") not in ended]
-    frozen = [
+    """The hung ranks among ``beats``, their heartbeat threads stopped (ranks in ``ended`` left an exit record: the
+    records judge them), at ``now``."""
+    return [
         Silent(b["rank"], b["node"], b["phase"], b.get("step"), b["alive"], FROZEN_S, True)
-        for b in live
-        if now - b["alive"] > FROZEN_S
+        for b in beats
+        if b.get("rank") not in ended and now - b["alive"] > FROZEN_S
     ]
-    if frozen:
-        return frozen
-    late = [b for b in live if now - b["since"] > deadline(b)]
-    furthest = max((b.get("step") or 0 for b in live), default=0)
+
+
+def late(beats: list[dict], ended: set[int], now: float) -> list[Silent]:
+    """The ranks alive but past their phase's deadline at ``now``."""
     return [
         Silent(b["rank"], b["node"], b["phase"], b.get("step"), b["since"], deadline(b), False)
-        for b in late
-        if (b.get("step") or 0) < furthest
+        for b in beats
+        if b.get("rank") not in ended and now - b["since"] > deadline(b)
     ]
 
 
 def markdown_table() -> str:
     """The phases' deadlines as the docs show them."""
     return (
-        "| phase | a rank is hung when silent past |\n"
+        "| phase | deadline |\n"
         "| --- | --- |\n"
-        f"| any (its heartbeat thread stopped: the process stopped, holding the GIL, or gone) | {FROZEN_S:g} s |\n"
+        f"| any: its heartbeat thread stopped (the process stopped, holding the GIL, or gone): named, a hang | "
+        f"{FROZEN_S:g} s |\n"
         f"| first step of a start (compilation, the first collectives) | {FIRST_STEP_S:g} s |\n"
         f"| step | max({STEP_MIN_S:g} s, {STEP_FACTOR:g} x the median of its recent step times); "
         f"{STEP_UNMEASURED_S:g} s before one is measured |\n"

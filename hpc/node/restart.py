@@ -49,7 +49,7 @@ from hpc.node.contract import (
     STOP_RECORD_VAR,
 )
 from hpc.node.hang import GRACE_S, STORE_TIMEOUT_S
-from hpc.node.hang_deadlines import hung
+from hpc.node.hang_deadlines import hung, late
 from hpc.node.lease import slurm_job_id
 from hpc.node.restart_policy import (
     DONE_ACTION,
@@ -282,6 +282,7 @@ class Supervisor:
         proc = subprocess.Popen(argv, env=env)
         first_failure = decided_at = silence = None
         snapshot = None
+        said_late = False
         while proc.poll() is None:
             time.sleep(POLL_S)
             seen = records.read(directory)
@@ -292,6 +293,8 @@ class Supervisor:
                 first_failure = time.monotonic()
             if first_failure is None and not self.ending:
                 silence = self._silence(seen)
+                if silence is None and not said_late:
+                    said_late = self._say_late(seen)
                 if silence is not None:
                     snapshot, decided_at = seen, time.time()
                     self._end_step(seen)
@@ -373,6 +376,19 @@ class Supervisor:
         nodes = tuple(sorted({s.node for s in silent}))
         what = "a heartbeat went silent: " + "; ".join(s.line(now) for s in silent)
         return Failure(HANG, nodes, what, min(s.since for s in silent), 1, now)
+
+    def _say_late(self, seen: records.Records) -> bool:
+        """Say once which ranks are past their phase's deadline (none named: the collective timeout names who is
+        missing); whether it did."""
+        now = time.time()
+        found = late(seen.beats, {e.get("rank") for e in seen.exits}, now)
+        if found:
+            print(
+                f"[restart] past their deadline: {'; '.join(s.line(now) for s in found)} (a hang: the collective "
+                "timeout names who is missing)",
+                flush=True,
+            )
+        return bool(found)
 
     def _gpus_pass(self, node: str) -> bool:
         """The health stage's GPU checks on ``node`` (`hpc.node.health`, its lines on this output): whether they pass

@@ -5,7 +5,7 @@ import json
 import time
 
 from hpc.node.contract import ATTEMPT_DIR_VAR
-from hpc.node.hang_deadlines import FROZEN_S, SAVE_MIN_S, STEP_MIN_S, deadline, hung
+from hpc.node.hang_deadlines import FROZEN_S, SAVE_MIN_S, STEP_MIN_S, deadline, hung, late
 from hpc.node.heartbeat import EVAL, FIRST_STEP, SAVE, STEP, Heartbeat
 
 
@@ -66,14 +66,15 @@ def test_a_stopped_process_is_named_with_its_node_and_a_slow_one_is_not():
     assert hung(ranks, {3}, now) == []  # it left an exit record: the records judge it
 
 
-def test_a_rank_behind_its_peers_past_its_deadline_is_named_all_late_together_are_not():
+def test_ranks_past_their_deadline_are_said_not_named():
+    """A rank stuck in a kernel and its peers waiting for it are all alive and late: no beat tells which is which."""
     now = 1000.0
     steps = {"step_s": [1.0] * 5}
     ranks = [beat(r, STEP, 13, now - 40, now - 0.5, **steps) for r in range(3)]
-    ranks.append(beat(3, STEP, 12, now - 41, now - 0.5, **steps))  # alive, but its step never ended
-    (s,) = hung(ranks, set(), now)
-    assert (s.rank, s.frozen, s.bound_s) == (3, False, STEP_MIN_S)
-    same = [beat(r, STEP, 13, now - 40, now - 0.5, **steps) for r in range(4)]
-    assert hung(same, set(), now) == []  # nobody to name: the collective timeout names who is missing
+    ranks.append(beat(3, STEP, 12, now - 41, now - 0.5, **steps))
+    assert hung(ranks, set(), now) == []
+    assert [(s.rank, s.frozen, s.bound_s) for s in late(ranks, set(), now)] == [
+        (r, False, STEP_MIN_S) for r in range(4)
+    ]
     saving = [beat(r, SAVE, 10, now - 95, now - 0.5) for r in range(3)] + [beat(3, SAVE, 10, now - 95, now - 0.3)]
-    assert hung(saving, set(), now) == []  # a save slowed to 95 s
+    assert late(saving, set(), now) == []  # a save slowed to 95 s
