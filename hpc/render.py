@@ -221,6 +221,8 @@ def restart_argv(spec: JobSpec) -> list[str]:
         str(r.max_restarts),
         "--max-restarts-per-node",
         str(r.max_restarts_per_node),
+        "--gpus-per-node",
+        str(spec.gpus_per_node),
     ]
 
 

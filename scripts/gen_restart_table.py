@@ -4,8 +4,9 @@
     python scripts/gen_restart_table.py --check   # exit 1 when docs/spares.md's table is not what the code decides
 
 Each row is a failure kind (``Kind``, with what ended the ranks) and what ``decide`` makes of the first such failure
-of a job on 2 of its 3 nodes, the failure naming one of them; tests/unit/test_restart_table_docs.py fails when the
-table is stale.
+of a job on 2 of its 3 nodes, the failure naming one of them (a suspected node fault: its node failing its GPU checks,
+passing them, and the same error back on another node after such a restart); tests/unit/test_restart_table_docs.py
+fails when the table is stale.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ ALLOCATION = {"n1", "n2", "n3"}  # the ranks on n1 and n2, n3 the spare
 def table() -> str:
     """The decision table in Markdown, between its markers."""
     sys.path.insert(0, str(ROOT))
-    from hpc.node.restart_policy import NAMES_A_NODE, Failure, History, Kind, Limits, decide
+    from hpc.node.restart_policy import Kind, Limits, decide
 
     limits = Limits(max_restarts=3, max_restarts_per_node=1)
     rows = [
@@ -36,11 +37,32 @@ def table() -> str:
         "| --- | --- | --- |",
     ]
     for kind in Kind:
-        failure = Failure(kind, ("n2",) if kind in NAMES_A_NODE else ())
-        decision = decide(failure, History(), limits, ALLOCATION, needed=2)
-        out = "; the named node leaves the job, a spare takes its place" if decision.out else ""
-        rows.append(f"| {kind.what} | {kind} | {decision.action}: {decision.why}{out} |")
+        then = []
+        for case, failure, history in cases(kind):
+            decision = decide(failure, history, limits, ALLOCATION, needed=2)
+            out = "; the named node leaves the job, a spare takes its place" if decision.out else ""
+            then.append(f"{case}{decision.action}: {decision.why}{out}")
+        rows.append(f"| {kind.what} | {kind} | {'<br>'.join(then)} |")
     return "\n".join([*rows, "", END])
+
+
+def cases(kind) -> list[tuple[str, object, object]]:
+    """The failures of ``kind`` whose decisions make its row (each with the words that tell it apart, and the history
+    before it): one, but for a suspected node fault, which its node's GPU checks and the faults before it decide."""
+    from hpc.node.restart_policy import NAMES_A_NODE, Failure, History, Kind
+
+    if kind != Kind.NODE_FAULT:
+        return [("", Failure(kind, ("n2",) if kind in NAMES_A_NODE else ()), History())]
+    error = "torch.AcceleratorError cudaErrorECCUncorrectable"
+    return [
+        ("its node's GPU checks fail: ", Failure(kind, ("n2",), signature=error, confirmed=True), History()),
+        ("they pass: ", Failure(kind, ("n2",), signature=error, confirmed=False), History()),
+        (
+            "the same error back on another node after such a restart: ",
+            Failure(kind, ("n3",), signature=error),
+            History(restarts=1, node_faults={error: {"n2"}}),
+        ),
+    ]
 
 
 def render(text: str) -> str:

@@ -37,12 +37,14 @@ exit "$rc"
 
 
 class FakeSlurm:
-    """The fake clients in ``folder``; `answer` queues outputs, `calls` reads back what each was run with."""
+    """The fake clients in ``folder``; `answer` queues outputs, `calls` reads back what each was run with. ``version``:
+    the Slurm whose recorded ``--version`` line they print (None: the local cluster's)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, version: str | None = None):
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "version").write_text((RECORDED / "sbatch.version").read_text())
+        recorded = RECORDED / "versions" / version if version else RECORDED
+        (folder / "version").write_text((recorded / "sbatch.version").read_text())
         for name in COMMANDS:
             path = folder / name
             path.write_text(SCRIPT)

@@ -14,8 +14,8 @@ import traceback
 from pathlib import Path
 
 from hpc.node.cli import error_line
-from hpc.node.contract import EXIT_FAILED
 from hpc.node.contract import TRAINER_MODULE as PROG
+from hpc.node.fault_exit import exit_code
 from hpc.node.stop_flag import StopBeforeStart, StopFlag
 from train.front.interface import CHECKPOINT_DIR_KEY, LOG_DIR_KEY
 
@@ -157,9 +157,10 @@ if __name__ == "__main__":
         code = main()
     except SystemExit as e:  # sys.exit in the run: the same code, without the teardown below
         code = e.code if isinstance(e.code, int) else 1
-    except BaseException:  # an error in the run: its traceback, and exit 1 without the teardown below
+    except BaseException as exc:  # an error in the run: its traceback, and exit 1 (94: a suspected node fault, by
+        # hpc/node/fault_table.py) without the teardown below
         traceback.print_exc()
-        code = EXIT_FAILED
+        code = exit_code(exc)
     # Everything is written (an error's traceback too), the trackers closed and the process group destroyed. Leave
     # without the interpreter's teardown: in it torch 2.13 now and then aborts ("terminate called without an active
     # exception": a gloo worker thread letting go of its last collective cannot take the GIL), which would turn this

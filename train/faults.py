@@ -9,7 +9,11 @@ attempt ATTEMPT (``HPC_ATTEMPT``, default 0), so a restarted run passing that st
 * ``exit``: ``sys.exit(1)``;
 * ``no-restart``: ``sys.exit(93)``, the contract's "do not restart or requeue";
 * ``segfault``: a read of address 0 (SIGSEGV);
-* ``gil``: a C call that sleeps an hour holding the GIL (the process answers nothing, signals included, but SIGKILL).
+* ``gil``: a C call that sleeps an hour holding the GIL (the process answers nothing, signals included, but SIGKILL);
+* the exceptions PyTorch raises for a GPU's or NCCL's error, built as torch builds them (`hpc.node.fault_table` judges
+  them): ``ecc`` (``torch.AcceleratorError``, CUDA error 214), ``launch-failure`` (719), ``device-assert`` (710),
+  ``oom`` (``torch.OutOfMemoryError``), ``nccl-system`` (``torch.distributed.DistBackendError``, ncclSystemError);
+* ``slow-save``: the checkpoint save of step STEP (a save step) takes ``SLOW_SAVE_S`` longer on that rank.
 """
 
 from __future__ import annotations
@@ -25,7 +29,14 @@ from typing import Mapping
 from hpc.node.cli import HpcError, shown
 from hpc.node.contract import ATTEMPT_VAR, EXIT_NO_RESTART, TEST_FAULTS_VAR
 
-KINDS = ("exception", "exit", "no-restart", "segfault", "gil")
+CUDA_ERRORS = {  # kind: (cudaError_t, the text torch gives it)
+    "ecc": (214, "uncorrectable ECC error encountered"),
+    "launch-failure": (719, "unspecified launch failure"),
+    "device-assert": (710, "device-side assert triggered"),
+}
+SLOW_SAVE = "slow-save"
+SLOW_SAVE_S = 90.0
+KINDS = ("exception", "exit", "no-restart", "segfault", "gil", *CUDA_ERRORS, "oom", "nccl-system", SLOW_SAVE)
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,31 @@ def fire(fault: Fault, where: str) -> None:
         raise RuntimeError(f"injected fault after step {fault.step}")
     if fault.kind in ("exit", "no-restart"):
         sys.exit(1 if fault.kind == "exit" else EXIT_NO_RESTART)
+    if fault.kind == SLOW_SAVE:
+        time.sleep(SLOW_SAVE_S)
+        return
+    if fault.kind in (*CUDA_ERRORS, "oom", "nccl-system"):
+        raise torch_error(fault.kind)
     if fault.kind == "segfault":
         ctypes.string_at(0)
     ctypes.PyDLL(None).sleep(3600)  # "gil": a PyDLL call keeps the GIL
+
+
+def torch_error(kind: str) -> BaseException:
+    """The exception PyTorch raises for ``kind``, with the code torch gives it (AcceleratorError's ``error_code``; an
+    NCCL error's result name in its text)."""
+    import torch
+    import torch.distributed as dist
+
+    if kind in CUDA_ERRORS:
+        code, text = CUDA_ERRORS[kind]
+        exc = torch.AcceleratorError(f"CUDA error: {text}\nSearch for `{code}' in the CUDA documentation")
+        exc.error_code = code
+        return exc
+    if kind == "oom":
+        return torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    return dist.DistBackendError(
+        "NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled system error (run with NCCL_DEBUG=INFO for details), "
+        "NCCL version 2.27.3\nncclSystemError: System call (e.g. socket, malloc) or external library call failed or "
+        "device error.\nLast error:\nsocket recv: Connection reset by peer"
+    )

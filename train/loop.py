@@ -26,7 +26,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from hpc.node.attempt import Progress
 from hpc.node.cli import HpcError
 from hpc.node.contract import EXIT_FAILED, RUN_CONFIG
+from hpc.node.fault_table import classify
 from hpc.node.hang import collective_failure, gather_nodes, mark_bad_nodes, name_the_missing
+from hpc.node.heartbeat import EVAL, FIRST_STEP, SAVE, STEP, Heartbeat
 from train import adapters, checkpoint, faults, resume
 from train.context_parallel import SequenceShards
 from train.data.prepared import open_prepared, split_rows
@@ -420,6 +422,8 @@ class Trainer:
             "tracker": self.tracking.run_ids() if self.tracking is not None else self._tracker_ids,
         }
         stager = self._stager if background else None
+        if self.faults.get(self.step) and self.faults[self.step].kind == faults.SLOW_SAVE:
+            faults.fire(self.faults[self.step], f"rank {self.rank} on {self.nodes[self.rank]}")
         self.pending = checkpoint.start_save(
             self.cfg.checkpoint_dir,
             self.step,
@@ -575,14 +579,16 @@ class Trainer:
             _log0(f"[train] the run is already at step {self.step} of steps={cfg.steps}: nothing to train")
         self.metrics.restart_clock()
         step_fn = self.straggler.measured(self.train_step)
+        self.beat = Heartbeat(self.rank)  # a job with spare nodes: this rank's phase, for hpc.node.restart
         try:
             self._loop(step_fn, stop_requested)
         except (RuntimeError, dist.DistError) as e:
             failure = collective_failure(e)
-            if failure is None:
+            if failure is None or classify(e).specific:  # a GPU's or NCCL's coded error: the fault table judges it
                 raise
             raise self._report_hang(failure) from None
         self.straggler.close()
+        self.beat.enter(SAVE, self.step)  # the last save and the export
         saved_at = self._saved_at
         if saved_at != self.step:  # the steps since the last save, saved below
             self._check_steps(weights=True)
@@ -600,12 +606,14 @@ class Trainer:
                 export_hf(self.master, self.hf_config, self.tokenizer, str(target))
                 _log0(f"[train] exported Hugging Face model to {target}")
         dist.barrier()  # rank 0 may still be writing; no rank tears the process group down before it
+        self.beat.close()
         return self.step
 
     def _loop(self, step_fn: Callable[[], dict], stop_requested: Callable[[], bool]) -> None:
         cfg = self.cfg
         interval = cfg.checkpoint.interval
         while self.step < cfg.steps:
+            self.beat.enter(STEP if self.step > self.resumed_at else FIRST_STEP, self.step + 1)
             self._step_started = time.monotonic()
             if (self.step + 1) % cfg.log.log_every == 0:  # compute or network? time one step per log line
                 record, split = timed_step(step_fn, self.device)
@@ -614,11 +622,14 @@ class Trainer:
                 record = step_fn()
             self.straggler.after_step(self.step, record)
             if cfg.eval.every and self.step % cfg.eval.every == 0:
+                self.beat.enter(EVAL, self.step)
                 record["eval_loss"] = self.metrics.untimed(self.evaluate)
             self.metrics.log(record)
             self.progress.stepped(self.step)
             self.guard.record(self.step, record["loss"], record["grad_norm"], record["loss_tokens"])
             saving = bool(interval) and self.step % interval == 0
+            if saving:
+                self.beat.enter(SAVE, self.step)
             if saving or self.step % self.sync_every == 0:
                 self._check_steps(weights=saving)
             if saving:
@@ -627,9 +638,10 @@ class Trainer:
                 self._saved_at = self.step
                 self.metrics.restart_clock()
             elif self.pending is not None and self.step % self.sync_every == 0 and self._background_save_written():
+                self.beat.enter(SAVE, self.step)
                 self.finish_save()
             self._test_stop()
-            if self.step in self.faults:
+            if self.step in self.faults and self.faults[self.step].kind != faults.SLOW_SAVE:
                 faults.fire(self.faults[self.step], f"rank {self.rank} on {self.nodes[self.rank]}")
             if stop_requested():  # every step: a host-side collective that never waits for the device
                 break

@@ -6,6 +6,9 @@
 * ``exit-rank-R.json`` / ``exit-task-T.json``: how it ended (exit code, or the signal that killed it);
 * ``collective-R.json``: rank R's collective failed (a timeout, or a peer's process ended), with the ranks that
   arrived at the hang report and those missing (`hpc.node.hang`);
+* ``fault-R.json``: rank R ended on an exception the fault table judged (`hpc.node.fault_table`): its type, code
+  and cause;
+* ``beat-R.json``: rank R's heartbeat: its phase, since when, and its thread's last run (`hpc.node.heartbeat`);
 * ``progress.json``: rank 0's checkpoint load and steps in this attempt (the trainer, `hpc.integrations`);
 * ``marks/``: the attempt's bad-node marks (``HPC_BAD_NODE_MARKS``: a rank missing at a timeout, a persistent
   straggler).
@@ -141,6 +144,15 @@ def record_collective(
     )
 
 
+def record_fault(rank: int, node: str, verdict: dict, environ: Mapping[str, str] = os.environ) -> None:
+    """Rank ``rank`` on ``node`` ends on an exception judged ``verdict`` (`hpc.node.fault_table.Verdict`'s fields and
+    its signature)."""
+    directory = attempt_dir(environ)
+    if directory is None:
+        return
+    write_json(directory / f"fault-{rank}.json", {"rank": rank, "node": node, **verdict, "at": time.time()})
+
+
 class Progress:
     """Rank 0's checkpoint load and steps in this attempt (``progress.json``); does nothing on other ranks or outside
     a job with spare nodes. The restart supervisor reads from it how long a restart took to train again."""
@@ -182,6 +194,8 @@ class Records:
     starts: list[dict] = field(default_factory=list)
     exits: list[dict] = field(default_factory=list)
     notes: list[dict] = field(default_factory=list)
+    faults: list[dict] = field(default_factory=list)
+    beats: list[dict] = field(default_factory=list)
     marked: list[str] = field(default_factory=list)
     progress: dict = field(default_factory=dict)
 
@@ -206,6 +220,10 @@ def read(directory: Path) -> Records:
             out.exits.append(data)
         elif name.startswith("collective-"):
             out.notes.append(data)
+        elif name.startswith("fault-"):
+            out.faults.append(data)
+        elif name.startswith("beat-"):
+            out.beats.append(data)
         elif name == PROGRESS:
             out.progress = data
     try:

@@ -15,6 +15,7 @@ EXIT_FAILED = 1  # an error in the run; never requeued
 EXIT_BAD_INPUT = 2  # config, data or wiring; one line on stderr; never requeued
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped by a notice with a checkpoint of the stop step saved: requeue me
 EXIT_NO_RESTART = 93  # a rank program's "do not restart or requeue me" (as NVIDIA's resiliency extension has it)
+EXIT_NODE_FAULT = 94  # a suspected fault of the rank's node: its GPU, driver, link or network (hpc/node/fault_table.py)
 
 # Modules the rendered batch script runs (python -m NAME) and names, and the submit command that renders it.
 SUBMIT_MODULE = "hpc.submit"  # python -m hpc.submit renders and submits the script

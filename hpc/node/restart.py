@@ -3,13 +3,15 @@ srun: on N of the allocation's N + K nodes, and again within the job when they f
 spare taking the bad node's place), each start resuming from the newest complete checkpoint; no requeue, no queue.
 
     python -m hpc.node.restart --nodes N --tasks-per-node T --ranks R --marks DIR [--max-restarts M]
-        [--max-restarts-per-node P] -- srun [OPTIONS] PROGRAM [ARGS]
+        [--max-restarts-per-node P] [--gpus-per-node G] -- srun [OPTIONS] PROGRAM [ARGS]
 
 Each start of the ranks (an attempt) is ``srun --nodes=N --ntasks=N*T --nodelist=NODES OPTIONS PROGRAM ARGS`` with
 ``HPC_ATTEMPT``, ``HPC_ATTEMPT_DIR`` and its own bad-node marks (``HPC_BAD_NODE_MARKS``) set; its tasks and ranks leave
 their records there (`hpc.node.attempt`). As soon as the records say what ended the attempt, its remaining ranks are
 killed (``scancel --signal=KILL JOB.STEP``) and `hpc.node.restart_policy` decides: restart, done, or leave it to the
-batch script (requeue, or end). Nodes that failed the health stage (marked in DIR before) are left out from the start.
+batch script (requeue, or end). A rank's suspected node fault (exit 94, `hpc.node.fault_table`) first has its node's
+GPUs checked (``srun --nodelist=NODE python -m hpc.node.health --gpus G``): the policy blames the node only when they
+fail. Nodes that failed the health stage (marked in DIR before) are left out from the start.
 Every decision is a line on the output (``[restart] ...``) and a record in ``<job dir>/restarts.jsonl``, completed
 with the time the restarted ranks trained again.
 
@@ -21,6 +23,7 @@ end (the batch script's own rules, unchanged).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -42,8 +45,10 @@ from hpc.node.contract import (
     DEFAULT_MAX_RESTARTS,
     DEFAULT_MAX_RESTARTS_PER_NODE,
     EXIT_STOPPED,
+    HEALTH_MODULE,
     JOB_DIR_VAR,
     MAX_COUNT,
+    MAX_GPUS_PER_NODE,
     RESTART_DIR,
     RESTART_LOG,
     RESTART_MODULE,
@@ -51,6 +56,7 @@ from hpc.node.contract import (
 )
 from hpc.node.files import NotASmallFile, read_range, regular_file_problem
 from hpc.node.hang import GRACE_S, STORE_TIMEOUT_S
+from hpc.node.hang_deadlines import hung, late
 from hpc.node.lease import slurm_job_id
 from hpc.node.restart_policy import (
     Action,
@@ -88,6 +94,7 @@ POLL_S = 0.25
 EVIDENCE_S = GRACE_S + STORE_TIMEOUT_S + 2.0  # after a first failure record, the longest wait for the others' records
 SLURM_TIMEOUT_S = 30.0  # squeue and scancel from the batch script
 END_WAIT_S = 60.0  # how long srun may take to return once its tasks were killed
+NODE_CHECK_S = 180.0  # a node's GPU checks after a suspected node fault: not done within this, the node failed them
 
 
 def job_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -220,6 +227,7 @@ class Supervisor:
         self.nodes, self.tasks_per_node, self.ranks = a.nodes, a.tasks_per_node, a.ranks
         self.marks = Path(a.marks)
         self.limits = Limits(a.max_restarts, a.max_restarts_per_node)
+        self.gpus_per_node = a.gpus_per_node
         self.command = command
         self.job = self.env["SLURM_JOB_ID"]  # this job's own id (an array task's too): its steps, its directories
         self.job_ref = slurm_job_id(environ) or self.job  # as Slurm's clients and hpc.jobs name it (ARRAY_TASK)
@@ -350,8 +358,9 @@ class Supervisor:
             flush=True,
         )
         proc = self.proc = subprocess.Popen(argv, env=env)
-        first_failure = decided_at = None
+        first_failure = decided_at = silence = None
         snapshot = None
+        said_late = False
         while proc.poll() is None:
             time.sleep(POLL_S)
             if self.ending and time.monotonic() - self.term_at > TERM_WAIT_S:
@@ -363,6 +372,14 @@ class Supervisor:
                 pending = None
             if first_failure is None and (seen.notes or any(e.get("rc") not in (0, 75) for e in seen.exits)):
                 first_failure = time.monotonic()
+            if first_failure is None and not self.ending:
+                silence = self._silence(seen)
+                if silence is None and not said_late:
+                    said_late = self._say_late(seen)
+                if silence is not None:
+                    snapshot, decided_at = seen, time.time()
+                    self._end_step(seen)
+                    break
             if first_failure is not None and (
                 decisive(seen, self.ranks) or time.monotonic() - first_failure > EVIDENCE_S
             ):
@@ -378,7 +395,11 @@ class Supervisor:
         final = records.read(directory)
         if pending is not None and final.progress.get("trained_at"):
             self._completed(pending, final.progress)
-        failure = judge(snapshot or final, self.stop_record.exists(), None if snapshot is not None else rc, self.ranks)
+        failure = silence or judge(
+            snapshot or final, self.stop_record.exists(), None if snapshot is not None else rc, self.ranks
+        )
+        if failure.kind == Kind.NODE_FAULT and not history.came_back(failure):
+            failure = dataclasses.replace(failure, confirmed=not all(self._gpus_pass(n) for n in failure.nodes))
         usable = set(self.allocation) - self.out
         decision = decide(failure, history, self.limits, usable, self.nodes)
         step = final.progress.get("step")
@@ -392,6 +413,11 @@ class Supervisor:
             "kind": failure.kind,
             "what": failure.what,
             "nodes": list(failure.nodes),
+            **(
+                {"signature": failure.signature, "confirmed": failure.confirmed}
+                if failure.kind == Kind.NODE_FAULT
+                else {}
+            ),
             "action": decision.action,
             "why": decision.why,
             "out": list(decision.out),
@@ -426,6 +452,55 @@ class Supervisor:
             f"[restart] restart {rec.get('number')} of job {rec['job_id']}: {timing_line({**rec, **done})}", flush=True
         )
 
+    def _silence(self, seen: records.Records) -> Optional[Failure]:
+        """A hang the ranks' heartbeats show (`hpc.node.hang_deadlines`), as the failure naming its ranks' nodes."""
+        now = time.time()
+        silent = hung(seen.beats, {e.get("rank") for e in seen.exits}, now)
+        if not silent:
+            return None
+        nodes = tuple(sorted({s.node for s in silent}))
+        what = "a heartbeat went silent: " + "; ".join(s.line(now) for s in silent)
+        return Failure(Kind.HANG, nodes, what, min(s.since for s in silent), 1, now)
+
+    def _say_late(self, seen: records.Records) -> bool:
+        """Say once which ranks are past their phase's deadline (none named: the collective timeout names who is
+        missing); whether it did."""
+        now = time.time()
+        found = late(seen.beats, {e.get("rank") for e in seen.exits}, now)
+        if found:
+            print(
+                f"[restart] past their deadline: {'; '.join(s.line(now) for s in found)} (a hang: the collective "
+                "timeout names who is missing)",
+                flush=True,
+            )
+        return bool(found)
+
+    def _gpus_pass(self, node: str) -> bool:
+        """The health stage's GPU checks on ``node`` (`hpc.node.health`, its lines on this output): whether they pass
+        within NODE_CHECK_S."""
+        argv = [
+            "srun",
+            "--nodes=1",
+            "--ntasks=1",
+            "--ntasks-per-node=1",
+            f"--nodelist={node}",
+            "--overlap",
+            sys.executable,
+            "-u",
+            "-m",
+            HEALTH_MODULE,
+            "--gpus",
+            str(self.gpus_per_node),
+        ]
+        print(f"[restart] a suspected node fault on {node}: checking its GPUs", flush=True)
+        try:
+            passed = subprocess.run(argv, env=self.environ, timeout=NODE_CHECK_S).returncode == 0
+        except subprocess.TimeoutExpired:
+            print(f"[restart] {node}'s GPU checks did not end within {NODE_CHECK_S:.0f} s: taken as failed", flush=True)
+            return False
+        print(f"[restart] {node} {'passed' if passed else 'failed'} its GPU checks", flush=True)
+        return passed
+
     def _end_step(self, seen: records.Records) -> None:
         """Kill what is left of the attempt's step now (its ranks hung, or waiting on the dead)."""
         steps = sorted({s["step"] for s in seen.starts if s.get("step")})
@@ -450,6 +525,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--marks", type=path_text, required=True, help="the batch script's bad-node marks of this run")
     p.add_argument("--max-restarts", type=whole(0, MAX_COUNT), default=DEFAULT_MAX_RESTARTS)
     p.add_argument("--max-restarts-per-node", type=whole(1, MAX_COUNT), default=DEFAULT_MAX_RESTARTS_PER_NODE)
+    p.add_argument(
+        "--gpus-per-node",
+        type=whole(1, MAX_GPUS_PER_NODE),
+        default=1,
+        help="GPUs a node's health check expects (a node fault)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- srun [OPTIONS] PROGRAM [ARGS]")
     a = p.parse_args(argv)
     command = a.command[1:] if a.command[:1] == ["--"] else a.command

@@ -20,7 +20,7 @@ from enum import Enum
 from typing import Optional
 
 from hpc.node.attempt import Records
-from hpc.node.contract import EXIT_BAD_INPUT, EXIT_NO_RESTART, EXIT_STOPPED
+from hpc.node.contract import EXIT_BAD_INPUT, EXIT_NO_RESTART, EXIT_NODE_FAULT, EXIT_STOPPED
 
 
 class _Word(str, Enum):
@@ -39,6 +39,7 @@ class Kind(_Word):
     HANG = "hang"
     DIED = "died"
     VANISHED = "vanished"
+    NODE_FAULT = "node fault"  # suspected: the node's GPU checks decide whether it is the node's
     BAD_INPUT = "bad input"
     NO_RESTART = "no restart"
     ERROR = "error"
@@ -53,13 +54,16 @@ _WHAT = {
     Kind.DONE: "every rank reached the end",
     Kind.STOPPED: "a clean stop (exit 75: the time limit, a preemption)",
     Kind.STRAGGLER: "a persistent straggler's stop (`preemption.exclude_stragglers_after`): its node was marked",
-    Kind.HANG: "a collective timed out: the ranks missing at it are named (a hung, stopped or stuck process, a node "
-    "gone quiet)",
+    Kind.HANG: "a rank's heartbeat went silent past its phase's deadline (`hpc.node.hang_deadlines`), or a collective "
+    "timed out: the ranks missing at it are named (a hung, stopped or stuck process, a node gone quiet)",
     Kind.DIED: "a rank's process killed by a signal (SIGKILL, SIGSEGV, SIGBUS, SIGABRT, ...)",
     Kind.VANISHED: "a node's ranks all ended without a record (its processes killed at once, or the node gone)",
+    Kind.NODE_FAULT: "a rank ended on a suspected node fault (exit 94, `hpc.node.contract.EXIT_NODE_FAULT`): by the "
+    "fault table (`hpc.node.fault_table`), an error of its GPU, driver, link or network",
     Kind.BAD_INPUT: "bad input (exit 2)",
     Kind.NO_RESTART: 'exit 93 (`hpc.node.contract.EXIT_NO_RESTART`): a rank program\'s "do not restart or requeue me"',
-    Kind.ERROR: "a rank program failed by itself: a Python exception, `sys.exit(1)`, any other exit code",
+    Kind.ERROR: "a rank program failed by itself: a Python exception the fault table calls the program's, "
+    "`sys.exit(1)`, any other exit code",
     Kind.UNKNOWN: "the step failed and nothing names a rank or node",
 }
 NAMES_A_NODE = (Kind.STRAGGLER, Kind.HANG, Kind.DIED, Kind.VANISHED)  # restarted without the node(s) named
@@ -89,6 +93,8 @@ class Failure:
     at: Optional[float] = None
     rc: int = 0
     seen: Optional[float] = None
+    signature: str = ""  # a node fault's exception type and code (the same error, wherever it comes back)
+    confirmed: Optional[bool] = None  # a node fault: whether its node then failed its GPU checks (None: not checked)
 
 
 def _fine(rc: int) -> bool:
@@ -148,6 +154,23 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
                     e["at"],
                     e["rc"],
                     e["at"],
+                )
+            )
+        elif (e.get("rc") == EXIT_NODE_FAULT or _per_node_fault(e, records)) and (
+            e.get("rank") is None or e["rank"] not in noted
+        ):
+            fault = _fault_record(e, records)
+            signature = fault.get("signature") or f"exit {EXIT_NODE_FAULT}"
+            what = f" ({fault['what']})" if fault.get("what") else ""
+            events.append(
+                Failure(
+                    Kind.NODE_FAULT,
+                    (e["node"],),
+                    f"{e['who']} ended on a suspected node fault: {signature}{what}",
+                    e["at"],
+                    e["rc"],
+                    e["at"],
+                    signature,
                 )
             )
         elif e.get("rank") is None or e["rank"] not in noted:  # not a collective's victim: the program's own failure
@@ -218,6 +241,26 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
     )
 
 
+def _per_node_fault(exit_record: dict, records: Records) -> bool:
+    """A per-node launcher (torchrun, accelerate) failed, which exits 1 whatever its ranks' codes, and one of its
+    ranks left a suspected node fault's record."""
+    return exit_record.get("rank") is None and _fault_record(exit_record, records).get("cause") == "node"
+
+
+def _fault_record(exit_record: dict, records: Records) -> dict:
+    """The fault record a rank left with its exit 94 (`hpc.node.fault_exit`); under a per-node launcher, one of its
+    node's ranks'."""
+    rank = exit_record.get("rank")
+    return next(
+        (
+            f
+            for f in sorted(records.faults, key=lambda f: f.get("at", 0))
+            if (f.get("rank") == rank if rank is not None else f.get("node") == exit_record.get("node"))
+        ),
+        {},
+    )
+
+
 def _ranks_on(ranks: list[int], nodes: tuple[str, ...]) -> str:
     what = "rank " + str(ranks[0]) if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
     return f"{what} on {', '.join(nodes)}" if nodes else what
@@ -232,7 +275,7 @@ def decisive(records: Records, world: int) -> bool:
         not _fine(e.get("rc", 0))
         and (
             e.get("signal")
-            or e.get("rc") in (EXIT_BAD_INPUT, EXIT_NO_RESTART)
+            or e.get("rc") in (EXIT_BAD_INPUT, EXIT_NO_RESTART, EXIT_NODE_FAULT)
             or e.get("rank") not in {n["rank"] for n in records.notes}
         )
         for e in exits
@@ -247,12 +290,14 @@ def decisive(records: Records, world: int) -> bool:
 
 @dataclass
 class History:
-    """The job's in-job restarts so far (all its runs): how many, how many of unknown cause, and how many each node
-    caused."""
+    """The job's in-job restarts so far (all its runs): how many, how many of unknown cause, how many each node
+    caused (a node fault only where the node failed its GPU checks), and the nodes each node fault's error restarted
+    the ranks from."""
 
     restarts: int = 0
     unattributed: int = 0
     caused: Counter = field(default_factory=Counter)
+    node_faults: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, decisions: list[dict]) -> "History":
@@ -262,8 +307,17 @@ class History:
                 continue
             h.restarts += 1
             h.unattributed += d.get("kind") == Kind.UNKNOWN
+            if d.get("kind") == Kind.NODE_FAULT:
+                h.node_faults.setdefault(d.get("signature") or "", set()).update(d.get("nodes") or [])
+                if not d.get("confirmed"):
+                    continue
             h.caused.update(d.get("nodes") or [])
         return h
+
+    def came_back(self, failure: Failure) -> list[str]:
+        """The other nodes where ``failure``'s error (a node fault) restarted the ranks before; none: a first."""
+        before = self.node_faults.get(failure.signature, set())
+        return sorted(before - set(failure.nodes))
 
 
 @dataclass(frozen=True)
@@ -294,9 +348,15 @@ def decide(failure: Failure, history: History, limits: Limits, usable: set[str],
             Kind.ERROR: "an error in the program is never restarted",
         }[kind]
         return Decision(Action.END, f"not restarted: {reason}")
+    if kind == Kind.NODE_FAULT and history.came_back(failure):
+        return Decision(
+            Action.END,
+            f"not restarted: the same error ({failure.signature}) came back on {', '.join(failure.nodes)} after it "
+            f"restarted the ranks off {', '.join(history.came_back(failure))}: the program's error",
+        )
     if history.restarts >= limits.max_restarts:
         return Decision(
-            Action.REQUEUE if kind in NAMES_A_NODE else Action.END,
+            Action.REQUEUE if kind in NAMES_A_NODE or failure.confirmed else Action.END,
             f"not restarted: the job has restarted {history.restarts} time(s), at most {limits.max_restarts}",
         )
     if kind == Kind.UNKNOWN:
@@ -306,10 +366,21 @@ def decide(failure: Failure, history: History, limits: Limits, usable: set[str],
                 "not restarted: a failure of unknown cause restarts at most once per job, and this is the second",
             )
         return Decision(Action.RESTART, "a failure of unknown cause: restarted once, on the same nodes")
-    out = tuple(n for n in failure.nodes if history.caused[n] + 1 >= limits.max_restarts_per_node)
+    if kind == Kind.NODE_FAULT and not failure.confirmed:
+        return Decision(
+            Action.RESTART,
+            "restarted: the node passed its GPU checks, so it stays (behind the spares) and the restart is not counted "
+            "against it",
+        )
+    if kind == Kind.NODE_FAULT:
+        out = failure.nodes  # its GPUs failed their checks: it leaves the job now
+    else:
+        out = tuple(n for n in failure.nodes if history.caused[n] + 1 >= limits.max_restarts_per_node)
     healthy = len(usable - set(out))
     if healthy < needed:
         return Decision(Action.REQUEUE, f"not restarted: {healthy} healthy node(s) left, the ranks need {needed}", out)
+    if kind == Kind.NODE_FAULT:
+        return Decision(Action.RESTART, "restarted without the node: its GPUs failed their checks", out)
     return Decision(Action.RESTART, "restarted on the allocation's healthy nodes", out)
 
 

@@ -1,6 +1,6 @@
 """The README's first step on the clusters we do not have: a shipped profile copied as mycluster.yaml (its paths
 pointed at this machine), then ``python -m hpc.submit --site mycluster --nodes N`` with no config of the user's, at 2
-nodes and at the partition's max_nodes, against the fake sbatch (tests/slurm_fakes.py): sbatch gets the script alone,
+nodes and at the partition's max_nodes, against the fake sbatch of Slurm 24.11 (tests/slurm_fakes.py): sbatch gets the script alone,
 and the script is the dry run's, for that many nodes."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ SUBMITTED = "Submitted batch job 4242\n"
 
 @pytest.mark.parametrize("profile", REMOTE, ids=[p.stem for p in REMOTE])
 def test_the_design_line_submits_at_2_and_max_nodes(profile, tmp_path, monkeypatch, capsys):
-    fake = FakeSlurm(tmp_path / "bin")
+    fake = FakeSlurm(tmp_path / "bin", version="24.11")  # as the sites run (23.11 to 26.05), not the local 22.05
     for k, v in fake.environ().items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("USER", "alice")

@@ -262,3 +262,63 @@ def test_the_restart_log_merges_a_decision_with_its_completion(tmp_path):
         "training again from step 10 (4 step(s) lost), 23.0 s after the failure (detection 0.5 s, "
         "teardown 0.5 s, restart 19.0 s, load 2.0 s, first step 1.0 s)"
     )
+
+
+ECC = "torch.AcceleratorError cudaErrorECCUncorrectable"
+
+
+def test_a_suspected_node_fault_is_judged_from_its_exit_94_and_record():
+    """Rank 2 raised an ECC error (exit 94, its record); the others saw its process end and exited 1 after it."""
+    fault = {"rank": 2, "node": "n2", "signature": ECC, "what": "uncorrectable ECC error", "cause": "node"}
+    rs = records(
+        [exit_(2, 94, 10.2)] + [exit_(r, 1, 15.0) for r in (0, 1, 3)],
+        [note(r, "peer ended", [2], 10.3) for r in (0, 1, 3)],
+    )
+    rs.faults = [fault]
+    f = judge(rs, False, None, 4)
+    assert (f.kind, f.nodes, f.rc, f.signature) == (Kind.NODE_FAULT, ("n2",), 94, ECC), f
+    assert f"rank 2 on n2 ended on a suspected node fault: {ECC} (uncorrectable ECC error)" == f.what
+    assert decisive(records([exit_(2, 94, 10.2)]), 4)
+
+
+def node_fault(node: str, confirmed) -> Failure:
+    return Failure(Kind.NODE_FAULT, (node,), "", 10.0, 94, 10.0, ECC, confirmed)
+
+
+def test_a_node_fault_blames_the_node_only_when_its_gpu_checks_fail():
+    d = decide(node_fault("n2", True), History(), LIMITS, ALL, 2)
+    assert (d.action, d.out) == (Action.RESTART, ("n2",)) and "GPUs failed their checks" in d.why
+    d = decide(node_fault("n2", False), History(), LIMITS, ALL, 2)
+    assert (d.action, d.out) == (Action.RESTART, ()) and "not counted against it" in d.why
+    h = History.of(
+        [{"action": Action.RESTART, "kind": Kind.NODE_FAULT, "nodes": ["n2"], "signature": ECC, "confirmed": False}]
+    )
+    assert (h.restarts, h.caused) == (1, Counter())  # not blamed
+    h = History.of(
+        [{"action": Action.RESTART, "kind": Kind.NODE_FAULT, "nodes": ["n2"], "signature": ECC, "confirmed": True}]
+    )
+    assert h.caused == Counter(n2=1)
+
+
+def test_the_same_error_back_on_another_node_is_the_programs_and_ends_the_job():
+    h = History.of(
+        [{"action": Action.RESTART, "kind": Kind.NODE_FAULT, "nodes": ["n2"], "signature": ECC, "confirmed": False}]
+    )
+    d = decide(node_fault("n3", None), h, LIMITS, ALL, 2)
+    assert (
+        d.action == Action.END
+        and f"the same error ({ECC}) came back on n3 after it restarted the ranks off n2" in d.why
+    )
+    assert decide(node_fault("n2", False), h, LIMITS, ALL, 2).action == Action.RESTART  # the same node: not "another"
+    other = Failure(Kind.NODE_FAULT, ("n3",), "", 10.0, 94, 10.0, "torch.distributed.DistBackendError ncclSystemError")
+    assert decide(other, h, LIMITS, ALL, 2).action == Action.RESTART  # another error
+
+
+def test_a_per_node_launchers_failure_with_a_ranks_node_fault_record_is_a_node_fault():
+    """torchrun exits 1 whatever its rank's code; the rank's record says it was a suspected node fault."""
+    task = {"who": "task 1 on n2", "rank": None, "task": 1, "node": "n2", "rc": 1, "signal": None, "at": 10.0}
+    rs = records([task])
+    assert judge(rs, False, None, 4).kind == Kind.ERROR
+    rs.faults = [{"rank": 3, "node": "n2", "signature": ECC, "cause": "node"}]
+    f = judge(rs, False, None, 4)
+    assert (f.kind, f.nodes, f.signature) == (Kind.NODE_FAULT, ("n2",), ECC)
