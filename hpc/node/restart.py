@@ -71,7 +71,7 @@ from hpc.node.restart_policy import (
     place,
 )
 from hpc.node.slurm_env import node_hosts
-from hpc.node.tool import run_tool
+from hpc.node.tool import ToolMissing, ToolTimeout, run_tool
 
 PROG = RESTART_MODULE
 MAX_JOB_ID = 2**32 - 1
@@ -494,10 +494,15 @@ class Supervisor:
         ]
         print(f"[restart] a suspected node fault on {node}: checking its GPUs", flush=True)
         try:
-            passed = subprocess.run(argv, env=self.environ, timeout=NODE_CHECK_S).returncode == 0
-        except subprocess.TimeoutExpired:
+            r = run_tool(argv, timeout_s=NODE_CHECK_S, env=self.environ)
+        except ToolTimeout:
             print(f"[restart] {node}'s GPU checks did not end within {NODE_CHECK_S:.0f} s: taken as failed", flush=True)
             return False
+        except ToolMissing:
+            print("[restart] srun is not on PATH: the GPU checks cannot run, taken as failed", flush=True)
+            return False
+        print((r.stdout + r.stderr).rstrip(), flush=True)
+        passed = r.returncode == 0
         print(f"[restart] {node} {'passed' if passed else 'failed'} its GPU checks", flush=True)
         return passed
 
