@@ -32,9 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from one_gpu import one_rank_trainer, timed
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from one_gpu import one_rank_trainer, timed  # noqa: E402
 
 WARMUP = 1
 TIMED = int(os.environ.get("LONG_CONTEXT_TIMED_STEPS", "2"))

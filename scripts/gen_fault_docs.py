@@ -12,10 +12,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hpc.node import fault_table, hang_deadlines
 
-from hpc.node import fault_table, hang_deadlines  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 OUT = ROOT / "docs" / "spares.md"
 TABLES = {  # name: (its module, whose markdown_table() it is)
