@@ -31,8 +31,9 @@ def counts(xml: Path) -> tuple[dict[str, int], dict[str, float]]:
     for case in ET.parse(xml).getroot().iter("testcase"):
         kinds = {child.tag for child in case}
         n["failed" if kinds & {"failure", "error"} else "skipped" if "skipped" in kinds else "passed"] += 1
-        module = (case.get("classname") or "").rsplit(".", 1)[0] if "." in (case.get("classname") or "") else ""
-        per_file[module.replace(".", "/") + ".py"] += float(case.get("time") or 0)
+        parts = (case.get("classname") or "").split(".")  # the module's dotted path, then a Test class if any
+        module = parts[:-1] if parts[-1].startswith("Test") else parts
+        per_file["/".join(module) + ".py"] += float(case.get("time") or 0)
     return n, per_file
 
 
