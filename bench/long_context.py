@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from one_gpu import one_rank_trainer, timed
+from one_gpu import one_rank_trainer, peft_peer, timed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,50 +87,9 @@ def _ours(length: int, run_dir: str, tiled: bool = True) -> dict:
 
 
 def _peft(length: int, run_dir: str) -> dict:
-    import torch
-    from liger_kernel.transformers import apply_liger_kernel_to_qwen3
-    from peft import LoraConfig, get_peft_model
-    from transformers import Qwen3ForCausalLM
-
-    from train.data import TokenStream, load_tokenizer, load_tokens
-    from train.model import hf_config
-
-    cfg = _config(length, run_dir)
-    device = torch.device("cuda")
-    t0 = time.perf_counter()
-    tokenizer = load_tokenizer(None)
-    apply_liger_kernel_to_qwen3(
-        rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True
-    )
-    config = hf_config(cfg.model, tokenizer)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.enable_input_require_grads()
-    model = get_peft_model(
-        model, LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], target_modules=LORA["target_modules"])
-    )
-    model.train()
-    stream = TokenStream(load_tokens(cfg.data, tokenizer, cache_dir=f"{run_dir}/cache"), length, 1, 1, 0, 1, cfg.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.optim.lr, fused=True)
-    startup = time.perf_counter() - t0
-    losses = []
-
-    def step():
-        ((x, _),) = stream.next_microbatches()
-        x = x.to(device)
-        loss = model(input_ids=x, labels=x).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(loss))
-
+    step, startup, losses = peft_peer(_config(length, run_dir), LORA, checkpointing=True)
     seconds, warm = timed(step, WARMUP, TIMED)
-    return {"seconds": seconds, "warmup_s": warm, "startup_s": startup, "losses": losses}
+    return {"seconds": seconds, "warmup_s": warm, "startup_s": startup, "losses": [float(x) for x in losses]}
 
 
 def _grad_part(which: str, length: int, run_dir: str, out: str) -> dict:
