@@ -28,6 +28,24 @@ def spare_site(tmp_path: Path, **restart) -> Path:
     return path
 
 
+def spare_site_with_smi(tmp_path: Path, faulty_if: str) -> Path:
+    """``spare_site`` with a fake nvidia-smi first on the nodes' PATH: the recorded faulty GPUs where the bash test
+    ``faulty_if`` holds on the node, the healthy ones elsewhere."""
+    smi = ROOT / "tests" / "unit" / "data" / "nvidia-smi"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(
+        f"#!/bin/bash\nif [ {faulty_if} ]; then cat {smi / 'h100-faulty.txt'}; "
+        f"else cat {smi / 'h100-healthy.txt'}; fi\n"
+    )
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    site = spare_site(tmp_path)
+    data = yaml.safe_load(site.read_text())
+    data["environment"]["setup"] = f'export PATH={bin_dir}:"$PATH"'
+    site.write_text(yaml.safe_dump(data))
+    return site
+
+
 class Run:
     """One job of the run: its attempts' records and its restart log."""
 

@@ -8,34 +8,21 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import ROOT, run_cli, wait_job
 
 from hpc.node.attempt import read
 from hpc.node.restart import read_log
 from slurm.requeue_checks import batch_log, submit, wait_for
-from slurm.spare_checks import Run, hook_fault, row, spare_site
+from slurm.spare_checks import Run, hook_fault, row, spare_site, spare_site_with_smi
 
 pytestmark = pytest.mark.slurm
-
-SMI = ROOT / "tests" / "unit" / "data" / "nvidia-smi"
 
 
 def flagged_smi_site(tmp_path: Path) -> tuple[Path, Path]:
     """The spare profile with a fake nvidia-smi: the faulty recording on a node with a file in the returned folder."""
-    flags, bin_dir = tmp_path / "bad-gpus", tmp_path / "bin"
+    flags = tmp_path / "bad-gpus"
     flags.mkdir()
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(
-        f'#!/bin/bash\nif [ -e "{flags}/$SLURMD_NODENAME" ]; then cat {SMI / "h100-faulty.txt"}; '
-        f"else cat {SMI / 'h100-healthy.txt'}; fi\n"
-    )
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    site = spare_site(tmp_path)
-    data = yaml.safe_load(site.read_text())
-    data["environment"]["setup"] = f'export PATH={bin_dir}:"$PATH"'
-    site.write_text(yaml.safe_dump(data))
-    return site, flags
+    return spare_site_with_smi(tmp_path, f'-e "{flags}/$SLURMD_NODENAME"'), flags
 
 
 def test_the_trainers_gpu_and_nccl_errors_blame_a_node_only_when_its_gpus_fail(slurm, tmp_path, monkeypatch):

@@ -20,14 +20,22 @@ import sys
 import time
 
 import pytest
-import yaml
 from conftest import ROOT, run_cli, wait_job
 from train_helpers import free_port
 
 from hpc.node.attempt import read
 from hpc.node.restart import read_log
 from slurm.requeue_checks import assert_completed, assert_same_as_baseline, batch_log, restarts, submit, wait_for
-from slurm.spare_checks import Run, hook_fault, kill_in_save, kill_node, row, signal_rank, spare_site
+from slurm.spare_checks import (
+    Run,
+    hook_fault,
+    kill_in_save,
+    kill_node,
+    row,
+    signal_rank,
+    spare_site,
+    spare_site_with_smi,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -313,18 +321,7 @@ def test_with_no_healthy_spare_left_the_job_is_requeued_without_the_named_nodes(
 def test_a_node_failing_the_health_stage_is_left_out_and_the_ranks_start_on_the_others(slurm, tmp_path):
     """--preflight with a spare: the allocation's second node fails its GPU health check (a recorded nvidia-smi with
     an HBM fault); the ranks run on the two healthy nodes, with no requeue."""
-    smi = ROOT / "tests" / "unit" / "data" / "nvidia-smi"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(
-        f'#!/bin/bash\nif [ "$SLURM_NODEID" = 1 ]; then cat {smi / "h100-faulty.txt"}; '
-        f"else cat {smi / 'h100-healthy.txt'}; fi\n"
-    )
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    site = spare_site(tmp_path)
-    data = yaml.safe_load(site.read_text())
-    data["environment"]["setup"] = f'export PATH={bin_dir}:"$PATH"'
-    site.write_text(yaml.safe_dump(data))
+    site = spare_site_with_smi(tmp_path, '"$SLURM_NODEID" = 1')
     r = run_cli(
         "-m",
         "hpc.submit",
