@@ -4,10 +4,12 @@ instead of a hang, and a huge file one line instead of a long read."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Optional
 
@@ -47,11 +49,11 @@ def regular_file_problem(path: str | os.PathLike) -> str | None:
     return _kind(mode)
 
 
-def read_small(path: str | os.PathLike, limit: int = SMALL_BYTES) -> bytes:
-    """The bytes of ``path``, a regular file of at most ``limit`` bytes; NotASmallFile (one line naming the path) when
-    it
-    is another kind of file or larger. Checked before it is opened, and again on the descriptor (opened without
-    blocking, so a FIFO swapped in between is refused too). A missing file is FileNotFoundError, as for open()."""
+@contextlib.contextmanager
+def _regular_fd(path: str | os.PathLike) -> Iterator[tuple[int, os.stat_result]]:
+    """``path`` opened for reading without blocking, with its stat: NotASmallFile (one line naming the path) when it
+    is not a regular file, checked before it is opened and again on the descriptor (so a FIFO swapped in between is
+    refused too). A missing file is FileNotFoundError, as for open()."""
     problem = regular_file_problem(path)
     if problem is not None:
         raise NotASmallFile(f"{path} is {problem}, not a regular file")
@@ -66,12 +68,19 @@ def read_small(path: str | os.PathLike, limit: int = SMALL_BYTES) -> bytes:
         kind = _kind(st.st_mode)
         if kind is not None:
             raise NotASmallFile(f"{path} is {kind}, not a regular file")
+        yield fd, st
+    finally:
+        os.close(fd)
+
+
+def read_small(path: str | os.PathLike, limit: int = SMALL_BYTES) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes; NotASmallFile (one line naming the path) when
+    it is another kind of file or larger (`_regular_fd`'s checks). A missing file is FileNotFoundError."""
+    with _regular_fd(path) as (fd, st):
         if st.st_size > limit:
             raise NotASmallFile(f"{path} holds {st.st_size} bytes; at most {limit} are read")
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(limit + 1)
-    finally:
-        os.close(fd)
     if len(data) > limit:
         raise NotASmallFile(f"{path} holds more than {limit} bytes; at most {limit} are read")
     return data
@@ -80,27 +89,12 @@ def read_small(path: str | os.PathLike, limit: int = SMALL_BYTES) -> bytes:
 def read_range(path: str | os.PathLike, start: Optional[int], limit: int) -> tuple[bytes, int]:
     """At most ``limit`` bytes of the regular file ``path`` from byte ``start`` (None: its last ``limit`` bytes), and
     the offset they begin at: a log or a record file that grows without bound, read to a bound. NotASmallFile when it
-    is not a regular file (checked before it is opened and on the descriptor, as `read_small` does)."""
-    problem = regular_file_problem(path)
-    if problem is not None:
-        raise NotASmallFile(f"{path} is {problem}, not a regular file")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        if e.errno in (errno.ENXIO, errno.EISDIR):
-            raise NotASmallFile(f"{path} is not a regular file") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        kind = _kind(st.st_mode)
-        if kind is not None:
-            raise NotASmallFile(f"{path} is {kind}, not a regular file")
+    is not a regular file (`_regular_fd`'s checks)."""
+    with _regular_fd(path) as (fd, st):
         offset = max(0, st.st_size - limit) if start is None else min(start, st.st_size)
         os.lseek(fd, offset, os.SEEK_SET)
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(limit), offset
-    finally:
-        os.close(fd)
 
 
 def read_small_text(path: str | os.PathLike, limit: int = SMALL_BYTES) -> str:
