@@ -46,6 +46,15 @@ def wait_job(job_id: str, timeout: float = 300) -> str:
     raise TimeoutError(f"job {job_id} did not finish in {timeout} s")
 
 
+def run_seconds(job_id: str) -> int:
+    """How long an ended job ran, its time in the queue left out (the other worker's jobs may hold the nodes)."""
+    from hpc.slurm_query import scontrol_fields
+
+    days, _, clock = scontrol_fields(job_id)["RunTime"].rpartition("-")
+    h, m, s = (int(x) for x in clock.split(":"))
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + s
+
+
 GOLDEN = ROOT / "tests" / "golden"
 GOLDEN_WORKDIR, GOLDEN_PYTHON = "/home/alice/project", "/opt/venv/bin/python"
 

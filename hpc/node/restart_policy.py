@@ -108,11 +108,17 @@ def _rank_level(records: Records) -> list[dict]:
     return ranks if ranks else list(records.exits)
 
 
-def _missing_without_record(note: dict, records: Records) -> list[int]:
-    """The ranks a failed collective named missing that left no exit record (their processes gone with their
-    supervisors: the node's processes killed at once, or the node itself gone)."""
-    ended = {e.get("rank") for e in records.exits}
-    return [r for r in note.get("missing") or [] if r not in ended]
+def _gone(records: Records) -> list[int]:
+    """The ranks a failed collective named missing whose node left no sign of life (no rank of it left an exit
+    record or a collective note): their processes gone with their supervisors, the node's processes killed at once or
+    the node itself gone. A rank named missing beside a rank of its node that answered was only slower to fail."""
+    where = _where(records)
+    alive = {n["rank"] for n in records.notes} | {e.get("rank") for e in records.exits}
+    live_nodes = (
+        {where.get(r) for r in alive} | {e.get("node") for e in records.exits} | {n["node"] for n in records.notes}
+    )
+    named = {r for n in records.notes for r in n.get("missing") or []}
+    return sorted(r for r in named - alive if where.get(r) not in live_nodes)
 
 
 def _unreported(records: Records, world: int) -> list[int]:
@@ -121,10 +127,16 @@ def _unreported(records: Records, world: int) -> list[int]:
     return [r for r in range(world) if r not in seen]
 
 
-def _nodes_of(ranks: list[int], records: Records, note: Optional[dict] = None) -> tuple[str, ...]:
+def _where(records: Records) -> dict:
+    """Each rank's node: from the start records and the nodes a collective note lists."""
     where = {s.get("rank"): s.get("node") for s in records.starts if s.get("rank") is not None}
-    if note and note.get("nodes"):
-        where.update(enumerate(note["nodes"]))
+    for n in records.notes:
+        where.update(enumerate(n.get("nodes") or []))
+    return where
+
+
+def _nodes_of(ranks: list[int], records: Records) -> tuple[str, ...]:
+    where = _where(records)
     return tuple(sorted({where[r] for r in ranks if where.get(r)}))
 
 
@@ -191,7 +203,7 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
             missing = sorted({r for n in records.notes for r in n.get("missing") or []})
             if all(n.get("arrived") is None for n in records.notes):  # the store did not answer: who said nothing
                 missing = _unreported(records, world)
-            nodes = _nodes_of(missing, records, first)
+            nodes = _nodes_of(missing, records)
             if missing:
                 events.append(
                     Failure(
@@ -204,8 +216,8 @@ def judge(records: Records, stopped: bool, rc: Optional[int], world: int) -> Fai
                     )
                 )
         else:
-            gone = sorted({r for n in records.notes for r in _missing_without_record(n, records)})
-            nodes = _nodes_of(gone, records, first)
+            gone = _gone(records)
+            nodes = _nodes_of(gone, records)
             if gone:
                 events.append(
                     Failure(
@@ -284,7 +296,10 @@ def decisive(records: Records, world: int) -> bool:
     if not records.notes:
         return False
     seen = {n["rank"] for n in records.notes} | {e.get("rank") for e in exits}
-    seen |= {r for n in records.notes for r in n.get("missing") or []}
+    if any(n.get("failure") == "timeout" for n in records.notes):
+        seen |= {r for n in records.notes for r in n.get("missing") or []}  # stopped or hung: they will not report
+    else:
+        seen |= set(_gone(records))  # a peer ended: the missing on a live node are still failing
     return all(r in seen for r in range(world))
 
 

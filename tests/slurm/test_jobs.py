@@ -1,6 +1,7 @@
 """Users' own accelerate/torchrun scripts across 2 nodes, and hpc.jobs, on the real local cluster."""
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -157,7 +158,7 @@ def test_requeue_counts_as_restart_and_cancel(slurm, tmp_path):
     )
     job = sb.stdout.strip()
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 900  # the other worker's jobs may hold the nodes
         while (
             subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
             != "RUNNING"
@@ -228,7 +229,7 @@ def test_errors_are_one_line_exit_2(slurm, tmp_path, args, message):
 
 
 def test_jobs_commands_work_without_accounting_and_fail_fast_without_slurm(slurm, tmp_path):
-    """slurmdbd down: status, logs, list and cancel answer from slurmctld; slurmctld unreachable: one line in
+    """slurmdbd out of reach: status, logs, list and cancel answer from slurmctld; slurmctld unreachable: one line in
     seconds."""
     sleeper = tmp_path / "sleeper.py"
     sleeper.write_text("import time\nprint('sleeper up', flush=True)\ntime.sleep(120)\n")
@@ -249,37 +250,29 @@ def test_jobs_commands_work_without_accounting_and_fail_fast_without_slurm(slurm
     )
     assert r.returncode == 0, r.stderr
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
-    pid_file = Path(slurm["SLURM_CONF"]).parent.parent / "run" / "slurmdbd.pid"
-    subprocess.run(["kill", pid_file.read_text().strip()], check=True)
-    try:
-        deadline = time.time() + 30
-        while subprocess.run(["sacct", "-n", "-X", "-j", job], capture_output=True).returncode == 0:
-            assert time.time() < deadline, "slurmdbd did not stop"
-            time.sleep(0.5)
-        log = tmp_path / "jobs" / "no-acct" / f"{job}_0_log.out"
-        while "sleeper up" not in (log.read_text() if log.exists() else ""):
-            assert time.time() < deadline + 60, "the job did not start"
-            time.sleep(0.5)
-        status = run_cli("-m", "hpc.jobs", "status", job, cwd=tmp_path)
-        assert status.returncode == 0 and f"job {job} (no-acct): RUNNING" in status.stdout, (
-            status.stdout + status.stderr
-        )
-        logs = run_cli("-m", "hpc.jobs", "logs", job, cwd=tmp_path)
-        assert logs.returncode == 0 and "sleeper up" in logs.stdout, logs.stderr
-        listed = run_cli("-m", "hpc.jobs", "list", cwd=tmp_path)
-        assert listed.returncode == 0 and re.search(rf"^{job}\s+no-acct\s+RUNNING", listed.stdout, re.M), (
-            listed.stdout + listed.stderr
-        )
-        assert "sacct" in listed.stderr  # says that accounting did not answer
-        cancel = run_cli("-m", "hpc.jobs", "cancel", job, cwd=tmp_path)
-        assert cancel.returncode == 0, cancel.stderr
-        assert wait_job(job, timeout=60) == "CANCELLED"
-    finally:
-        subprocess.run(["slurmdbd"], check=True)
-        deadline = time.time() + 60
-        while subprocess.run(["sacct", "-n", "-X", "-j", job], capture_output=True).returncode != 0:
-            assert time.time() < deadline, "slurmdbd did not come back"
-            time.sleep(0.5)
+    conf = Path(slurm["SLURM_CONF"]).read_text()
+    # accounting out of reach for this test's commands alone: the other tests' jobs keep slurmdbd
+    no_acct = tmp_path / "no-acct.conf"
+    no_acct.write_text(re.sub(r"(?m)^AccountingStoragePort=.*$", "AccountingStoragePort=6999", conf))
+    env = {"SLURM_CONF": str(no_acct)}
+    assert subprocess.run(["sacct", "-n", "-X", "-j", job], capture_output=True, env={**os.environ, **env}).returncode
+    log = tmp_path / "jobs" / "no-acct" / f"{job}_0_log.out"
+    deadline = time.time() + 900  # the other worker's jobs may hold the nodes
+    while "sleeper up" not in (log.read_text() if log.exists() else ""):
+        assert time.time() < deadline, "the job did not start"
+        time.sleep(0.5)
+    status = run_cli("-m", "hpc.jobs", "status", job, cwd=tmp_path, env=env)
+    assert status.returncode == 0 and f"job {job} (no-acct): RUNNING" in status.stdout, status.stdout + status.stderr
+    logs = run_cli("-m", "hpc.jobs", "logs", job, cwd=tmp_path, env=env)
+    assert logs.returncode == 0 and "sleeper up" in logs.stdout, logs.stderr
+    listed = run_cli("-m", "hpc.jobs", "list", cwd=tmp_path, env=env)
+    assert listed.returncode == 0 and re.search(rf"^{job}\s+no-acct\s+RUNNING", listed.stdout, re.M), (
+        listed.stdout + listed.stderr
+    )
+    assert "sacct" in listed.stderr  # says that accounting did not answer
+    cancel = run_cli("-m", "hpc.jobs", "cancel", job, cwd=tmp_path, env=env)
+    assert cancel.returncode == 0, cancel.stderr
+    assert wait_job(job, timeout=60) == "CANCELLED"
     dead = tmp_path / "dead.conf"
     dead.write_text(re.sub(r"(?m)^SlurmctldPort=.*$", "SlurmctldPort=6999", Path(slurm["SLURM_CONF"]).read_text()))
     t0 = time.time()

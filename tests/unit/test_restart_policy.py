@@ -122,6 +122,17 @@ def test_a_nodes_ranks_gone_without_records_name_the_node():
     assert (f.kind, f.nodes) == (Kind.VANISHED, ("n2",)) and f.what.startswith("ranks 2, 3 on n2 ended after step 12")
 
 
+def test_a_rank_slower_to_fail_beside_an_answering_rank_of_its_node_is_not_gone():
+    # n2's processes killed at once; rank 0 saw the connections close and named ranks 1-3 missing, since rank 1 (on
+    # n1, alive) had not failed yet: only n2 vanished, and the records do not decide until rank 1 is heard from
+    early = records(notes=[note(0, "peer ended", [1, 2, 3], 10.0)])
+    assert not decisive(early, 4)
+    assert (judge(early, False, None, 4).kind, judge(early, False, None, 4).nodes) == (Kind.VANISHED, ("n2",))
+    late = records(notes=[note(0, "peer ended", [1, 2, 3], 10.0), note(1, "peer ended", [2, 3], 12.0)])
+    assert decisive(late, 4)
+    assert judge(late, False, None, 4).nodes == ("n2",)
+
+
 def test_a_failure_that_names_nobody_is_unknown():
     f = judge(records(), False, 1, 4)
     assert (f.kind, f.nodes, f.rc) == (Kind.UNKNOWN, (), 1)
