@@ -58,7 +58,8 @@ rc=0
 run_tier() {  # run_tier TIER [pytest args...]: one tier on TEST_WORKERS workers, its wall time to $times/walls
   local name=$1 t0=$SECONDS
   shift
-  .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile "tests/$name" --junitxml="$times/$name.xml" "$@" \
+  .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "tests/$name" \
+    --junitxml="$times/$name.xml" "$@" \
     || { [ $? -eq 5 ] || rc=1; }  # 5: no test selected (a -k that matches another tier only)
   echo "$name $((SECONDS - t0))" >>"$times/walls"
 }
