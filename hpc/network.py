@@ -76,6 +76,11 @@ class Network(Strict):
         description="efa with a plugin older than 1.7 or libfabric older than 1.18 (network.versions): "
         "FI_EFA_USE_DEVICE_RDMA=1 (p4d, p5 and newer; false for p3dn)",
     )
+    slingshot_set: Literal["cscs", "site"] = Field(
+        "cscs",
+        description="slingshot: the CXI and NCCL settings exported, CSCS's published set (docs/network.md) or "
+        "the site's own whole set in extra_env (HPE's, Isambard-AI's), with none of the preset's",
+    )
     versions: FabricVersions = Field(
         FabricVersions(),
         description="efa, slingshot: the aws-ofi-nccl, libfabric and NCCL versions the site runs; the preset sets "
@@ -98,6 +103,8 @@ class Network(Strict):
             )
         if self.fabric != "efa" and "efa_device_rdma" in self.model_fields_set:
             raise ValueError(f"efa_device_rdma is for fabric efa, not {self.fabric}")
+        if self.fabric != "slingshot" and "slingshot_set" in self.model_fields_set:
+            raise ValueError(f"slingshot_set is for fabric slingshot, not {self.fabric}")
         if self.fabric not in ("efa", "slingshot") and "versions" in self.model_fields_set:
             raise ValueError(f"versions are the libfabric plugin's of fabric efa or slingshot, not of {self.fabric}")
         return self
@@ -190,9 +197,9 @@ def libfabric_settings(net: Network) -> Settings:
     """efa and slingshot: the aws-ofi-nccl plugin named (NCCL_NET, so NCCL fails rather than falling back to sockets)
     and its library; libfabric's provider (and on efa device RDMA) only for a declared plugin older than 1.7 or
     libfabric older than 1.18, else the minimums the node check holds each node to (FABRIC_MIN_VAR, empty for the
-    older ones); on slingshot the provider's settings, LL128 off unless the declared NCCL is older than 2.27. The
-    fabric owns FI_PROVIDER, NCCL_PROTO and NCCL's IB variables where it leaves them unset. [] for the other
-    fabrics."""
+    older ones); on slingshot CSCS's set, LL128 off unless the declared NCCL is older than 2.27 (``slingshot_set:
+    site``: none of it, the site's own set in extra_env). The fabric owns FI_PROVIDER, NCCL_PROTO (under CSCS's set)
+    and NCCL's IB variables where it leaves them unset. [] for the other fabrics."""
     if net.fabric not in PROVIDERS:
         return []
     fabric, old = f"network.fabric {net.fabric}", needs_fi_env(net.versions)
@@ -210,7 +217,7 @@ def libfabric_settings(net: Network) -> Settings:
     if net.fabric == "efa":
         out.append(("network.efa_device_rdma", {EFA_RDMA_VAR: "1" if old and net.efa_device_rdma else None}))
     out.append((fabric, {FABRIC_MIN_VAR: "" if old else format_minimums(NO_FI_ENV_FROM)}))
-    if net.fabric == "slingshot":
+    if net.fabric == "slingshot" and net.slingshot_set == "cscs":
         nccl = declared(net.versions.nccl)
         ll128_off = nccl is None or not older(nccl, SLINGSHOT_NO_LL128_FROM)
         out.append((fabric, {**SLINGSHOT_ENV, NCCL_PROTO_VAR: NO_LL128 if ll128_off else None}))

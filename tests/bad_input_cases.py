@@ -1392,6 +1392,8 @@ def site_form_cases() -> list[Case]:
         ("plugin-newline", {**efa, N + "nccl_net_plugin": "ofi\n"}, "nccl_net_plugin"),
         ("rdma-on-slingshot", {N + "fabric": "slingshot", N + "efa_device_rdma": False}, "efa_device_rdma"),
         ("rdma-string", {**efa, N + "efa_device_rdma": "yes"}, "efa_device_rdma"),
+        ("set-on-efa", {**efa, N + "slingshot_set": "site"}, "slingshot_set"),
+        ("set-unknown", {N + "fabric": "slingshot", N + "slingshot_set": "hpe"}, "slingshot_set"),
         ("fabric-tcp", {N + "fabric": "tcp"}, "fabric"),
     ):
         bad(f"net-{cid}", site_yaml(**extra), names)

@@ -119,12 +119,25 @@ def test_slingshot_preset_is_cscs_set_with_ll128_off_from_nccl_2_27(tmp_path):
     assert env_of(profile(tmp_path, "slingshot-gh200", versions={"aws_ofi_nccl": "1.6.0"}))["FI_PROVIDER"] == "cxi"
 
 
+def test_a_slingshot_site_on_its_own_set_exports_it_and_none_of_cscs(tmp_path):
+    hpe = {"FI_CXI_DEFAULT_TX_SIZE": "2048", "FI_CXI_RX_MATCH_MODE": "hybrid", "FI_CXI_RDZV_PROTO": "alt_read"}
+    with pytest.raises(SiteError) as e:  # the preset owns its values: changing one alone is refused
+        load_site(str(profile(tmp_path, "slingshot-gh200", extra_env=hpe)))
+    assert "FI_CXI_DEFAULT_TX_SIZE" in str(e.value) and "\n" not in str(e.value), e.value
+    env = env_of(profile(tmp_path, "slingshot-gh200", slingshot_set="site", extra_env=hpe))
+    assert {k: env[k] for k in hpe} == hpe
+    assert not {"FI_CXI_DEFAULT_CQ_SIZE", "FI_MR_CACHE_MONITOR", "NCCL_PROTO", "NCCL_CROSS_NIC"} & env.keys()
+    assert env["NCCL_NET"] and FABRIC_MIN_VAR in env  # the fabric's own settings stay
+
+
 @pytest.mark.parametrize(
     "name, network, message",
     [
         ("local", {"versions": {"nccl": "2.21.5"}}, "network: versions are the libfabric plugin's of fabric efa"),
         ("aws-p5-efa", {"versions": {"nccl": "two"}}, "network.versions.nccl: String should match pattern"),
         ("aws-p5-efa", {"versions": {"ncl": "2.21.5"}}, "network.versions.ncl: unknown key"),
+        ("aws-p5-efa", {"slingshot_set": "site"}, "network: slingshot_set is for fabric slingshot, not efa"),
+        ("slingshot-gh200", {"slingshot_set": "hpe"}, "network.slingshot_set: Input should be 'cscs' or 'site'"),
     ],
 )
 def test_bad_versions_are_one_line(tmp_path, name, network, message):
