@@ -1288,6 +1288,18 @@ def message_cases() -> list[Case]:
         )
     ):
         c.append(Case(f"msg-preflight-{i}", "hpc.preflight", ["--site", "local", *args], message))
+    # a partition without GPUs (gpu_request: none) has nothing for the GPU health checks, before anything is submitted
+    cpu = ["--site", str(ROOT / "tests" / "sites" / "local-forms.yaml"), "--partition", "cpu", "--nodes", "1"]
+    why = (
+        "partition cpu of site local-forms has no GPUs (gpu_request: none); the GPU health checks need a GPU "
+        "partition: debug, low"
+    )
+    c.append(Case("msg-preflight-cpu-partition", "hpc.preflight", cpu, f"--partition: {why}"))
+    c.append(
+        Case(
+            "msg-submit-preflight-cpu", SUBMIT, [*cpu, "--preflight", "--dry-run", *RANK], f"--preflight: {why}", SCRIPT
+        )
+    )
     # the trainer's layout, from the environment torchrun gives rank 1, before any process group
     for i, (world, local, local_rank, overrides, message) in enumerate(
         (
