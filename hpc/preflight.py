@@ -37,7 +37,7 @@ from hpc.node.launch import PROG as LAUNCH_PROG
 from hpc.node.ownership import run_dir_name
 from hpc.site import load_site
 from hpc.slurm_query import JobError, run_slurm
-from hpc.spec import SpecError, add_allocation_args, build_spec, site_path
+from hpc.spec import SpecError, add_allocation_args, build_spec, check_gpu_partition, site_path
 from hpc.submitter import follow, submit
 
 PROG = "hpc.preflight"
@@ -282,6 +282,7 @@ def run(argv: Optional[Sequence[str]]) -> int:
         exclude=a.exclude,
         spare_nodes=0,
     )  # every node measured: a profile's spares are for training jobs
+    check_gpu_partition(site, spec.partition, "--partition")
     health = ["--gpus", str(spec.gpus_per_node)]  # the node program's GPU checks, against the partition's rates
     for flag, v in (("--matmul-tflops", spec.partition.matmul_tflops), ("--copy-gbps", spec.partition.copy_gbps)):
         health += [flag, f"{v:g}"] if v else []

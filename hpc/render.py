@@ -194,7 +194,7 @@ def health_argv(spec: JobSpec) -> list[str]:
         argv += [*spec.container.srun_options(spec.places), PYXIS_NAME]
     elif spec.container:
         argv += spec.container.prefix(spec.places)
-    argv += [spec.command[0], "-u", "-m", HEALTH_MODULE, "--gpus", str(spec.gpus_per_node)]
+    argv += [spec.command[0], "-u", "-m", HEALTH_MODULE, "--gpus", str(spec.health_gpus)]
     for flag, value in (("--matmul-tflops", part.matmul_tflops), ("--copy-gbps", part.copy_gbps)):
         argv += [flag, f"{value:g}"] if value else []
     return argv
@@ -222,7 +222,7 @@ def restart_argv(spec: JobSpec) -> list[str]:
         "--max-restarts-per-node",
         str(r.max_restarts_per_node),
         "--gpus-per-node",
-        str(spec.gpus_per_node),
+        str(spec.health_gpus),
     ]
 
 

@@ -112,6 +112,11 @@ class JobSpec:
         return self.container.python if self.container and not self.container.wrapped else self.python
 
     @property
+    def health_gpus(self) -> int:
+        """GPUs per node the GPU health checks expect: the job's, none on a CPU partition (gpu_request: none)."""
+        return 0 if self.partition.gpu_request == "none" else self.gpus_per_node
+
+    @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
@@ -293,6 +298,16 @@ def check_rank_command(spec: JobSpec, cfg: Optional[TrainConfig] = None) -> None
             raise SpecError(f"-m {cmd[3]}: no such module for {cmd[0]} (run from {spec.workdir})")
 
 
+def check_gpu_partition(site: SiteProfile, part: Partition, flag: str) -> None:
+    """A SpecError naming ``flag`` when ``part`` has no GPUs: the GPU health checks need a GPU partition."""
+    if part.gpu_request == "none":
+        gpu = [p.name for p in site.partitions if p.gpu_request != "none"]
+        raise SpecError(
+            f"{flag}: partition {part.name} of site {site.name} has no GPUs (gpu_request: none); the GPU health checks "
+            f"need a GPU partition: {', '.join(gpu) if gpu else 'the site has none'}"
+        )
+
+
 def build_spec(
     site: SiteProfile,
     nodes: int,
@@ -339,6 +354,8 @@ def build_spec(
     gpus = part.gpus_per_node if gpus_per_node is None else gpus_per_node
     if not 1 <= gpus <= part.gpus_per_node:
         raise SpecError(f"--gpus-per-node {gpus}: partition {part.name} allows 1 to {part.gpus_per_node}")
+    if preflight:
+        check_gpu_partition(site, part, "--preflight")
     launch = get_launcher(launcher)
     if part.gpu_bind and not launch.per_node:
         try:

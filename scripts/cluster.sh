@@ -12,7 +12,7 @@
 #   /usr/sbin/slurmstepd, so a job's inner srun is the cluster's version whatever its PATH.
 # Settings (environment): LAB=/tmp/hpc-slurm  NNODES=4  CPUS=2 (per node)
 #   GPUS=2 (fake gres/gpu per node: --gpus-per-node and CUDA_VISIBLE_DEVICES behave
-#   as on a GPU cluster; the devices are /dev/null clones, there is no CUDA)
+#   as on a GPU cluster; the devices are /dev/null clones, there is no CUDA and no NVIDIA driver)
 #   NNODES8=2 (nodes after n1..nN, in partition gpu8 only, with 8 fake GPUs and 8 CPUs
 #   each: the CPUs are oversubscribed, for rank wiring with stub ranks; 0: none)
 #   ACCT=1 (MariaDB + slurmdbd, so sacct and submitit's state polling are real)
@@ -26,6 +26,9 @@
 # Partitions: debug (default), low (preemptible, GraceTime 20 s), high (preempts low), cpu, all on n1..nN; only low's
 # jobs are ever preempted, so a test that preempts its own low job leaves the others' jobs running. gpu8: the 8-GPU
 # nodes.
+# nvidia-smi on the GPU nodes is a TEST FAKE (scripts/fake_nvidia_smi.sh, copied to $LAB/nvidia-smi with the recordings
+#   of tests/unit/data/nvidia-smi): each node's mount namespace has it as /usr/bin/nvidia-smi (an overlay; this host has
+#   none), answering `nvidia-smi -q` with a recording of the node's GPUs, so the GPU health checks run as on a real node.
 # Clients need SLURM_CONF=$LAB/etc/slurm.conf, and with --slurm 24.11/26.05 PATH=$LAB/bin:$PATH (both in $LAB/env.sh).
 set -euo pipefail
 # The daemons started here outlive this script: they must not inherit its caller's descriptors (a lock held around
@@ -102,6 +105,26 @@ node_mounts() {
     [ "$name" = slurmstepd ] && target=/usr/sbin/$name
     [ -e "$target" ] && printf 'mount --bind %q %q && ' "$LAB/bin/$name" "$target"
   done
+  return 0
+}
+
+fake_smi() {  # $LAB/nvidia-smi: the test fake of nvidia-smi, its recordings, and a wrapper per node size (gpus-N/)
+  local src n
+  src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  rm -rf "$LAB/nvidia-smi"
+  mkdir -p "$LAB/nvidia-smi"
+  cp "$src/scripts/fake_nvidia_smi.sh" "$src"/tests/unit/data/nvidia-smi/*.txt "$LAB/nvidia-smi/"
+  for n in $GPUS $GPUS8; do
+    [ "$n" -gt 0 ] || continue
+    mkdir -p "$LAB/nvidia-smi/gpus-$n"
+    printf '#!/bin/sh\n# scripts/cluster.sh: nvidia-smi of a node of %s fake GPUs, a test fake\nFAKE_NVIDIA_SMI_GPUS=%s FAKE_NVIDIA_SMI_RECORDINGS=%q exec %q "$@"\n' \
+      "$n" "$n" "$LAB/nvidia-smi" "$LAB/nvidia-smi/fake_nvidia_smi.sh" >"$LAB/nvidia-smi/gpus-$n/nvidia-smi"
+    chmod 755 "$LAB/nvidia-smi/gpus-$n/nvidia-smi"
+  done
+}
+
+smi_mount() {  # $1: the node's GPUs; a GPU node's /usr/bin with the fake nvidia-smi over it (a shell prefix, or none)
+  [ "$1" -gt 0 ] && printf 'mount -t overlay fake-nvidia-smi -o lowerdir=%q:/usr/bin /usr/bin && ' "$LAB/nvidia-smi/gpus-$1"
   return 0
 }
 
@@ -253,7 +276,7 @@ CONF
 }
 
 up() {
-  local version=22.05 mounts
+  local version=22.05 mounts smi
   while [ $# -gt 0 ]; do
     case "$1" in
       --slurm) [ $# -ge 2 ] || { echo "cluster.sh: --slurm needs a version: 22.05, 24.11, 26.05" >&2; exit 2; }
@@ -276,6 +299,7 @@ up() {
   chmod 755 "$LAB" "$LAB/munge"
   for i in $(seq 1 "$ALL"); do mkdir -p "$LAB/spool/n$i"; done
   start_munge
+  fake_smi
   if [ "$MODE" = netns ]; then
     ip link add "$BRIDGE" type bridge
     ip addr add "$NET.1/24" dev "$BRIDGE"
@@ -312,13 +336,14 @@ up() {
   for _ in $(seq 1 50); do [ -s "$LAB/run/slurmctld.pid" ] && break; sleep 0.1; done
   ts "slurmctld up"
   for i in $(seq 1 "$ALL"); do
+    smi=$(smi_mount "$([ "$i" -le "$NNODES" ] && echo "$GPUS" || echo "$GPUS8")")
     if [ "$MODE" = netns ]; then
       # nsenter, not "ip netns exec": that remounts /sys and slurmd loses /sys/fs/cgroup
       nsenter --net="/run/netns/$NETNS-n$i" unshare --uts --mount --propagation private sh -c \
-        "hostname n$i && mount --bind '$LAB/etc/hosts' /etc/hosts && $mounts exec slurmd -f '$SLURM_CONF' -N n$i"
+        "hostname n$i && mount --bind '$LAB/etc/hosts' /etc/hosts && $smi $mounts exec slurmd -f '$SLURM_CONF' -N n$i"
     else
       unshare --mount --propagation private sh -c \
-        "mount --bind '$LAB/etc/hosts' /etc/hosts && $mounts exec slurmd -f '$SLURM_CONF' -N n$i"
+        "mount --bind '$LAB/etc/hosts' /etc/hosts && $smi $mounts exec slurmd -f '$SLURM_CONF' -N n$i"
     fi
   done
   for _ in $(seq 1 150); do
@@ -328,7 +353,8 @@ up() {
     sinfo >&2; echo "cluster.sh: nodes did not become idle; see $LAB/log" >&2; exit 1
   fi
   ts "up: Slurm $SLURM_VERSION, $NNODES nodes ($MODE, $GPUS fake GPUs and $CPUS CPUs each, accounting=$ACCT) +" \
-    "$NNODES8 in gpu8 ($GPUS8 fake GPUs and $GPUS8 CPUs each). Clients: source $LAB/env.sh"
+    "$NNODES8 in gpu8 ($GPUS8 fake GPUs and $GPUS8 CPUs each); nvidia-smi on the nodes: the test fake. Clients:" \
+    "source $LAB/env.sh"
 }
 
 case "${1:-}" in

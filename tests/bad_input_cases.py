@@ -1288,6 +1288,18 @@ def message_cases() -> list[Case]:
         )
     ):
         c.append(Case(f"msg-preflight-{i}", "hpc.preflight", ["--site", "local", *args], message))
+    # a partition without GPUs (gpu_request: none) has nothing for the GPU health checks, before anything is submitted
+    cpu = ["--site", str(ROOT / "tests" / "sites" / "local-forms.yaml"), "--partition", "cpu", "--nodes", "1"]
+    why = (
+        "partition cpu of site local-forms has no GPUs (gpu_request: none); the GPU health checks need a GPU "
+        "partition: debug, low"
+    )
+    c.append(Case("msg-preflight-cpu-partition", "hpc.preflight", cpu, f"--partition: {why}"))
+    c.append(
+        Case(
+            "msg-submit-preflight-cpu", SUBMIT, [*cpu, "--preflight", "--dry-run", *RANK], f"--preflight: {why}", SCRIPT
+        )
+    )
     # the trainer's layout, from the environment torchrun gives rank 1, before any process group
     for i, (world, local, local_rank, overrides, message) in enumerate(
         (
@@ -1695,44 +1707,31 @@ def feature_key_cases() -> list[Case]:
 
 def health_cases() -> list[Case]:
     c: list[Case] = []
-    healthy = str(ROOT / "tests" / "unit" / "data" / "nvidia-smi" / "h100-healthy.txt")
-    base = ["--nvidia-smi-q", healthy]
     for flag, whole_only, over in (
         ("--gpus", True, "2000"),
         ("--matmul-tflops", False, "1e7"),
         ("--copy-gbps", False, "1e7"),
         ("--min-fraction", False, "1.5"),
     ):
-        values = {**(BAD_WHOLE if whole_only else BAD_NUMBERS), "zero": "0", "over": over}
-        before = base if flag == "--gpus" else [*base, "--gpus", "8"]
+        values = {**(BAD_WHOLE if whole_only else BAD_NUMBERS), "over": over}
+        if flag != "--gpus":  # --gpus 0: a CPU partition
+            values["zero"] = "0"
+        before = [] if flag == "--gpus" else ["--gpus", "8"]
         for vid, value in values.items():
             c.append(Case(f"health-{flag.strip('-')}-{vid}", "hpc.node.health", [*before, flag, value], flag))
-    smi = ["--gpus", "8", "--nvidia-smi-q"]
-    for cid, path, files, names in (
-        ("empty", "", {}, "--nvidia-smi-q"),
-        ("space", " ", {}, "--nvidia-smi-q"),
-        ("fifo", "{T}/smi.txt", {"smi.txt": FIFO}, "FIFO"),
-        ("dir", "{T}/smi", {"smi/x": ""}, "directory"),
-        ("missing", "{T}/nosuch.txt", {}, "nosuch.txt"),
-        ("binary", "{T}/smi.txt", {"smi.txt": b"\xff\xfe"}, "UTF-8"),
-        ("nul", "a\0b", {}, "--nvidia-smi-q"),
-    ):
-        c.append(Case(f"health-smi-{cid}", "hpc.node.health", [*smi, path], names, files=files))
     for cid, path, files in (
         ("empty", "", {}),
         ("space", "  ", {}),
         ("under-file", "{T}/afile/marks", {"afile": "x"}),
         ("nul", "m\0", {}),
     ):
-        c.append(
-            Case(f"health-mark-{cid}", "hpc.node.health", [*base, "--gpus", "8", "--mark", path], "--mark", files=files)
-        )
+        c.append(Case(f"health-mark-{cid}", "hpc.node.health", ["--gpus", "8", "--mark", path], "--mark", files=files))
     c += [
-        Case("health-gpus-twice", "hpc.node.health", [*base, "--gpus", "8", "--gpus", "4"], "--gpus"),
-        Case("health-smi-twice", "hpc.node.health", [*base, *base, "--gpus", "8"], "--nvidia-smi-q"),
-        Case("health-no-gpus", "hpc.node.health", base, "--gpus"),
-        Case("health-unknown-flag", "hpc.node.health", [*base, "--gpus", "8", "--fraction", "0.5"], "--fraction"),
-        Case("health-ok-recording", "hpc.node.health", [*base, "--gpus", "8"], expect="ok"),
+        Case("health-gpus-twice", "hpc.node.health", ["--gpus", "8", "--gpus", "4"], "--gpus"),
+        Case("health-no-gpus", "hpc.node.health", [], "--gpus"),
+        Case("health-unknown-flag", "hpc.node.health", ["--gpus", "8", "--fraction", "0.5"], "--fraction"),
+        Case("health-no-recording", "hpc.node.health", ["--gpus", "8", "--nvidia-smi-q", "a.txt"], "--nvidia-smi-q"),
+        Case("health-ok-cpu-partition", "hpc.node.health", ["--gpus", "0"], expect="ok"),  # nvidia-smi not asked
     ]
     return c
 

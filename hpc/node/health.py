@@ -1,34 +1,31 @@
 """A node's GPU health, checked before training: one task per node runs
 
-    python -m hpc.node.health --gpus G [--matmul-tflops T] [--copy-gbps B] [--min-fraction F] [--nvidia-smi-q FILE]
-    [--mark DIR]
+    python -m hpc.node.health --gpus G [--matmul-tflops T] [--copy-gbps B] [--min-fraction F] [--mark DIR]
 
-Checks: the GPU count against the partition's; from ``nvidia-smi -q``: uncorrectable ECC
-errors, pages pending retirement, rows pending remapping or a remapping failure, hardware or
-thermal slowdown, application clocks or a power cap set below the defaults; a short bf16
-matmul (TFLOP/s) and a device copy (GB/s) on every GPU against the profile's expectation;
-``dcgmi diag -r 1`` where dcgmi exists. On a node without NVIDIA's driver it checks what
-exists there: the GPUs Slurm granted, and a CPU matmul and memory copy (reported, not judged).
+Checks, where the partition has GPUs (G > 0): from ``nvidia-smi -q``: the GPU count against the partition's,
+uncorrectable ECC errors, pages pending retirement, rows pending remapping or a remapping failure, hardware or
+thermal slowdown, application clocks or a power cap set below the defaults (a node whose nvidia-smi is missing or
+fails is not healthy: no driver answers for its GPUs); a short bf16 matmul (TFLOP/s) and a device copy (GB/s) on
+every GPU against the profile's expectation; ``dcgmi diag -r 1`` where dcgmi exists. With G = 0 (a CPU partition)
+nvidia-smi is not asked. Without CUDA in torch the matmul and copy run on the CPU (reported, not judged).
 One line per finding, ``[health] NODE ...``; exit 0: healthy, 1: a check failed (the node is named).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional, Union
 
-from hpc.node.cli import HpcError, Parser, fail, number, path_text, whole
+from hpc.node.cli import Parser, number, path_text, whole
 from hpc.node.contract import EXIT_FAILED, HEALTH_MODULE, MAX_GPUS_PER_NODE
-from hpc.node.files import META_BYTES, read_small_text
 from hpc.node.slurm_env import node_name
-from hpc.node.tool import run_tool
+from hpc.node.tool import ToolMissing, ToolTimeout, run_tool
 
 PROG = HEALTH_MODULE
 DEFAULT_MIN_FRACTION = 0.8  # a GPU below this fraction of the profile's matmul or copy rate fails
@@ -155,12 +152,6 @@ def check_smi(text: str, expected_gpus: int) -> list[Finding]:
     return [count] + [f for g in gpus for f in check_gpu(g)]
 
 
-def granted_gpus(environ) -> Optional[list[str]]:
-    """The GPUs Slurm granted this step or job (None outside one)."""
-    ids = environ.get("SLURM_STEP_GPUS") or environ.get("SLURM_JOB_GPUS") or environ.get("CUDA_VISIBLE_DEVICES")
-    return [i for i in ids.split(",") if i] if ids else None
-
-
 def bench(device, matmul_n: int, copy_bytes: int, iters: int) -> tuple[float, float]:
     """(TFLOP/s of an n x n matmul, GB/s read plus written by a device copy) on one device."""
     import torch
@@ -229,45 +220,48 @@ def check_dcgm() -> list[Finding]:
     return [Finding("dcgm", True, "dcgmi diag -r 1 passed")]
 
 
+@dataclass(frozen=True)
+class NoSmi:
+    """Why this node gave no ``nvidia-smi -q`` output."""
+
+    why: str
+
+
+def read_smi() -> Union[str, NoSmi]:
+    """This node's ``nvidia-smi -q`` output, or why there is none (not on PATH, timed out, failed)."""
+    try:
+        r = run_tool(["nvidia-smi", "-q"], NVIDIA_SMI_TIMEOUT_S)
+    except ToolMissing:
+        return NoSmi("nvidia-smi is not on PATH (no NVIDIA driver)")
+    except ToolTimeout:
+        return NoSmi(f"nvidia-smi -q did not answer within {NVIDIA_SMI_TIMEOUT_S} s")
+    except OSError as e:
+        return NoSmi(f"nvidia-smi -q could not run ({e.strerror or e})")
+    if r.returncode != 0:
+        said = next((line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()), "no message")
+        return NoSmi(f"nvidia-smi -q failed with exit code {r.returncode}: {said}")
+    return r.stdout
+
+
+def smi_findings(gpus: int, smi: Callable[[], Union[str, NoSmi]]) -> list[Finding]:
+    """nvidia-smi's checks where the partition has GPUs; ``smi`` (asked only then) gives its output or why none."""
+    if gpus == 0:
+        return [Finding("node", True, "the partition has no GPUs: nvidia-smi not asked")]
+    answer = smi()
+    if isinstance(answer, NoSmi):
+        return [Finding("node", False, f"{answer.why}: the partition has {gpus} GPU(s) per node, none checked")]
+    return check_smi(answer, gpus)
+
+
 def node_findings(
     gpus: int,
-    smi_text: Optional[str],
     tflops: Optional[float],
     copy_gbps: Optional[float],
     fraction: float,
-    environ=os.environ,
+    smi: Callable[[], Union[str, NoSmi]] = read_smi,
 ) -> list[Finding]:
-    """Every check this node supports: nvidia-smi's (``smi_text``; None without the driver), performance, DCGM."""
-    if smi_text is not None:
-        found = check_smi(smi_text, gpus)
-    else:
-        granted = granted_gpus(environ)
-        found = [Finding("node", True, "no NVIDIA driver (nvidia-smi): no ECC, page, clock or power checks here")]
-        if granted is not None:
-            found.append(
-                Finding(
-                    "node", len(granted) >= gpus, f"{len(granted)} GPU(s) granted by Slurm; the partition has {gpus}"
-                )
-            )
-    return found + check_performance(gpus, tflops, copy_gbps, fraction) + check_dcgm()
-
-
-def read_smi(path: Optional[str]) -> Optional[str]:
-    """A recorded ``nvidia-smi -q`` (path: a regular file of bounded size, else an HpcError naming it), else this
-    node's, else None (no driver)."""
-    if path is not None:
-        try:
-            return read_small_text(path, META_BYTES)
-        except (OSError, ValueError) as e:
-            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).replace(f"{path} ", "it ")
-            raise HpcError(f"--nvidia-smi-q {path}: cannot read it ({why})") from None
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        r = run_tool(["nvidia-smi", "-q"], NVIDIA_SMI_TIMEOUT_S)
-    except OSError as e:
-        return f"nvidia-smi -q failed: {e}"
-    return r.stdout if r.returncode == 0 else f"nvidia-smi -q failed: {r.stderr.strip()}"
+    """Every check of this node: nvidia-smi's (``smi``), performance, DCGM."""
+    return smi_findings(gpus, smi) + check_performance(gpus, tflops, copy_gbps, fraction) + check_dcgm()
 
 
 def mark_dir(text: str) -> str:
@@ -281,7 +275,9 @@ def mark_dir(text: str) -> str:
 
 def main(argv=None) -> int:
     p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
-    p.add_argument("--gpus", type=whole(1, MAX_GPUS), required=True, help="GPUs the partition has per node")
+    p.add_argument(
+        "--gpus", type=whole(0, MAX_GPUS), required=True, help="GPUs the partition has per node (0: a CPU partition)"
+    )
     p.add_argument(
         "--matmul-tflops",
         type=number(0, MAX_RATE, lo_open=True),
@@ -297,24 +293,14 @@ def main(argv=None) -> int:
         help="fail below this fraction of an expectation",
     )
     p.add_argument(
-        "--nvidia-smi-q",
-        metavar="FILE",
-        type=path_text,
-        help="a recorded `nvidia-smi -q` output instead of this node's",
-    )
-    p.add_argument(
         "--mark",
         metavar="DIR",
         type=mark_dir,
         help="on failure, create DIR/NODE (the batch script requeues without NODE)",
     )
     a = p.parse_args(argv)
-    try:
-        smi = read_smi(a.nvidia_smi_q)
-    except HpcError as e:
-        fail(PROG, e)
     node = node_name()
-    found = node_findings(a.gpus, smi, a.matmul_tflops, a.copy_gbps, a.min_fraction)
+    found = node_findings(a.gpus, a.matmul_tflops, a.copy_gbps, a.min_fraction)
     for f in found:
         print(f.line(node), flush=True)
     failed = [f for f in found if not f.ok]

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from hpc.node.bandwidth import MAX_BYTES, MAX_ITERS, human_bytes, size_ladder, sweep
 from hpc.node.cli import Parser, number, path_text, whole
 from hpc.node.contract import LOCAL_RANK_VAR, NETWORK_VAR_PREFIXES, PREFLIGHT_RESULT
-from hpc.node.health import DEFAULT_MIN_FRACTION, node_findings, read_smi
+from hpc.node.health import DEFAULT_MIN_FRACTION, node_findings
 from hpc.node.launcher import local_cuda_index
 from hpc.node.netcheck import bound_every_group, check_node, dist_timeout_s, hca_ports, interfaces
 from hpc.node.slurm_env import node_name
@@ -58,9 +58,7 @@ def node_facts(a) -> dict:
         or os.environ.get("CUDA_VISIBLE_DEVICES"),
         "network_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(NETWORK_VAR_PREFIXES)},
         "selected": check_node(os.environ),
-        "health": [
-            asdict(f) for f in node_findings(a.gpus, read_smi(None), a.matmul_tflops, a.copy_gbps, a.health_fraction)
-        ],
+        "health": [asdict(f) for f in node_findings(a.gpus, a.matmul_tflops, a.copy_gbps, a.health_fraction)],
     }
 
 

@@ -532,9 +532,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--max-restarts-per-node", type=whole(1, MAX_COUNT), default=DEFAULT_MAX_RESTARTS_PER_NODE)
     p.add_argument(
         "--gpus-per-node",
-        type=whole(1, MAX_GPUS_PER_NODE),
+        type=whole(0, MAX_GPUS_PER_NODE),
         default=1,
-        help="GPUs a node's health check expects (a node fault)",
+        help="GPUs a node's health check expects (a node fault; 0: a CPU partition)",
     )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- srun [OPTIONS] PROGRAM [ARGS]")
     a = p.parse_args(argv)

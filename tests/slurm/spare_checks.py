@@ -14,6 +14,7 @@ from hpc.node.attempt import read
 from hpc.node.restart import read_log
 from slurm.requeue_checks import wait_for
 
+FAULTY_GPUS = "FAKE_NVIDIA_SMI_FAULTY_IF"  # scripts/fake_nvidia_smi.sh: where this command succeeds, faulty GPUs
 FAULT_LINE = re.compile(
     r"\[fault\] rank (\d+) on (\S+) \(pid \d+\) at ([\d.]+): HPC_TEST_FAULTS: (\S+) after step (\d+)"
 )
@@ -28,20 +29,12 @@ def spare_site(tmp_path: Path, **restart) -> Path:
     return path
 
 
-def spare_site_with_smi(tmp_path: Path, faulty_if: str) -> Path:
-    """``spare_site`` with a fake nvidia-smi first on the nodes' PATH: the recorded faulty GPUs where the bash test
-    ``faulty_if`` holds on the node, the healthy ones elsewhere."""
-    smi = ROOT / "tests" / "unit" / "data" / "nvidia-smi"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(
-        f"#!/bin/bash\nif [ {faulty_if} ]; then cat {smi / 'h100-faulty.txt'}; "
-        f"else cat {smi / 'h100-healthy.txt'}; fi\n"
-    )
-    (bin_dir / "nvidia-smi").chmod(0o755)
+def spare_site_with_faulty_gpus(tmp_path: Path, faulty_if: str) -> Path:
+    """``spare_site`` whose nodes' nvidia-smi (the cluster's test fake) prints the faulty recording where the bash
+    command ``faulty_if`` succeeds on the node, the healthy one elsewhere."""
     site = spare_site(tmp_path)
     data = yaml.safe_load(site.read_text())
-    data["environment"]["setup"] = f'export PATH={bin_dir}:"$PATH"'
+    data["environment"]["variables"][FAULTY_GPUS] = faulty_if
     site.write_text(yaml.safe_dump(data))
     return site
 

@@ -1,7 +1,7 @@
 """Faults by cause on the local cluster (hpc/node/fault_table.py): the exceptions PyTorch raises for a GPU's and
 NCCL's errors, built as torch builds them, in the trainer's ranks (HPC_TEST_FAULTS, train/faults.py) and in a user's
-script (tests/scripts/gpu_fault.py). A fake nvidia-smi on the nodes' PATH reports the faulty H100 recording for the
-nodes the test flags, the healthy one elsewhere, so the restart's GPU check of a node can fail or pass."""
+script (tests/scripts/gpu_fault.py). The cluster's test fake of nvidia-smi reports the faulty recording for the nodes
+the test flags, the healthy one elsewhere, so the restart's GPU check of a node can fail or pass."""
 
 import re
 import time
@@ -13,16 +13,16 @@ from conftest import ROOT, run_cli, wait_job
 from hpc.node.attempt import read
 from hpc.node.restart import read_log
 from slurm.requeue_checks import batch_log, submit, wait_for
-from slurm.spare_checks import Run, hook_fault, row, spare_site, spare_site_with_smi
+from slurm.spare_checks import Run, hook_fault, row, spare_site, spare_site_with_faulty_gpus
 
 pytestmark = pytest.mark.slurm
 
 
 def flagged_smi_site(tmp_path: Path) -> tuple[Path, Path]:
-    """The spare profile with a fake nvidia-smi: the faulty recording on a node with a file in the returned folder."""
+    """The spare profile with the faulty recording on a node with a file in the returned folder."""
     flags = tmp_path / "bad-gpus"
     flags.mkdir()
-    return spare_site_with_smi(tmp_path, f'-e "{flags}/$SLURMD_NODENAME"'), flags
+    return spare_site_with_faulty_gpus(tmp_path, f'[ -e "{flags}/$SLURMD_NODENAME" ]'), flags
 
 
 def test_the_trainers_gpu_and_nccl_errors_blame_a_node_only_when_its_gpus_fail(slurm, tmp_path, monkeypatch):

@@ -34,7 +34,7 @@ from slurm.spare_checks import (
     row,
     signal_rank,
     spare_site,
-    spare_site_with_smi,
+    spare_site_with_faulty_gpus,
 )
 
 pytestmark = pytest.mark.slurm
@@ -320,8 +320,8 @@ def test_with_no_healthy_spare_left_the_job_is_requeued_without_the_named_nodes(
 
 def test_a_node_failing_the_health_stage_is_left_out_and_the_ranks_start_on_the_others(slurm, tmp_path):
     """--preflight with a spare: the allocation's second node fails its GPU health check (a recorded nvidia-smi with
-    an HBM fault); the ranks run on the two healthy nodes, with no requeue."""
-    site = spare_site_with_smi(tmp_path, '"$SLURM_NODEID" = 1')
+    an ECC error and a failed row remapping); the ranks run on the two healthy nodes, with no requeue."""
+    site = spare_site_with_faulty_gpus(tmp_path, '[ "$SLURM_NODEID" = 1 ]')
     r = run_cli(
         "-m",
         "hpc.submit",
@@ -346,7 +346,7 @@ def test_a_node_failing_the_health_stage_is_left_out_and_the_ranks_start_on_the_
     job = re.search(r"submitted job (\d+)", r.stdout).group(1)
     log = batch_log(tmp_path / "jobs" / "health", job)
     assert r.returncode == 0, r.stdout + r.stderr + log
-    bad = re.search(r"\[health\] (\S+): FAILED 5 check\(s\)", log).group(1)
+    bad = re.search(r"\[health\] (\S+): FAILED 3 check\(s\)", log).group(1)
     assert "[job] preflight: a node failed its health check; the ranks start on the others if 2 are left" in log
     assert f"[restart] {bad} failed the health check: left out of job {job}" in log
     ranks = [json.loads(p.read_text()) for p in (tmp_path / "ranks").glob("rank-*.json")]

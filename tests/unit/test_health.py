@@ -1,10 +1,12 @@
-"""hpc.node.health on recorded `nvidia-smi -q` outputs (tests/unit/data/nvidia-smi/): healthy and faulty GPUs."""
+"""hpc.node.health on recorded `nvidia-smi -q` outputs (tests/unit/data/nvidia-smi/): healthy and faulty GPUs; a node of
+a GPU partition without nvidia-smi's answer fails, one of a CPU partition is not asked for it. The command itself with
+the test fake of nvidia-smi on PATH: tests/dist/test_health_cli.py."""
 
 from pathlib import Path
 
 import pytest
 
-from hpc.node.health import check_smi, judge, main, node_findings, parse_smi_q
+from hpc.node.health import NoSmi, check_smi, judge, main, node_findings, parse_smi_q, smi_findings
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 
@@ -61,20 +63,37 @@ def test_rates_are_judged_against_the_profile():
     assert judge("gpu 0", "HBM copy", 1.0, "GB/s", None, 0.8).ok
 
 
-def test_cpu_node_checks_what_exists():
-    found = node_findings(2, None, None, None, 0.8, environ={"SLURM_JOB_GPUS": "0"})
-    assert [f.ok for f in found] == [True, False, True]
-    assert found[1].text == "1 GPU(s) granted by Slurm; the partition has 2"
-    assert "TFLOP/s" in found[2].text and "GB/s" in found[2].text
+@pytest.mark.parametrize(
+    "why",
+    [
+        "nvidia-smi is not on PATH (no NVIDIA driver)",
+        "nvidia-smi -q failed with exit code 9: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+        "driver.",
+    ],
+)
+def test_a_gpu_partitions_node_without_nvidia_smi_fails(why):
+    found = node_findings(2, None, None, 0.8, smi=lambda: NoSmi(why))
+    assert (found[0].where, found[0].ok) == ("node", False)
+    assert found[0].text == f"{why}: the partition has 2 GPU(s) per node, none checked"
+    assert [f.ok for f in found[1:]] == [True] and "TFLOP/s" in found[1].text  # the CPU's rates, reported
 
 
-@pytest.mark.parametrize("name, code", [("h100-healthy.txt", 0), ("h100-faulty.txt", 1)])
-def test_command_names_the_node(name, code, monkeypatch, capsys):
-    monkeypatch.setenv("SLURMD_NODENAME", "gpu07")
-    assert main(["--gpus", "8", "--nvidia-smi-q", str(DATA / name)]) == code
+def test_a_cpu_partition_asks_no_nvidia_smi():
+    def asked():
+        raise AssertionError("nvidia-smi asked on a CPU partition")
+
+    [f] = smi_findings(0, asked)
+    assert f.ok and f.text == "the partition has no GPUs: nvidia-smi not asked"
+
+
+def test_nvidia_smis_answer_is_checked():
+    text = (DATA / "h100-faulty.txt").read_text()
+    assert smi_findings(8, lambda: text) == check_smi(text, 8)
+
+
+def test_command_on_a_cpu_partition_is_healthy_without_nvidia_smi(monkeypatch, capsys):
+    monkeypatch.setenv("SLURMD_NODENAME", "cpu03")
+    assert main(["--gpus", "0"]) == 0
     out = capsys.readouterr().out
-    if code:
-        assert "[health] gpu07 gpu 5 (00000000:AB:00.0): FAIL: a row remapping is pending" in out
-        assert out.rstrip().endswith("[health] gpu07: FAILED 5 check(s); exclude it with --exclude gpu07")
-    else:
-        assert out.rstrip().endswith("[health] gpu07: healthy")
+    assert "[health] cpu03 node: ok: the partition has no GPUs: nvidia-smi not asked" in out
+    assert out.rstrip().endswith("[health] cpu03: healthy")
