@@ -68,6 +68,7 @@ from hpc.node.restart_policy import (
     decide,
     decisive,
     judge,
+    left_the_job,
     place,
 )
 from hpc.node.slurm_env import node_hosts
@@ -395,9 +396,14 @@ class Supervisor:
         final = records.read(directory)
         if pending is not None and final.progress.get("trained_at"):
             self._completed(pending, final.progress)
+        gone = self._left_the_job() - self.out
+        if gone:
+            print(f"[restart] Slurm took {', '.join(sorted(gone))} out of job {self.job_ref}", flush=True)
+        self.out |= gone
         failure = silence or judge(
             snapshot or final, self.stop_record.exists(), None if snapshot is not None else rc, self.ranks
         )
+        failure = left_the_job(failure, sorted(gone & set(nodes)), ended_at)
         if failure.kind == Kind.NODE_FAULT and not history.came_back(failure):
             failure = dataclasses.replace(failure, confirmed=not all(self._gpus_pass(n) for n in failure.nodes))
         usable = set(self.allocation) - self.out
@@ -505,6 +511,16 @@ class Supervisor:
         passed = r.returncode == 0
         print(f"[restart] {node} {'passed' if passed else 'failed'} its GPU checks", flush=True)
         return passed
+
+    def _left_the_job(self) -> set[str]:
+        """The allocation's nodes Slurm has taken out of the job (``--no-kill``: a node set DOWN, or not answering,
+        leaves the job, which goes on); none when squeue does not answer."""
+        try:
+            r = run_tool(["squeue", "-h", "-j", self.job, "-o", "%N"], SLURM_TIMEOUT_S)
+            held = node_hosts(r.stdout.strip()) if r.returncode == 0 else self.allocation
+        except (OSError, HpcError):
+            return set()
+        return set(self.allocation) - set(held)
 
     def _end_step(self, seen: records.Records) -> None:
         """Kill what is left of the attempt's step now (its ranks hung, or waiting on the dead)."""

@@ -278,6 +278,23 @@ def _ranks_on(ranks: list[int], nodes: tuple[str, ...]) -> str:
     return f"{what} on {', '.join(nodes)}" if nodes else what
 
 
+def left_the_job(failure: Failure, gone: list[str], now: float) -> Failure:
+    """``failure`` once Slurm took ``gone``, nodes the attempt ran on, out of the job (a node set DOWN, or not
+    answering, under ``--no-kill``): Slurm killed the ranks' step with it, so what the killed ranks left names no
+    cause; the nodes vanished. A clean end or stop stays what it was."""
+    if not gone or failure.kind in (Kind.DONE, Kind.STOPPED):
+        return failure
+    return Failure(
+        Kind.VANISHED,
+        tuple(sorted(gone)),
+        f"{', '.join(sorted(gone))} left the job's allocation (Slurm took the node out: DOWN or not responding) and "
+        "the ranks' step was killed with it",
+        failure.at if failure.at is not None else now,
+        failure.rc or 1,
+        now,
+    )
+
+
 def decisive(records: Records, world: int) -> bool:
     """Whether the attempt's records already say what ended it, so the rest of its ranks may be ended now: the
     program's own end (bad input, no restart, an error) or a process killed, or every rank accounted for (a
