@@ -57,7 +57,8 @@ _WHAT = {
     Kind.HANG: "a rank's heartbeat went silent past its phase's deadline (`hpc.node.hang_deadlines`), or a collective "
     "timed out: the ranks missing at it are named (a hung, stopped or stuck process, a node gone quiet)",
     Kind.DIED: "a rank's process killed by a signal (SIGKILL, SIGSEGV, SIGBUS, SIGABRT, ...)",
-    Kind.VANISHED: "a node's ranks all ended without a record (its processes killed at once, or the node gone)",
+    Kind.VANISHED: "a node's ranks all ended without a record (its processes killed at once, or the node gone), or "
+    "Slurm took the node out of the job (set DOWN, or not answering, under `--no-kill`): the step was killed with it",
     Kind.NODE_FAULT: "a rank ended on a suspected node fault (exit 94, `hpc.node.contract.EXIT_NODE_FAULT`): by the "
     "fault table (`hpc.node.fault_table`), an error of its GPU, driver, link or network",
     Kind.BAD_INPUT: "bad input (exit 2)",
