@@ -30,8 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from hpc.node.attempt import attempt_dir, record_exit, record_start
-from hpc.node.batch_host import requeue_if_batch_host_lost
+from hpc.node.attempt import record_exit, record_start
 from hpc.node.cli import HpcError, Parser, error_line, fail, shown, whole
 from hpc.node.contract import (
     ATTEMPT_VAR,
@@ -81,12 +80,7 @@ def prepare(
     return launcher.node_argv(command, info), env
 
 
-def run_wrapped(
-    argv: Sequence[str],
-    env: Mapping[str, str],
-    started: Callable[[int], None] = lambda pid: None,
-    on_term: Callable[[], None] = lambda: None,
-) -> int:
+def run_wrapped(argv: Sequence[str], env: Mapping[str, str], started: Callable[[int], None] = lambda pid: None) -> int:
     """Run a container runtime's command (and the rank program behind it) in a process group of its own that
     starts with the stop signals ignored, so a wrapper that does not forward signals (bwrap) lives until the rank
     program inside, which catches them, has saved; the stop signals this process gets are passed on to that group."""
@@ -101,8 +95,6 @@ def run_wrapped(
             os.killpg(child.pid, signum)
         except ProcessLookupError:  # the group has ended already
             pass
-        if signum == signal.SIGTERM:
-            on_term()
 
     child = subprocess.Popen(list(argv), env=dict(env), process_group=0, preexec_fn=ignore_stop_signals)
     started(child.pid)
@@ -156,11 +148,7 @@ def ignored_notice_line(who: str, sig: signal.Signals) -> str:
 
 
 def run_noticed(
-    argv: Sequence[str],
-    env: Mapping[str, str],
-    who: str,
-    started: Callable[[int], None] = lambda pid: None,
-    on_term: Callable[[], None] = lambda: None,
+    argv: Sequence[str], env: Mapping[str, str], who: str, started: Callable[[int], None] = lambda pid: None
 ) -> int:
     """Run the rank program itself, which starts with the pre-stop signal ignored (`shield_from_stop`); a stop signal
     that reaches this process is left in the notice file named by HPC_STOP_NOTICE, so the program learns of a notice
@@ -180,51 +168,29 @@ def run_noticed(
             if signum not in told and not caught:
                 told.add(signum)
                 print(ignored_notice_line(who, sig), flush=True)
-            if sig == signal.SIGTERM:
-                on_term()
 
         for sig in stop_signals(env):
             signal.signal(sig, on_stop)
         return child.wait()
 
 
-def batch_host_watch(env: Mapping[str, str], who: str) -> Callable[[], None]:
-    """What SIGTERM does beside the stop on a Slurm task: in a job with spare nodes, on each node's first task,
-    requeue the job if its batch host left it (`hpc.node.batch_host`), once."""
-    if attempt_dir(env) is None or env.get("SLURM_LOCALID") != "0":
-        return lambda: None
-    asked: list[bool] = []
-
-    def check() -> None:
-        if not asked:
-            asked.append(True)
-            requeue_if_batch_host_lost(env, who)
-
-    return check
-
-
-def supervise(
-    argv: Sequence[str], env: Mapping[str, str], who: str, wrapped: bool = False, rank: bool = True, task: bool = False
-) -> int:
+def supervise(argv: Sequence[str], env: Mapping[str, str], who: str, wrapped: bool = False, rank: bool = True) -> int:
     """Run ``argv`` as a child through stop signals; its exit code, with a clean stop turned into 0 + stop record.
     ``wrapped``: argv starts with a container runtime's command (`run_wrapped`); ``rank``: argv is the rank
-    program itself (`run_noticed`), not a per-node launcher that starts the ranks; ``task``: this is the Slurm task
-    (not one rank under torchrun / accelerate), which watches for its batch host's failure (`batch_host_watch`). In a
-    job with spare nodes the start and the end are recorded for the restart supervisor (`hpc.node.attempt`)."""
+    program itself (`run_noticed`), not a per-node launcher that starts the ranks. In a job with spare nodes the
+    start and the end are recorded for the restart supervisor (`hpc.node.attempt`)."""
     shield_from_stop(env)
     node = node_name(env)
-    on_term = batch_host_watch(env, who) if task else (lambda: None)
 
     def started(pid: int) -> None:
         record_start(env, who, node, pid, rank_level=rank)
 
     try:
         if wrapped:
-            rc = run_wrapped(argv, env, started, on_term)
+            rc = run_wrapped(argv, env, started)
         elif rank:
-            rc = run_noticed(argv, env, who, started, on_term)
+            rc = run_noticed(argv, env, who, started)
         else:
-            signal.signal(signal.SIGTERM, lambda signum, frame: on_term())
             child = subprocess.Popen(list(argv), env=dict(env))
             started(child.pid)
             rc = child.wait()
@@ -266,9 +232,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except HpcError as e:
         fail(PROG, f"{node}: {e}", e.code)
     who = f"{launcher.name} on {node}" if launcher.per_node else f"rank {env['RANK']} on {node}"
-    sys.exit(
-        supervise([*container, *run_argv], env, who, wrapped=bool(container), rank=not launcher.per_node, task=True)
-    )
+    sys.exit(supervise([*container, *run_argv], env, who, wrapped=bool(container), rank=not launcher.per_node))
 
 
 if __name__ == "__main__":
