@@ -22,6 +22,7 @@ SUBMIT_MODULE = "hpc.submit"  # python -m hpc.submit renders and submits the scr
 LAUNCH_MODULE = "hpc.node.launch"  # the first thing on every task
 HEALTH_MODULE = "hpc.node.health"  # the GPU health stage (--preflight)
 RESTART_MODULE = "hpc.node.restart"  # the in-job restarts on spare nodes (--spare-nodes)
+BATCH_HOST_MODULE = "hpc.node.batch_host"  # beside them: requeues the job when its batch host's node fails
 TRAINER_MODULE = "train"  # the trainer: what every rank of a trainer job runs
 PROJECT_MODULE = "hpc.node.project_module"  # runs the trainer with the submit directory off sys.path
 

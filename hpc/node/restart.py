@@ -42,6 +42,7 @@ from hpc.node.contract import (
     ATTEMPT_DIR_VAR,
     ATTEMPT_VAR,
     BAD_NODE_MARKS_VAR,
+    BATCH_HOST_MODULE,
     DEFAULT_MAX_RESTARTS,
     DEFAULT_MAX_RESTARTS_PER_NODE,
     EXIT_STOPPED,
@@ -68,9 +69,10 @@ from hpc.node.restart_policy import (
     decide,
     decisive,
     judge,
+    left_the_job,
     place,
 )
-from hpc.node.slurm_env import node_hosts
+from hpc.node.slurm_env import node_hosts, node_name
 from hpc.node.tool import ToolMissing, ToolTimeout, run_tool
 
 PROG = RESTART_MODULE
@@ -94,6 +96,7 @@ POLL_S = 0.25
 EVIDENCE_S = GRACE_S + STORE_TIMEOUT_S + 2.0  # after a first failure record, the longest wait for the others' records
 SLURM_TIMEOUT_S = 30.0  # squeue and scancel from the batch script
 END_WAIT_S = 60.0  # how long srun may take to return once its tasks were killed
+WATCH_LOG = "batch-host-watch-%t.out"  # what hpc.node.batch_host said; %t: written on its node, not by srun
 NODE_CHECK_S = 180.0  # a node's GPU checks after a suspected node fault: not done within this, the node failed them
 
 
@@ -251,6 +254,7 @@ class Supervisor:
         self.ending = False
         self.proc: Optional[subprocess.Popen] = None
         self.term_at = 0.0
+        self.watch: Optional[subprocess.Popen] = None  # hpc.node.batch_host's step
 
     def _on_term(self, signum, frame) -> None:
         """SIGTERM (the job is being cancelled or requeued): the ranks' srun gets it too (they stop with a checkpoint
@@ -262,6 +266,13 @@ class Supervisor:
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
+        try:
+            return self._run()
+        finally:
+            if self.watch is not None and self.watch.poll() is None:
+                self.watch.terminate()  # srun passes SIGTERM on: the watch sees the batch host in the job and ends
+
+    def _run(self) -> int:
         self.root.mkdir(parents=True, exist_ok=True)
         unhealthy = sorted(p.name for p in self.marks.iterdir()) if self.marks.is_dir() else []
         for name in unhealthy:  # the health stage's marks: this run leaves them out, and owns the directory now
@@ -300,6 +311,7 @@ class Supervisor:
                 append_log(
                     self.log, {k: pending[k] for k in ("id", "job_id", "next_nodes", "replaced", "relaunched_at")}
                 )
+            self._watch_batch_host()
             rec, failure, decision = self._attempt(attempt, chosen, history, pending)
             rc = failure.rc
             pending = None
@@ -395,9 +407,14 @@ class Supervisor:
         final = records.read(directory)
         if pending is not None and final.progress.get("trained_at"):
             self._completed(pending, final.progress)
+        gone = self._left_the_job() - self.out
+        if gone:
+            print(f"[restart] Slurm took {', '.join(sorted(gone))} out of job {self.job_ref}", flush=True)
+        self.out |= gone
         failure = silence or judge(
             snapshot or final, self.stop_record.exists(), None if snapshot is not None else rc, self.ranks
         )
+        failure = left_the_job(failure, sorted(gone & set(nodes)), ended_at)
         if failure.kind == Kind.NODE_FAULT and not history.came_back(failure):
             failure = dataclasses.replace(failure, confirmed=not all(self._gpus_pass(n) for n in failure.nodes))
         usable = set(self.allocation) - self.out
@@ -505,6 +522,42 @@ class Supervisor:
         passed = r.returncode == 0
         print(f"[restart] {node} {'passed' if passed else 'failed'} its GPU checks", flush=True)
         return passed
+
+    def _watch_batch_host(self) -> None:
+        """Keep `hpc.node.batch_host` running on a node of the job other than this one, the batch host (the last such
+        node still in the job: a spare while one is left), started again when its node left the job: under --no-kill
+        it requeues the job when this node fails, which Slurm does not."""
+        if self.watch is not None and self.watch.poll() is None:
+            return
+        here = node_name(self.environ)
+        others = [n for n in self.allocation if n not in self.out and n != here]
+        if not others:
+            return
+        argv = [
+            "srun",
+            "--nodes=1",
+            "--ntasks=1",
+            "--ntasks-per-node=1",
+            f"--nodelist={others[-1]}",
+            "--overlap",
+            "--open-mode=append",
+            f"--output={self.root / WATCH_LOG}",
+            sys.executable,
+            "-u",
+            "-m",
+            BATCH_HOST_MODULE,
+        ]
+        self.watch = subprocess.Popen(argv, env=self.environ, stdin=subprocess.DEVNULL)
+
+    def _left_the_job(self) -> set[str]:
+        """The allocation's nodes Slurm has taken out of the job (``--no-kill``: a node set DOWN, or not answering,
+        leaves the job, which goes on); none when squeue does not answer."""
+        try:
+            r = run_tool(["squeue", "-h", "-j", self.job, "-o", "%N"], SLURM_TIMEOUT_S)
+            held = node_hosts(r.stdout.strip()) if r.returncode == 0 else self.allocation
+        except (OSError, HpcError):
+            return set()
+        return set(self.allocation) - set(held)
 
     def _end_step(self, seen: records.Records) -> None:
         """Kill what is left of the attempt's step now (its ranks hung, or waiting on the dead)."""

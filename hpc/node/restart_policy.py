@@ -57,7 +57,8 @@ _WHAT = {
     Kind.HANG: "a rank's heartbeat went silent past its phase's deadline (`hpc.node.hang_deadlines`), or a collective "
     "timed out: the ranks missing at it are named (a hung, stopped or stuck process, a node gone quiet)",
     Kind.DIED: "a rank's process killed by a signal (SIGKILL, SIGSEGV, SIGBUS, SIGABRT, ...)",
-    Kind.VANISHED: "a node's ranks all ended without a record (its processes killed at once, or the node gone)",
+    Kind.VANISHED: "a node's ranks all ended without a record (its processes killed at once, or the node gone), or "
+    "Slurm took the node out of the job (set DOWN, or not answering, under `--no-kill`): the step was killed with it",
     Kind.NODE_FAULT: "a rank ended on a suspected node fault (exit 94, `hpc.node.contract.EXIT_NODE_FAULT`): by the "
     "fault table (`hpc.node.fault_table`), an error of its GPU, driver, link or network",
     Kind.BAD_INPUT: "bad input (exit 2)",
@@ -276,6 +277,23 @@ def _fault_record(exit_record: dict, records: Records) -> dict:
 def _ranks_on(ranks: list[int], nodes: tuple[str, ...]) -> str:
     what = "rank " + str(ranks[0]) if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
     return f"{what} on {', '.join(nodes)}" if nodes else what
+
+
+def left_the_job(failure: Failure, gone: list[str], now: float) -> Failure:
+    """``failure`` once Slurm took ``gone``, nodes the attempt ran on, out of the job (a node set DOWN, or not
+    answering, under ``--no-kill``): Slurm killed the ranks' step with it, so what the killed ranks left names no
+    cause; the nodes vanished. A clean end or stop stays what it was."""
+    if not gone or failure.kind in (Kind.DONE, Kind.STOPPED):
+        return failure
+    return Failure(
+        Kind.VANISHED,
+        tuple(sorted(gone)),
+        f"{', '.join(sorted(gone))} left the job's allocation (Slurm took the node out: DOWN or not responding) and "
+        "the ranks' step was killed with it",
+        failure.at if failure.at is not None else now,
+        failure.rc or 1,
+        now,
+    )
 
 
 def decisive(records: Records, world: int) -> bool:

@@ -18,6 +18,7 @@ from hpc.node.restart_policy import (
     decide,
     decisive,
     judge,
+    left_the_job,
     place,
 )
 
@@ -186,6 +187,23 @@ def test_an_unknown_failure_restarts_once_per_job():
 def test_done_and_stopped():
     assert decide(Failure(Kind.DONE), History(), LIMITS, ALL, 2).action == "done"
     assert decide(Failure(Kind.STOPPED), History(), LIMITS, ALL, 2).action == "stop"
+
+
+def test_a_node_slurm_took_out_of_the_job_vanished_whatever_its_killed_step_left():
+    """A node set DOWN under --no-kill: Slurm kills the ranks' step (here srun's exit alone: unknown, which would
+    restart on the same nodes, the gone one among them), and the node is named instead; a later second time too."""
+    unknown = judge(records(), False, 1, 4)
+    f = left_the_job(unknown, ["n3"], 20.0)
+    assert (f.kind, f.nodes, f.at, f.seen, f.rc) == (Kind.VANISHED, ("n3",), 20.0, 20.0, 1)
+    assert "n3 left the job's allocation" in f.what
+    d = decide(f, History(restarts=1, unattributed=1), Limits(3, 10), {"n1", "n2"}, 2)
+    assert d.action == Action.RESTART  # the gone node is no longer usable: the two others take the ranks
+    killed = left_the_job(died("n1"), ["n3"], 20.0)
+    assert (killed.kind, killed.nodes, killed.at) == (Kind.VANISHED, ("n3",), 10.0)
+    assert decide(left_the_job(died("n1"), ["n3"], 20.0), History(), LIMITS, {"n1"}, 2).action == Action.REQUEUE
+    for end in (Failure(Kind.DONE), Failure(Kind.STOPPED)):
+        assert left_the_job(end, ["n3"], 20.0) is end
+    assert left_the_job(unknown, [], 20.0) is unknown
 
 
 def test_history_counts_restarts_by_cause_and_node():
