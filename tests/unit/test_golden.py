@@ -38,6 +38,7 @@ def test_the_scripts_modules_come_from_the_contract():
         "hpc.node.launch",
         "hpc.node.health",
         "hpc.node.restart",
+        "hpc.node.batch_host",  # started by hpc.node.restart, not the script
         "hpc.node.project_module",
         "train",
     }
