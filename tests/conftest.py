@@ -25,6 +25,7 @@ LONGEST_FIRST = (
     "slurm/test_requeue.py",
     "slurm/test_spares.py",
     "slurm/test_container.py",
+    "slurm/test_recovery.py",
     "slurm/test_hang.py",
     "slurm/test_heartbeat.py",
     "slurm/test_integrations.py",
