@@ -229,7 +229,7 @@ def _hf(cfg, variant: str, warmup: int, timed: int, same_init: bool, compiled: b
     from train.data import TokenStream, load_tokenizer, load_tokens
     from train.loop import lr_at
     from train.metrics import flops_per_token
-    from train.model import _full_initial_state, count_params, hf_config
+    from train.model import count_params, hf_config, initial_value
 
     liger = variant.startswith("liger")
     if liger:  # patches transformers' Qwen3 classes before the model is built
@@ -253,7 +253,10 @@ def _hf(cfg, variant: str, warmup: int, timed: int, same_init: bool, compiled: b
     with torch.device(device):
         model = Qwen3ForCausalLM(config)
     if same_init:
-        model.load_state_dict(_full_initial_state(cfg.model, config, cfg.seed))
+        with torch.no_grad():  # the trainer's seeded init, tensor by tensor (a tied lm_head is the embedding)
+            for name, value in model.state_dict().items():
+                if not (config.tie_word_embeddings and name == "lm_head.weight"):
+                    value.copy_(initial_value(name, tuple(value.shape), config.initializer_range, cfg.seed, device))
     autocast = variant == "reference"
     if not autocast:
         model.to(torch.bfloat16)
