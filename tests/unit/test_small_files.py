@@ -5,10 +5,20 @@ reading it."""
 from __future__ import annotations
 
 import os
+import socket
+import threading
 
 import pytest
 
-from hpc.node.files import NotASmallFile, read_json_object, read_small, read_small_text, regular_file_problem
+from hpc.node.files import (
+    NotASmallFile,
+    read_json,
+    read_json_object,
+    read_range,
+    read_small,
+    read_small_text,
+    regular_file_problem,
+)
 
 
 @pytest.mark.parametrize(
@@ -55,3 +65,56 @@ def test_a_small_regular_file_is_read(tmp_path):
     (tmp_path / "h").write_text("[" * 100_000)
     with pytest.raises(ValueError, match="nested too deeply|Expecting"):
         read_json_object(tmp_path / "h")
+
+
+READERS = {  # every reader of hpc/node/files.py, as its callers use it
+    "read_small": lambda p: read_small(p, 2048),
+    "read_small_text": lambda p: read_small_text(p, 2048),
+    "read_json": lambda p: read_json(p, 2048),
+    "read_json_object": lambda p: read_json_object(p, 2048),
+    "read_range-tail": lambda p: read_range(p, None, 2048),
+    "read_range-from": lambda p: read_range(p, 0, 2048),
+}
+NOT_REGULAR = {  # every kind of file that is not a regular one, and what is said of it
+    "fifo": "is a FIFO",
+    "dir": "is a directory",
+    "device": "is a character device",
+    "link-to-fifo": "is a FIFO",
+    "socket": "is a socket",
+}
+
+
+def make(kind: str, tmp_path):
+    path = tmp_path / "f"
+    if kind in ("fifo", "link-to-fifo"):
+        os.mkfifo(tmp_path / "fifo")
+        if kind == "fifo":
+            return tmp_path / "fifo"
+        path.symlink_to(tmp_path / "fifo")
+    elif kind == "dir":
+        path.mkdir()
+    elif kind == "device":
+        return "/dev/zero"
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+    return path
+
+
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("kind", NOT_REGULAR)
+def test_every_reader_refuses_every_file_that_is_not_regular_without_blocking(reader, kind, tmp_path):
+    path, said = make(kind, tmp_path), []
+
+    def read():
+        try:
+            READERS[reader](path)
+        except NotASmallFile as e:
+            said.append(str(e))
+
+    thread = threading.Thread(target=read, daemon=True)  # a reader that opened a FIFO blocking would never return
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), f"{reader} blocked on a {kind}"
+    assert said and str(path) in said[0] and NOT_REGULAR[kind] in said[0], said
