@@ -91,7 +91,7 @@ def _record(exc: BaseException) -> dict:
                 "type": qualified(type(e)),
                 "mro": [qualified(t) for t in type(e).__mro__[1:4]],
                 "error_code": getattr(e, "error_code", None),
-                "message": str(e).strip().splitlines()[0][:200] if str(e).strip() else "",
+                "message": str(e)[:2000],
             }
         )
         e = e.__cause__ or e.__context__
