@@ -37,11 +37,10 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
     from hpc.node.lease import slurm_job_id
     from hpc.node.ownership import check_owner, claim, unclaim, unnamed_owner
     from train.data.tokenizer import load_tokenizer
-    from train.front.config import ConfigError, load_config
+    from train.front.config import load_config
     from train.front.layout import WorldEnv
     from train.front.run_check import check_run, ignored_settings
     from train.front.tokenizer import tokenizer_source
-    from train.snapshot_plan import job_dir
 
     parser = Parser(prog=f"python -m {PROG}", description="Train Qwen3 with dp x tp (FSDP2 + tensor parallel).")
     parser.add_argument("--config", required=True, type=path_text, help="YAML config, e.g. train/configs/tiny.yaml")
@@ -55,11 +54,7 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
         if env.local_rank == 0:  # the file this node resolved: the project's, never a train.py beside the job
             print(f"[train] trainer: {Path(__file__).resolve()}", flush=True)
         dims = check_run(cfg, env)  # the login side's check too
-        if cfg.checkpoint.memory_every and job_dir(os.environ) is None:
-            raise ConfigError(
-                f"checkpoint.memory_every={cfg.checkpoint.memory_every}: needs a Slurm job (SLURM_JOB_ID): the "
-                "snapshots are kept under the job's id; set checkpoint.memory_every=0"
-            )
+        _check_snapshot_job(cfg.checkpoint.memory_every)
         for line in ignored_settings(cfg) if env.rank == 0 else ():
             print(f"[train] warning: {line}", flush=True)
         load_tokenizer(
@@ -120,6 +115,18 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
             flush=True,
         )
     return EXIT_STOPPED
+
+
+def _check_snapshot_job(every: int) -> None:
+    """checkpoint.memory_every keeps its snapshots under this Slurm job's id: refused (one line) outside a job."""
+    from train.front.config import ConfigError
+    from train.snapshot_plan import job_dir
+
+    if every and job_dir(os.environ) is None:
+        raise ConfigError(
+            f"checkpoint.memory_every={every}: needs a Slurm job (SLURM_JOB_ID): the snapshots are kept under the "
+            "job's id; set checkpoint.memory_every=0"
+        )
 
 
 def _all_ranks_here(group) -> None:

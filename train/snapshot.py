@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.tensor import DTensor
 
 from hpc.node.contract import checkpoint_name, checkpoint_step
+from hpc.node.files import NotASmallFile, read_range
 from train import checkpoint
 from train.snapshot_plan import Choice, Found, choose, partners, sender_of
 
@@ -70,6 +71,11 @@ def _fill(into, saved, where: str = "state"):
             into[k] = _fill(into[k], saved[k], f"{where}.{k}")
         return into
     return saved
+
+
+def _read(path: Path) -> bytes:
+    """A state file, whole (a regular file only: `hpc.node.files`)."""
+    return read_range(path, 0, 1 << 50)[0]
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -207,14 +213,14 @@ class Snapshots:
         data, error = None, None
         try:
             if self.nodes[choice.source[self.rank]] == self.nodes[self.rank]:
-                data = (step_dir / STATE.format(rank=self.rank)).read_bytes()
-        except OSError as e:
+                data = _read(step_dir / STATE.format(rank=self.rank))
+        except (OSError, NotASmallFile) as e:
             error = f"rank {self.rank}: {e}"
         for src, dst in choice.transfers(self.nodes):
             if self.rank == src:
                 try:
-                    out = (step_dir / STATE.format(rank=dst)).read_bytes()
-                except OSError:
+                    out = _read(step_dir / STATE.format(rank=dst))
+                except (OSError, NotASmallFile):
                     out = b""
                 _exchange(out, dst, None, self.group)
             elif self.rank == dst:
