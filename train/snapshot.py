@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.tensor import DTensor
 
 from hpc.node.contract import checkpoint_name, checkpoint_step
-from hpc.node.files import NotASmallFile, read_range
+from hpc.node.files import NotASmallFile, read_small
 from train import checkpoint
 from train.snapshot_plan import Choice, Found, choose, partners, sender_of
 
@@ -75,7 +75,7 @@ def _fill(into, saved, where: str = "state"):
 
 def _read(path: Path) -> bytes:
     """A state file, whole (a regular file only: `hpc.node.files`)."""
-    return read_range(path, 0, 1 << 50)[0]
+    return read_small(path, os.stat(path).st_size)
 
 
 def _write(path: Path, data: bytes) -> None:
