@@ -158,8 +158,11 @@ class Snapshots:
         dist.all_gather_object(errors, error, group=self.group)
         first = next((e for e in errors if e), None)
         if first is None:
-            (directory / DONE.format(rank=self.rank)).touch()
-            self._remove_older(step)
+            try:
+                (directory / DONE.format(rank=self.rank)).touch()
+                self._remove_older(step)
+            except OSError as e:  # this node's copy is not marked: the older one stays, the others' copies count
+                first = f"rank {self.rank} on {self.nodes[self.rank]}: marking it complete: {e}"
         return {"step": step, "bytes": len(data), "written_s": time.perf_counter() - t0, "error": first}
 
     def _remove_older(self, step: int) -> None:
