@@ -209,6 +209,7 @@ INT_KEYS = [
     "schedule.warmup_steps",
     "checkpoint.interval",
     "checkpoint.keep_last",
+    "checkpoint.memory_every",
     "eval.every",
     "eval.batches",
     "log.log_every",

@@ -54,6 +54,7 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
         if env.local_rank == 0:  # the file this node resolved: the project's, never a train.py beside the job
             print(f"[train] trainer: {Path(__file__).resolve()}", flush=True)
         dims = check_run(cfg, env)  # the login side's check too
+        _check_snapshot_job(cfg.checkpoint.memory_every)
         for line in ignored_settings(cfg) if env.rank == 0 else ():
             print(f"[train] warning: {line}", flush=True)
         load_tokenizer(
@@ -114,6 +115,18 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
             flush=True,
         )
     return EXIT_STOPPED
+
+
+def _check_snapshot_job(every: int) -> None:
+    """checkpoint.memory_every keeps its snapshots under this Slurm job's id: refused (one line) outside a job."""
+    from train.front.config import ConfigError
+    from train.snapshot_plan import job_dir
+
+    if every and job_dir(os.environ) is None:
+        raise ConfigError(
+            f"checkpoint.memory_every={every}: needs a Slurm job (SLURM_JOB_ID): the snapshots are kept under the "
+            "job's id; set checkpoint.memory_every=0"
+        )
 
 
 def _all_ranks_here(group) -> None:

@@ -47,8 +47,8 @@ from hpc.node.files import META_BYTES, read_json_object
 # Only trainable parameters are saved: all of them in a full fine-tune, the adapters of a LoRA run (whose frozen
 # base comes from model.path or the seed at every start).
 # DCP's load fails on any of them missing from the files; setting them leaves the frozen ones (not strict) alone.
-_TRAINABLE = StateDictOptions(ignore_frozen_params=True)
-_SET_TRAINABLE = StateDictOptions(ignore_frozen_params=True, strict=False)
+TRAINABLE = StateDictOptions(ignore_frozen_params=True)
+SET_TRAINABLE = StateDictOptions(ignore_frozen_params=True, strict=False)
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -200,14 +200,14 @@ def prune(root: Path, keep_last: int) -> list[Path]:
     return old
 
 
-def _rng_state() -> dict:
+def rng_state() -> dict:
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
-def _set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
@@ -268,11 +268,11 @@ def start_save(
             error = f"cannot create {tmp} ({e.strerror})"
     _agree(error, f"checkpoint of step {step}", root)
     t0 = time.perf_counter()
-    model_sd, optim_sd = get_state_dict(model, optimizer, options=_TRAINABLE)
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=TRAINABLE)
     error = None
     try:
         rng = tmp / f"rng-rank{rank}.pt"
-        torch.save(_rng_state(), rng)
+        torch.save(rng_state(), rng)
         _fsync(rng)
     except (OSError, RuntimeError) as e:
         error = f"rank {rank}: {_one_line(e)}"
@@ -368,14 +368,14 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict
     meta = verify(path)
     error = None
     try:
-        model_sd, optim_sd = get_state_dict(model, optimizer, options=_TRAINABLE)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=TRAINABLE)
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=path)
         set_state_dict(
-            model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_SET_TRAINABLE
+            model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=SET_TRAINABLE
         )
         if meta["world_size"] == dist.get_world_size():
-            _set_rng_state(torch.load(path / f"rng-rank{dist.get_rank()}.pt", weights_only=False))
+            set_rng_state(torch.load(path / f"rng-rank{dist.get_rank()}.pt", weights_only=False))
     except (Exception, CheckpointException) as e:  # its files match the manifest: out of memory, I/O, a timeout
         error = f"rank {dist.get_rank()}: {_one_line(e)}"
     _agree(

@@ -25,11 +25,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from hpc.node.attempt import Progress
 from hpc.node.cli import HpcError
-from hpc.node.contract import EXIT_FAILED, RUN_CONFIG
+from hpc.node.contract import EXIT_FAILED, RUN_CONFIG, checkpoint_step
 from hpc.node.fault_table import classify
 from hpc.node.hang import collective_failure, gather_nodes, mark_bad_nodes, name_the_missing
 from hpc.node.heartbeat import EVAL, FIRST_STEP, SAVE, STEP, Heartbeat
-from train import adapters, checkpoint, faults, resume
+from train import adapters, checkpoint, faults, resume, snapshot
 from train.context_parallel import SequenceShards
 from train.data.prepared import open_prepared, split_rows
 from train.data.stream import PackedStream, TokenStream, eval_batches
@@ -46,6 +46,7 @@ from train.moe import load_imbalance, routing_summary
 from train.packed_attention import check_packed_attention
 from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, fsdp_mesh, parallelize
 from train.precision import MasterWeights
+from train.snapshot_plan import job_dir
 from train.step_guard import StepFailed, StepGuard
 from train.steptime import timed_step
 from train.straggler import StragglerMonitor, describe
@@ -157,8 +158,10 @@ class Trainer:
         self._prepare_checkpoints(job_id)
         self.progress = Progress(self.rank)  # a job with spare nodes: the load and the steps, for hpc.node.restart
         self.faults = faults.planned(self.rank)  # tests only (HPC_TEST_FAULTS)
+        self.nodes = gather_nodes()  # each rank's node, by rank: snapshots' partners, stragglers, the missing at a hang
+        every = cfg.checkpoint.memory_every
+        self.snapshots = snapshot.Snapshots(every, job_dir(os.environ), self.nodes, self.on_gpu) if every else None
         self._resume()
-        self.nodes = gather_nodes()  # each rank's node, by rank: for the stragglers and the missing at a hang
         self.straggler = StragglerMonitor(cfg.straggler, self.rank, device, cfg.log.log_every, self.nodes)
         self.resumed_at = self.step
         self.stopped_for: str | None = None  # why the run stopped before cfg.steps other than a stop signal
@@ -363,6 +366,8 @@ class Trainer:
         dist.broadcast_object_list(candidates, src=0)
         self.progress.loading()
         t0 = time.perf_counter()
+        if self.snapshots is not None and self._resume_from_snapshot(candidates[0], t0):
+            return
         for path in candidates[0]:
             try:
                 meta = self.load(Path(path))
@@ -397,6 +402,54 @@ class Trainer:
             )
         self.progress.loaded(0)
         _log0(f"[train] no checkpoint in {root}: starting at step 0")
+
+    def _resume_from_snapshot(self, disk: list[str], t0: float) -> bool:
+        """Load the newest memory snapshot complete for every rank when it is newer than the newest disk checkpoint
+        (``disk``, newest first; collective); False: resume from the disk."""
+        disk_step = checkpoint_step(Path(disk[0]).name) if disk else None
+        choice = self.snapshots.choice(disk_step)
+        if choice is None:
+            return False
+        extra = self.snapshots.load(choice, self.master, self.optimizer)
+        if extra is None:
+            _log0(f"[train] the memory snapshot of step {choice.step} could not be read: resuming from the disk")
+            return False
+        if self.master_weights is not None:
+            self.master_weights.copy_to_model()
+        self.stream.load_state_dict(extra["data"])
+        self.step = extra["step"]
+        self._tracker_ids = extra.get("tracker", {})
+        self.progress.loaded(self.step)
+        sent = choice.transfers(self.nodes)
+        how = (
+            f"{len(sent)} rank(s)' state sent by the nodes holding their partner copy ("
+            + ", ".join(f"rank {dst} from rank {src}" for src, dst in sent)
+            + ")"
+            if sent
+            else "every rank's state on its own node"
+        )
+        _log0(
+            f"[train] resumed from the memory snapshot of step {self.step} (newest disk checkpoint: "
+            f"{'step ' + str(disk_step) if disk_step is not None else 'none'}; {how}), loaded in "
+            f"{time.perf_counter() - t0:.2f} s"
+        )
+        return True
+
+    def _snapshot(self) -> None:
+        """This step's memory snapshot: the state copied to host memory now, written and sent in the background."""
+        extra = {
+            "data": self.stream.state_dict(),
+            "tracker": self.tracking.run_ids() if self.tracking is not None else self._tracker_ids,
+            "layout": [self.dims.dp, self.dims.cp, self.dims.tp, self.dims.ep],
+        }
+        blocked = self.snapshots.start(self.step, self.master, self.optimizer, extra)
+        last = self.snapshots.last
+        if self.step % self.cfg.log.log_every == 0 and last:
+            _log0(
+                f"[train] memory snapshot of step {self.step} copied to host memory in {blocked:.3f} s; the one of "
+                f"step {last['step']}: {last['bytes']:,} bytes per rank (rank 0), written and sent to the partner in "
+                f"{last['written_s']:.3f} s"
+            )
 
     def load(self, path: Path) -> dict:
         """Load a checkpoint's weights and optimizer state (collective); returns its meta."""
@@ -598,6 +651,8 @@ class Trainer:
             self.save()
         if self._stager is not None:
             self._stager.close()
+        if self.snapshots is not None:  # this job run is done with them: no in-job restart follows a clean end
+            self.snapshots.close(remove=True)
         if cfg.export and self.step >= cfg.steps:
             target = self.run_dir / cfg.export  # a relative export path lives in the run directory
             if cfg.lora.enabled:
@@ -640,6 +695,10 @@ class Trainer:
             elif self.pending is not None and self.step % self.sync_every == 0 and self._background_save_written():
                 self.beat.enter(SAVE, self.step)
                 self.finish_save()
+            if self.snapshots is not None and self.snapshots.due(self.step):
+                if not saving:
+                    self._check_steps(weights=True)
+                self._snapshot()
             self._test_stop()
             if self.step in self.faults and self.faults[self.step].kind != faults.SLOW_SAVE:
                 faults.fire(self.faults[self.step], f"rank {self.rank} on {self.nodes[self.rank]}")

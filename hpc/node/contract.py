@@ -116,6 +116,8 @@ ATTEMPT_DIR = "attempt-{attempt}"  # in RESTART_DIR: the attempt's records (hpc/
 RESTART_LOG = "restarts.jsonl"  # in the job directory: one record per in-job restart decision (hpc/node/restart.py)
 FLIGHT_RECORDER_DIR = "nccl-trace"  # in the trainer's log.dir: NCCL flight recorder dumps, one file per rank
 PREFLIGHT_RESULT = "node-{job_id}.json"  # hpc.node.preflight_node's measurements, read by hpc.preflight
+SNAPSHOT_DIR_VAR = "HPC_SNAPSHOT_DIR"  # where the nodes keep the trainer's memory snapshots (checkpoint.memory_every)
+SNAPSHOT_DIR_DEFAULT = "/dev/shm/hpc-snapshots"  # tmpfs: <it>/<job id>.<run>/<node>/step-N/ (train/snapshot.py)
 
 
 CHECKPOINT_PREFIX = "step-"

@@ -46,6 +46,9 @@ GUARDED = {  # function -> the cases below that make its refusal
     "train/model.py:_stream_one_rank": ["no-weights"],  # the same weights_problem line, for a QLoRA base
 }
 AT_START = {
+    "train/__main__.py:_check_snapshot_job": (
+        "the rank's Slurm job id, under which checkpoint.memory_every keeps its snapshots (a submitted job has one)"
+    ),
     "train/__main__.py:_take_lease": (
         "another live run holding the checkpoint directory when the job starts (its lease)"
     ),

@@ -322,13 +322,16 @@ class CheckpointConfig(_Strict):
     """dir None = <log.dir>/checkpoints; interval 0 = only at the last step; async_save: interval saves copy the
     state to host memory and write it while training goes on (committed at a later step boundary); restart auto
     resumes from the newest checkpoint (refusing one written with other settings), fresh starts over from step 0
-    once per job, moving the old checkpoints and metrics.jsonl aside."""
+    once per job, moving the old checkpoints and metrics.jsonl aside; memory_every N > 0: every N steps each rank's
+    state goes to its node's memory and to the next node's (a Slurm job on 2 or more nodes, train/snapshot.py), and
+    an in-job restart resumes from the newest such copy when it is newer than the disk checkpoint (0 = off)."""
 
     dir: str | None = None
     interval: int = Field(0, ge=0)
     keep_last: int = Field(2, ge=1)
     async_save: bool = False
     restart: Literal["auto", "fresh"] = "auto"
+    memory_every: int = Field(0, ge=0)
 
 
 class Fp8Config(_Strict):

@@ -72,6 +72,7 @@ def check_run(cfg: TrainConfig, env: WorldEnv) -> ParallelDims:
         or lora_problem(cfg, model, env.world_size)
         or offload_problem(cfg, env.world_size)
         or straggler_problem(cfg, env.world_size)
+        or snapshot_problem(cfg.checkpoint.memory_every, env.world_size, env.local_world_size)
     )
     if problem:
         raise ConfigError(problem)
@@ -212,6 +213,23 @@ def offload_problem(cfg: TrainConfig, world_size: int) -> str | None:
         return (
             f"activation_offload=true trains on one rank (one GPU); this job has WORLD_SIZE={world_size}: "
             "use activation_checkpointing alone"
+        )
+    return None
+
+
+def snapshot_problem(every: int, world_size: int, local_world_size: int) -> str | None:
+    """checkpoint.memory_every needs a next node for each node's partner copy, with as many ranks as its own."""
+    if not every:
+        return None
+    if world_size == local_world_size:
+        return (
+            f"checkpoint.memory_every={every}: needs ranks on 2 or more nodes (each node's copy goes to the next "
+            f"node); all {world_size} rank(s) run on one node: set checkpoint.memory_every=0"
+        )
+    if world_size % local_world_size:
+        return (
+            f"checkpoint.memory_every={every}: needs the same number of ranks on every node ({world_size} ranks, "
+            f"{local_world_size} per node): set checkpoint.memory_every=0"
         )
     return None
 
