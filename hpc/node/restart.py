@@ -282,7 +282,7 @@ class Supervisor:
         self.term_at = 0.0
         self.watch: Optional[subprocess.Popen] = None  # hpc.node.batch_host's step
         self.standby: Optional[subprocess.Popen] = None  # hpc.node.standby's step
-        self.preload = standby_preload(command)
+        self.preload = standby_preload(command) if self.environ.get(STANDBY_VAR) != "0" else []  # 0: none
 
     def _on_term(self, signum, frame) -> None:
         """SIGTERM (the job is being cancelled or requeued): the ranks' srun gets it too (they stop with a checkpoint
