@@ -23,6 +23,7 @@ LAUNCH_MODULE = "hpc.node.launch"  # the first thing on every task
 HEALTH_MODULE = "hpc.node.health"  # the GPU health stage (--preflight)
 RESTART_MODULE = "hpc.node.restart"  # the in-job restarts on spare nodes (--spare-nodes)
 BATCH_HOST_MODULE = "hpc.node.batch_host"  # beside them: requeues the job when its batch host's node fails
+STANDBY_MODULE = "hpc.node.standby"  # beside them: each node's process that forks restarted ranks, imports paid
 TRAINER_MODULE = "train"  # the trainer: what every rank of a trainer job runs
 PROJECT_MODULE = "hpc.node.project_module"  # runs the trainer with the submit directory off sys.path
 
@@ -36,6 +37,7 @@ STOP_NOTICE_VAR = "HPC_STOP_NOTICE"  # hpc.node.launch -> rank program: a file c
 STOP_CAUGHT_SUFFIX = ".caught"  # the rank program creates HPC_STOP_NOTICE + this once it catches stop signals
 DIST_TIMEOUT_VAR = "HPC_DIST_TIMEOUT_S"  # seconds for rendezvous and every collective
 BAD_NODE_MARKS_VAR = "HPC_BAD_NODE_MARKS"  # the directory of this run's bad-node marks (UNHEALTHY_MARKS)
+STANDBY_VAR = "HPC_STANDBY"  # set by hpc.node.restart where each node runs hpc.node.standby: ranks fork from it
 SITE_DIRS_VAR = "HPC_SITE_DIRS"  # login side: more directories of site profiles (colon-separated)
 # what the login node rendered the job for; hpc.node.launch checks each node against them (hpc/node/runtime.py)
 EXPECT_PYTHON_VAR = "HPC_EXPECT_PYTHON"  # python's version, e.g. 3.11.2

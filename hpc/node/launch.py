@@ -39,6 +39,7 @@ from hpc.node.contract import (
     EXIT_BAD_INPUT,
     EXIT_STOPPED,
     LAUNCH_MODULE,
+    STANDBY_VAR,
     STOP_CAUGHT_SUFFIX,
     STOP_NOTICE_VAR,
     record_stop,
@@ -49,6 +50,8 @@ from hpc.node.launcher import LAUNCHERS, SRUN, Launcher, get_launcher
 from hpc.node.netcheck import check_node, dist_timeout_s
 from hpc.node.runtime import check_runtime
 from hpc.node.slurm_env import derive, node_name
+from hpc.node.standby import StandbyRank
+from hpc.node.standby import start as start_from_standby
 
 PROG = LAUNCH_MODULE
 
@@ -157,7 +160,11 @@ def run_noticed(
     told: set[int] = set()
     with tempfile.TemporaryDirectory(prefix="hpc-notice-") as tmp:
         notice = Path(tmp) / "notice"
-        child = subprocess.Popen(list(argv), env={**env, STOP_NOTICE_VAR: str(notice)})
+        rank_env = {**env, STOP_NOTICE_VAR: str(notice)}
+        note = f"[launch] {who}: forked by the node's standby"
+        child = start_from_standby(argv, rank_env, note) if env.get(STANDBY_VAR) else None
+        if child is None:
+            child = subprocess.Popen(list(argv), env=rank_env)
         started(child.pid)
 
         def on_stop(signum: int, frame) -> None:
@@ -165,6 +172,8 @@ def run_noticed(
             if not notice.exists():
                 notice.write_text(sig.name)
             caught = Path(str(notice) + STOP_CAUGHT_SUFFIX).exists() or catches(child.pid, sig)
+            if isinstance(child, StandbyRank):  # not in this step: Slurm's signals reach it through here
+                child.send_signal(signum)
             if signum not in told and not caught:
                 told.add(signum)
                 print(ignored_notice_line(who, sig), flush=True)

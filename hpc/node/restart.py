@@ -48,12 +48,17 @@ from hpc.node.contract import (
     EXIT_STOPPED,
     HEALTH_MODULE,
     JOB_DIR_VAR,
+    LAUNCH_MODULE,
     MAX_COUNT,
     MAX_GPUS_PER_NODE,
+    PROJECT_MODULE,
     RESTART_DIR,
     RESTART_LOG,
     RESTART_MODULE,
+    STANDBY_MODULE,
+    STANDBY_VAR,
     STOP_RECORD_VAR,
+    TRAINER_MODULE,
 )
 from hpc.node.files import NotASmallFile, read_range, regular_file_problem
 from hpc.node.hang import GRACE_S, STORE_TIMEOUT_S
@@ -97,6 +102,7 @@ EVIDENCE_S = GRACE_S + STORE_TIMEOUT_S + 2.0  # after a first failure record, th
 SLURM_TIMEOUT_S = 30.0  # squeue and scancel from the batch script
 END_WAIT_S = 60.0  # how long srun may take to return once its tasks were killed
 WATCH_LOG = "batch-host-watch-%t.out"  # what hpc.node.batch_host said; %t: written on its node, not by srun
+STANDBY_LOG = "standby-%N.out"  # what each node's hpc.node.standby said
 NODE_CHECK_S = 180.0  # a node's GPU checks after a suspected node fault: not done within this, the node failed them
 
 
@@ -134,6 +140,26 @@ def check_places(job_dir: Path, marks: Path, stop_record: Path) -> None:
     problem = regular_file_problem(log)
     if problem:
         raise HpcError(f"{log} is {problem}, not the job's restart records")
+
+
+def standby_preload(command: Sequence[str]) -> list[str]:
+    """What a node's standby imports for the ranks of ``command`` (srun ... hpc.node.launch ... -- RANK PROGRAM): torch
+    and transformers, and the trainer for the project's; none where launch does not start the ranks itself (a
+    container's runtime, torchrun or accelerate start them)."""
+    if LAUNCH_MODULE not in command:
+        return []
+    launch_args = command[command.index(LAUNCH_MODULE) + 1 :]
+    launch_args = launch_args[: launch_args.index("--")] if "--" in launch_args else launch_args
+    if any(a.startswith("--container") for a in launch_args):
+        return []
+    launcher = next((a.split("=", 1)[1] for a in launch_args if a.startswith("--launcher=")), None)
+    if "--launcher" in launch_args[:-1]:
+        launcher = launch_args[launch_args.index("--launcher") + 1]
+    if launcher not in (None, "srun"):
+        return []
+    rank = list(command[command.index(LAUNCH_MODULE) + 1 :])
+    trainer = PROJECT_MODULE in rank and rank[rank.index(PROJECT_MODULE) + 1 :][:1] == [TRAINER_MODULE]
+    return ["torch", "transformers", *(["train.loop"] if trainer else [])]
 
 
 def read_log(path: Path, job_id: str) -> list[dict]:
@@ -255,6 +281,8 @@ class Supervisor:
         self.proc: Optional[subprocess.Popen] = None
         self.term_at = 0.0
         self.watch: Optional[subprocess.Popen] = None  # hpc.node.batch_host's step
+        self.standby: Optional[subprocess.Popen] = None  # hpc.node.standby's step
+        self.preload = standby_preload(command) if self.environ.get(STANDBY_VAR) != "0" else []  # 0: none
 
     def _on_term(self, signum, frame) -> None:
         """SIGTERM (the job is being cancelled or requeued): the ranks' srun gets it too (they stop with a checkpoint
@@ -271,6 +299,8 @@ class Supervisor:
         finally:
             if self.watch is not None and self.watch.poll() is None:
                 self.watch.terminate()  # srun passes SIGTERM on: the watch sees the batch host in the job and ends
+            if self.standby is not None and self.standby.poll() is None:
+                self.standby.terminate()
 
     def _run(self) -> int:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -312,6 +342,8 @@ class Supervisor:
                     self.log, {k: pending[k] for k in ("id", "job_id", "next_nodes", "replaced", "relaunched_at")}
                 )
             self._watch_batch_host()
+            if self.standby is not None and self.standby.poll() is not None:  # its step ended (a node left): again
+                self._start_standby()
             rec, failure, decision = self._attempt(attempt, chosen, history, pending)
             rc = failure.rc
             pending = None
@@ -362,6 +394,7 @@ class Supervisor:
             ATTEMPT_VAR: str(attempt),
             ATTEMPT_DIR_VAR: str(directory),
             BAD_NODE_MARKS_VAR: str(directory / records.MARKS),
+            STANDBY_VAR: "1" if self.standby is not None else "",
         }
         spares = [n for n in self.allocation if n not in nodes and n not in self.out]
         print(
@@ -379,6 +412,8 @@ class Supervisor:
                 proc.kill()
                 break
             seen = records.read(directory)
+            if self.preload and self.standby is None and seen.progress.get("trained_at"):
+                self._start_standby()  # once the ranks train: the first start is not slowed by its imports
             if pending is not None and seen.progress.get("trained_at"):
                 self._completed(pending, seen.progress)
                 pending = None
@@ -548,6 +583,32 @@ class Supervisor:
             BATCH_HOST_MODULE,
         ]
         self.watch = subprocess.Popen(argv, env=self.environ, stdin=subprocess.DEVNULL)
+
+    def _start_standby(self) -> None:
+        """`hpc.node.standby` on every node still in the job, one task each, beside the ranks: the next start of the
+        ranks forks from it (each node's own log: STANDBY_LOG)."""
+        nodes = [n for n in self.allocation if n not in self.out]
+        argv = [
+            "srun",
+            f"--nodes={len(nodes)}",
+            f"--ntasks={len(nodes)}",
+            "--ntasks-per-node=1",
+            f"--nodelist={','.join(nodes)}",
+            "--overlap",
+            "--kill-on-bad-exit=0",
+            "--open-mode=append",
+            f"--output={self.root / STANDBY_LOG}",
+            sys.executable,
+            "-u",
+            "-m",
+            STANDBY_MODULE,
+            "--preload",
+            *self.preload,
+        ]
+        print(
+            f"[restart] a standby on {','.join(nodes)} imports {', '.join(self.preload)} for the next start", flush=True
+        )
+        self.standby = subprocess.Popen(argv, env=self.environ, stdin=subprocess.DEVNULL)
 
     def _left_the_job(self) -> set[str]:
         """The allocation's nodes Slurm has taken out of the job (``--no-kill``: a node set DOWN, or not answering,

@@ -21,6 +21,7 @@ EXCEPTIONS = {  # (file, function, call): why
         "_watch_batch_host",
         "subprocess.Popen",
     ): "the batch host's watch, a step for the whole run",
+    ("hpc/node/restart.py", "_start_standby", "subprocess.Popen"): "the nodes' standby, a step for the whole run",
     ("hpc/node/launch.py", "catches", "read_text"): "/proc/PID/stat and status: the kernel's, a page at most",
     ("hpc/node/netcheck.py", "_ipv6_addrs", "read_text"): "/proc/net/if_inet6: the kernel's",
     ("hpc/node/netcheck.py", "_read", "read_text"): "/sys/class/net/IFACE/*: the kernel's, a page at most",

@@ -39,6 +39,7 @@ def test_the_scripts_modules_come_from_the_contract():
         "hpc.node.health",
         "hpc.node.restart",
         "hpc.node.batch_host",  # started by hpc.node.restart, not the script
+        "hpc.node.standby",  # the same
         "hpc.node.project_module",
         "train",
     }
