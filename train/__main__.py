@@ -119,8 +119,8 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
 
 def _check_snapshot_job(every: int) -> None:
     """checkpoint.memory_every keeps its snapshots under this Slurm job's id: refused (one line) outside a job."""
+    from hpc.node.snapshot_dir import job_dir
     from train.front.config import ConfigError
-    from train.snapshot_plan import job_dir
 
     if every and job_dir(os.environ) is None:
         raise ConfigError(

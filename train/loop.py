@@ -29,6 +29,7 @@ from hpc.node.contract import EXIT_FAILED, RUN_CONFIG, checkpoint_step
 from hpc.node.fault_table import classify
 from hpc.node.hang import collective_failure, gather_nodes, mark_bad_nodes, name_the_missing
 from hpc.node.heartbeat import EVAL, FIRST_STEP, SAVE, STEP, Heartbeat
+from hpc.node.snapshot_dir import job_dir
 from train import adapters, checkpoint, faults, resume, snapshot
 from train.context_parallel import SequenceShards
 from train.data.prepared import open_prepared, split_rows
@@ -46,7 +47,6 @@ from train.moe import load_imbalance, routing_summary
 from train.packed_attention import check_packed_attention
 from train.parallel import ParallelDims, WorldEnv, build_mesh, clip_grad_norm_, fsdp_mesh, parallelize
 from train.precision import MasterWeights
-from train.snapshot_plan import job_dir
 from train.step_guard import StepFailed, StepGuard
 from train.steptime import timed_step
 from train.straggler import StragglerMonitor, describe

@@ -1,5 +1,5 @@
-"""The pure part of the memory snapshots (``train.snapshot``): where a job's snapshots live, which rank keeps whose
-partner copy, and which snapshot an in-job restart resumes from. No torch, no files.
+"""The pure part of the memory snapshots (``train.snapshot``): which rank keeps whose partner copy, and which
+snapshot an in-job restart resumes from (where they live: `hpc.node.snapshot_dir`). No torch, no files.
 
 Every ``checkpoint.memory_every`` steps each rank's state goes to its node's memory (tmpfs) and to its partner: the rank
 of the same local index on the next node, ``(node + 1) % nodes``. A node lost with its memory leaves each of its ranks'
@@ -8,33 +8,7 @@ states on the next node.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-
-from hpc.node.contract import SNAPSHOT_DIR_DEFAULT, SNAPSHOT_DIR_VAR
-
-_JOB_ID = re.compile(r"[0-9]{1,10}(_[0-9]{1,10})?")
-_RUN = re.compile(r"[0-9]{1,6}")
-
-
-def job_key(environ: Mapping[str, str]) -> str | None:
-    """``<job id>.<run>``: the Slurm job (array task) and its run (SLURM_RESTART_COUNT: a requeue is a new run), the
-    one name under which this job's snapshots live; None outside a Slurm job or for values that are no ids."""
-    job = environ.get("SLURM_JOB_ID") or ""
-    if environ.get("SLURM_ARRAY_JOB_ID") and environ.get("SLURM_ARRAY_TASK_ID"):
-        job = f"{environ['SLURM_ARRAY_JOB_ID']}_{environ['SLURM_ARRAY_TASK_ID']}"
-    run = environ.get("SLURM_RESTART_COUNT") or "0"
-    if not _JOB_ID.fullmatch(job) or not _RUN.fullmatch(run):
-        return None
-    return f"{job}.{run}"
-
-
-def job_dir(environ: Mapping[str, str]) -> Path | None:
-    """This job run's snapshot directory (every node keeps its copies in ``<it>/<node name>/``); None outside Slurm."""
-    key = job_key(environ)
-    return None if key is None else Path(environ.get(SNAPSHOT_DIR_VAR) or SNAPSHOT_DIR_DEFAULT) / key
 
 
 def partners(nodes: list[str]) -> list[int]:

@@ -300,7 +300,11 @@ class Supervisor:
             if self.watch is not None and self.watch.poll() is None:
                 self.watch.terminate()  # srun passes SIGTERM on: the watch sees the batch host in the job and ends
             if self.standby is not None and self.standby.poll() is None:
-                self.standby.terminate()
+                self.standby.terminate()  # each node's standby removes the run's memory snapshots there, then ends
+                try:
+                    self.standby.wait(timeout=END_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    self.standby.kill()
 
     def _run(self) -> int:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,8 @@ the socket), environment, working directory and command (``PYTHON [-u] -m MODULE
 ARGS`` of this interpreter) and runs it as ``python`` would, in a process group of its own. The launch task forwards
 the signals it gets to the child and takes its exit status as a child's; the child is killed when the launch task
 ends first (its step killed). Whatever cannot be served so (another interpreter or option, a standby still importing
-or gone, a thread or CUDA already started here) the launch task runs itself, as without a standby.
+or gone, a thread or CUDA already started here) the launch task runs itself, as without a standby. At the run's end
+(SIGTERM) it removes this job run's memory snapshots on its node, which a run that failed leaves behind.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import runpy
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -31,6 +33,7 @@ from typing import Mapping, Optional, Sequence
 from hpc.node.clean_path import drop_working_dir, module_run
 from hpc.node.contract import STANDBY_MODULE
 from hpc.node.slurm_env import node_name
+from hpc.node.snapshot_dir import job_dir
 
 PROG = STANDBY_MODULE
 DEFAULT_PRELOAD = ("torch", "transformers")
@@ -161,12 +164,21 @@ class Standby:
         self.stop = True
 
     def serve(self) -> None:
+        """Until SIGTERM (the run's end: hpc.node.restart ends the standbys' step); then its children are killed and
+        this job run's memory snapshots on this node (`hpc.node.snapshot_dir`) removed, whatever ended the run."""
         while not self.stop:
             for key, _ in self.sel.select(timeout=1.0):
                 key.data(key.fileobj)
             self._reap(None)
         for pid in list(self.children):
             self._kill(pid)
+        snapshots = job_dir(os.environ)
+        if snapshots is not None:
+            shutil.rmtree(snapshots / node_name(os.environ), ignore_errors=True)
+            try:
+                snapshots.rmdir()  # the job run's, once every node's is gone
+            except OSError:
+                pass
 
     def _accept(self, listener: socket.socket) -> None:
         conn, _ = listener.accept()

@@ -172,3 +172,24 @@ def test_another_users_request_is_not_served(node_env):
     unanswered, though any user of the node can name the abstract address."""
     assert ask_as(os.getuid(), address(node_env)).startswith(b"answer refused")
     assert ask_as(65534, address(node_env)) in (b"answer ", b"closed BrokenPipeError", b"closed ConnectionResetError")
+
+
+def test_at_the_runs_end_the_standby_removes_this_runs_snapshots_on_its_node_only(tmp_path):
+    """SIGTERM (hpc.node.restart ending the run, however it ended): this job run's snapshots of this node go; another
+    node's of the run, the job's next run's and another job's stay."""
+    job = f"8{os.getpid()}"
+    env = slurm_task_env(SLURM_JOB_ID=job, SLURM_RESTART_COUNT="0", HPC_SNAPSHOT_DIR=str(tmp_path))
+    dirs = [tmp_path / f"{job}.0" / n / "step-4" for n in ("here", "n2")] + [
+        tmp_path / f"{job}.1" / "here" / "step-4",
+        tmp_path / "777.0" / "here" / "step-4",
+    ]
+    for d in dirs:
+        d.mkdir(parents=True)
+        (d / "rank-0.pt").write_bytes(b"state")
+    standby = subprocess.Popen(
+        [PYTHON, "-u", "-m", "hpc.node.standby", "--preload"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert "imported in" in standby.stdout.readline()
+    standby.terminate()
+    assert standby.wait(timeout=30) == 0
+    assert [d.exists() for d in dirs] == [False, True, True, True]

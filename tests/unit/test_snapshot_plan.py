@@ -8,10 +8,11 @@ import pytest
 from train_helpers import TINY
 
 from hpc.node.contract import SNAPSHOT_DIR_VAR
+from hpc.node.snapshot_dir import job_dir, job_key
 from train.front.config import ConfigError, load_config
 from train.front.layout import WorldEnv
 from train.front.run_check import check_run, snapshot_problem
-from train.snapshot_plan import Choice, Found, choose, job_dir, job_key, partners, sender_of
+from train.snapshot_plan import Choice, Found, choose, partners, sender_of
 
 TWO_BY_TWO = ["n1", "n1", "n2", "n2"]
 
