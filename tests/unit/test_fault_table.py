@@ -149,3 +149,34 @@ def test_the_docs_hold_the_tables():
     text = (ROOT / "docs" / "spares.md").read_text()
     assert text == gen["render"](text), "docs/spares.md's tables are stale: run python scripts/gen_fault_docs.py"
     assert markdown_table() in text and "| `torch.AcceleratorError` | 214 `cudaErrorECCUncorrectable` |" in text
+
+
+def _recorded(entry: dict) -> BaseException:
+    """An exception of the type, code and message a real GPU fault reached Python with (bench/gpu_faults.py)."""
+    kinds = {
+        "torch.AcceleratorError": torch.AcceleratorError,
+        "torch.OutOfMemoryError": torch.OutOfMemoryError,
+        "torch.distributed.DistBackendError": dist.DistBackendError,
+    }
+    exc = kinds[entry["type"]](entry["message"])
+    if entry["error_code"] is not None:
+        exc.error_code = entry["error_code"]
+    return exc
+
+
+GPU_RECORDING = json.loads((ROOT / "tests/unit/data/gpu_faults_h100.json").read_text())
+
+
+@pytest.mark.parametrize("fault", GPU_RECORDING["faults"], ids=lambda f: f"{f['fault']}-{f.get('rank', '')}")
+def test_faults_recorded_on_a_gpu_get_the_cause_of_what_provoked_them(fault):
+    """Each fault bench/gpu_faults.py provoked on an H100 (an index out of range, a kernel's bad or misaligned
+    address, a kernel's trap, out of memory, two NCCL ranks on one GPU), rebuilt from the type, code and message
+    recorded there, is judged as what provoked it, a CUDA error by the code it carries; a sticky error fails the next
+    CUDA call with the same code."""
+    assert fault["raised"]["verdict"] == fault["expected"]  # the table's verdict on the real exception, there
+    first = fault["raised"]["chain"][0]
+    verdict = classify(_recorded(first))
+    assert verdict.cause == fault["expected"], first
+    assert verdict.specific == (first["error_code"] is not None), verdict
+    if fault.get("sticky"):
+        assert fault["next_call"]["chain"][0]["error_code"] == first["error_code"]
