@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from one_gpu import emit  # bench/, first on sys.path as the script runs
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -106,12 +108,12 @@ def child(kind: str) -> None:
     try:
         _provoke(kind)
         out["raised"] = None
-    except BaseException as exc:  # noqa: B036 - the point is to see whatever reaches Python
+    except Exception as exc:
         out["raised"] = _record(exc)
         try:
             torch.ones(1, device="cuda").add_(1).item()
             out["sticky"] = False
-        except BaseException as again:  # noqa: B036
+        except Exception as again:
             out["sticky"] = True
             out["next_call"] = _record(again)
     print("RESULT " + json.dumps(out), flush=True)
@@ -131,7 +133,7 @@ def nccl_rank(rank: int, port: int) -> None:
         dist.all_reduce(t)
         torch.cuda.synchronize()
         out["raised"] = None
-    except BaseException as exc:  # noqa: B036
+    except Exception as exc:
         out["raised"] = _record(exc)
     print("RESULT " + json.dumps(out), flush=True)
     os._exit(0)
@@ -190,10 +192,7 @@ def main() -> None:
         report["faults"] += got or [{"fault": "nccl-two-ranks-one-gpu", "exit": p.returncode, "stderr_tail": se[-800:]}]
     faults = report["faults"]
     report["all_as_expected"] = all(f.get("raised") and f["raised"]["verdict"] == f["expected"] for f in faults)
-    text = json.dumps(report, indent=1)
-    print(text)
-    if a.out:
-        Path(a.out).write_text(text)
+    emit(report, a.out)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""What the one-GPU benchmarks share: the trainer on one rank, and timing a step function."""
+"""What the one-GPU benchmarks share: the trainer on one rank, timing a step function, and printing the report."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 
 def one_rank_trainer(cfg, run_id: str = "bench"):
@@ -85,3 +87,11 @@ def peft_peer(cfg, lora: dict, checkpointing: bool = False):
         losses.append(loss.detach())
 
     return step, time.perf_counter() - t0, losses
+
+
+def emit(report: dict, out: str | None) -> None:
+    """``report`` as JSON on the output, and into the file ``out`` when one is given."""
+    text = json.dumps(report, indent=1)
+    print(text)
+    if out:
+        Path(out).write_text(text)

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from one_gpu import emit  # bench/, first on sys.path as the script runs
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -121,10 +123,7 @@ def main() -> None:
             "first_run": run(a, run_dir, save=True),
             "restarts": [run(a, run_dir, save=False) for _ in range(2)],
         }
-    text = json.dumps(report, indent=1)
-    print(text)
-    if a.out:
-        Path(a.out).write_text(text)
+    emit(report, a.out)
 
 
 if __name__ == "__main__":

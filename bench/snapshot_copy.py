@@ -13,11 +13,10 @@ per parameter) over dp ranks. Measured on this GPU, each printed as one JSON obj
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import torch
+from one_gpu import emit  # bench/, first on sys.path as the script runs
 
 BYTES_PER_PARAM = 12  # fp32 weight + AdamW exp_avg + exp_avg_sq
 
@@ -112,10 +111,7 @@ def main() -> None:
     for dp in a.dp:
         report["runs"].append(measure(a.params, dp, a.chunk_mib))
         torch.cuda.empty_cache()
-    text = json.dumps(report, indent=1)
-    print(text)
-    if a.out:
-        Path(a.out).write_text(text)
+    emit(report, a.out)
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ def _child(conn: socket.socket, listener: socket.socket, fds: list[int], request
         else:
             print(e.code, file=sys.stderr)
             code = 1
-    except BaseException:  # noqa: B036 - the rank's own failure, reported as python reports it
+    except (Exception, KeyboardInterrupt):  # the rank's own failure, reported as python reports it
         traceback.print_exc()
         code = 1
     finally:
