@@ -1,10 +1,11 @@
 """Each node's standby on the local cluster: a job with a spare node (dp2 x tp2 on 2 nodes + 1) has hpc.node.restart
 start hpc.node.standby on its 3 nodes once the ranks train. A rank SIGKILLed before the standbys have imported torch
 is restarted as before (new processes); then, once they are ready, a rank SIGKILLed, a rank's segfault (SIGSEGV), a
-node's processes killed at once and a GPU-class exception (``torch.distributed.DistBackendError`` ncclSystemError,
-its node's GPUs then passing their check) are each restarted from the standbys: every rank of those starts forked,
+node's processes killed at once, a rank stopped (SIGSTOP: a hang, seen by its heartbeat) and a GPU-class exception
+(``torch.distributed.DistBackendError`` ncclSystemError, its node's GPUs then passing their check) are each restarted
+from the standbys: every rank of those starts forked,
 its log line naming its pid. The job ends equal to the uninterrupted baseline bit for bit. Printed: seconds from each
-fault to training again (median and max over STANDBY_FAULT_ROUNDS rounds of the four, 1 by default)."""
+fault to training again (median and max over STANDBY_FAULT_ROUNDS rounds of the five, 1 by default)."""
 
 import os
 import re
@@ -24,7 +25,8 @@ pytestmark = pytest.mark.slurm
 
 FORKED = re.compile(r"forked by the node's standby \(pid (\d+)\)")
 ROUNDS = int(os.environ.get("STANDBY_FAULT_ROUNDS", "1"))  # 5 for the docs' median and max (outside CI)
-FIRST, EVERY = 20, 25  # round r's faults come at steps FIRST + EVERY*r + 2, 8, 14, 20 (checkpoints every 5)
+FIRST, EVERY = 20, 20  # round r's faults come at steps FIRST + EVERY*r + 2, 6, 10, 14, 18 (checkpoints every 5)
+PER_ROUND = 5
 
 
 def forked_pids(run: Run) -> set[int]:
@@ -33,9 +35,9 @@ def forked_pids(run: Run) -> set[int]:
 
 def test_restarts_once_the_standbys_are_ready_fork_every_rank(slurm, tmp_path, requeue_baseline, monkeypatch):
     monkeypatch.setenv("HPC_DIST_TIMEOUT_S", "15")
-    hooked = [f"nccl-system@1:{FIRST + EVERY * r + 20}:{4 + 4 * r}" for r in range(ROUNDS)]
+    hooked = [f"nccl-system@1:{FIRST + EVERY * r + 18}:{PER_ROUND * (r + 1)}" for r in range(ROUNDS)]
     monkeypatch.setenv("HPC_TEST_FAULTS", ",".join(hooked))
-    site = str(spare_site(tmp_path, max_restarts=1 + 4 * ROUNDS))
+    site = str(spare_site(tmp_path, max_restarts=1 + PER_ROUND * ROUNDS))
     run = Run(tmp_path, "standby", submit(tmp_path, "standby", "srun", "--spare-nodes", "1", site=site))
     standby_logs = run.dir / f".restarts-{run.job}-0"
     times: dict[str, list[float]] = {}
@@ -49,19 +51,23 @@ def test_restarts_once_the_standbys_are_ready_fork_every_rank(slurm, tmp_path, r
             what="the 3 nodes' standbys ready",
         )
         for r in range(ROUNDS):
-            base, a = FIRST + EVERY * r, 1 + 4 * r
+            base, a = FIRST + EVERY * r, 1 + PER_ROUND * r
             for k, (name, fault) in enumerate(
                 [
                     ("SIGKILL of a rank", lambda a: signal_rank(run, a, 1, signal.SIGKILL)),
                     ("SIGSEGV of a rank", lambda a: signal_rank(run, a, 2, signal.SIGSEGV)),
                     ("a node's processes killed at once", lambda a: kill_node(run, a, 3)),
+                    (
+                        "SIGSTOP of a rank (a hang: its heartbeat silent 10 s)",
+                        lambda a: signal_rank(run, a, 0, signal.SIGSTOP),
+                    ),
                 ]
             ):
-                run.wait_step(a + k, base + 2 + 6 * k)
+                run.wait_step(a + k, base + 2 + 4 * k)
                 t, _ = fault(a + k)
                 times.setdefault(name, []).append(run.decision(a + k)["trained_at"] - t)
-            t, _ = hook_fault(run, a + 3)  # the ncclSystemError hooked at step base + 20
-            rec = run.decision(a + 3)
+            t, _ = hook_fault(run, a + 4)  # the ncclSystemError hooked at step base + 18
+            rec = run.decision(a + 4)
             assert (rec["kind"], rec["action"]) == ("node fault", "restart"), rec
             times.setdefault("a GPU-class exception (ncclSystemError; the node's GPUs pass)", []).append(
                 rec["trained_at"] - t
@@ -73,7 +79,7 @@ def test_restarts_once_the_standbys_are_ready_fork_every_rank(slurm, tmp_path, r
     assert_same_as_baseline(run.dir, requeue_baseline)
     forked = forked_pids(run)
     assert not {s["pid"] for s in read(run.attempt(0)).starts} & forked
-    for a in range(2, 2 + 4 * ROUNDS):
+    for a in range(2, 2 + PER_ROUND * ROUNDS):
         assert {s["pid"] for s in read(run.attempt(a)).starts} <= forked, (a, forked)
     print(f"\n[standby] job {run.job}, {ROUNDS} round(s), equal to the baseline bit for bit")
     for name, seconds in times.items():
