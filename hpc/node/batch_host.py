@@ -11,6 +11,11 @@ It waits for SIGTERM (the job ending, or its step ended by the supervisor), then
 left the job (`lost_batch_host`) and, when it did, requeues the job (``scontrol requeue`` takes a job that is still
 completing), so its next run resumes from the newest complete checkpoint. Any other end (done, cancelled, a time
 limit, a requeue of the batch script's) leaves the batch host in the job: nothing is done.
+
+Slurm 24.11 takes the failed batch host out of the job the same way but does not end the job: the batch script's end
+comes back as a step's, which slurmctld refuses (``_step_partial_comp: batch step received ... This should never
+happen``), and the job runs on without its batch script until its time limit, so no SIGTERM comes. The watch therefore
+also asks Slurm every ``POLL_S`` seconds while it waits, and requeues the job as soon as the batch host has left it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from hpc.node.slurm_env import RankError, node_hosts, node_name
 from hpc.node.tool import run_tool
 
 SCONTROL_TIMEOUT_S = 10.0
+POLL_S = 10.0  # between two looks at the job while no SIGTERM has come
 
 
 def lost_batch_host(show_job: str) -> Optional[str]:
@@ -52,7 +58,7 @@ def requeue_if_batch_host_lost(environ: Mapping[str, str], who: str, run: Callab
             return None
         print(
             f"[batch host] {who}: the batch host {host} left job {job} (its node failed: under --no-kill Slurm ends "
-            "the job without a requeue); requeueing it",
+            "the job without a requeue, 24.11 runs it on without its batch script); requeueing it",
             flush=True,
         )
         r = run(["scontrol", "requeue", job], SCONTROL_TIMEOUT_S)
@@ -64,12 +70,23 @@ def requeue_if_batch_host_lost(environ: Mapping[str, str], who: str, run: Callab
     return host
 
 
+def watch(
+    environ: Mapping[str, str], who: str, wait: Callable[[float], bool], run: Callable = run_tool
+) -> Optional[str]:
+    """Until ``wait(POLL_S)`` says SIGTERM came (True), look at the job every ``POLL_S`` seconds and requeue it once
+    its batch host left it; after SIGTERM look once more. The lost batch host, else None (nothing done)."""
+    while not wait(POLL_S):
+        host = requeue_if_batch_host_lost(environ, who, run)
+        if host is not None:
+            return host
+    return requeue_if_batch_host_lost(environ, who, run)
+
+
 def main() -> None:
     if prestop_signal(os.environ) != signal.SIGTERM:  # the time limit's notice is the ranks'
         signal.signal(prestop_signal(os.environ), signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    signal.sigwait({signal.SIGTERM})
-    requeue_if_batch_host_lost(os.environ, f"the watch on {node_name()}")
+    watch(os.environ, f"the watch on {node_name()}", lambda s: signal.sigtimedwait({signal.SIGTERM}, s) is not None)
 
 
 if __name__ == "__main__":

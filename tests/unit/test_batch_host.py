@@ -1,7 +1,7 @@
 """The batch host's failure in a job with spare nodes (hpc/node/batch_host.py): read from `scontrol show job -o` as
 the local cluster's Slurm 22.05 answered while such a job ended, and the requeue that follows."""
 
-from hpc.node.batch_host import lost_batch_host, requeue_if_batch_host_lost
+from hpc.node.batch_host import POLL_S, lost_batch_host, requeue_if_batch_host_lost, watch
 from hpc.node.tool import ToolResult
 
 # JobState=COMPLETING, n1 (the batch host) set DOWN under --no-kill: Slurm took it out of NodeList.
@@ -49,3 +49,25 @@ def test_nothing_is_requeued_while_the_batch_host_is_held():
     assert requeue_if_batch_host_lost({"SLURM_JOB_ID": "3"}, "rank 2 on n2", answering(held, calls)) is None
     assert calls == [["show", "job", "-o", "3"]]
     assert requeue_if_batch_host_lost({}, "rank 2 on n2", answering(LOST, calls)) is None and len(calls) == 1
+
+
+def test_the_watch_requeues_a_job_that_runs_on_without_its_batch_host():
+    """Slurm 24.11 keeps the job running once its batch host left it: no SIGTERM comes, the watch's look finds it."""
+    calls, waits, answers = [], [], iter([LOST.replace("NodeList=n[2-3]", "NodeList=n[1-3]")] * 2 + [LOST])
+
+    def run(argv, timeout_s):
+        calls.append(argv[1:])
+        return ToolResult(0, next(answers) if argv[1] == "show" else "", "")
+
+    assert watch({"SLURM_JOB_ID": "3"}, "the watch on n2", lambda s: waits.append(s) or False, run) == "n1"
+    assert waits == [POLL_S] * 3 and calls == [["show", "job", "-o", "3"]] * 3 + [["requeue", "3"]]
+
+
+def test_the_watch_looks_once_more_at_sigterm():
+    calls = []
+    assert watch({"SLURM_JOB_ID": "3"}, "the watch on n2", lambda s: True, answering(LOST, calls)) == "n1"
+    assert calls == [["show", "job", "-o", "3"], ["requeue", "3"]]
+    calls.clear()
+    held = LOST.replace("NodeList=n[2-3]", "NodeList=n[1-3]")
+    assert watch({"SLURM_JOB_ID": "3"}, "the watch on n2", lambda s: True, answering(held, calls)) is None
+    assert calls == [["show", "job", "-o", "3"]]
