@@ -25,7 +25,9 @@ pytestmark = pytest.mark.slurm
 
 FORKED = re.compile(r"forked by the node's standby \(pid (\d+)\)")
 ROUNDS = int(os.environ.get("STANDBY_FAULT_ROUNDS", "1"))  # 5 for the docs' median and max (outside CI)
-FIRST, EVERY = 20, 20  # round r's faults come at steps FIRST + EVERY*r + 2, 6, 10, 14, 18 (checkpoints every 5)
+# round r's faults come at steps FIRST + EVERY*r + OFFSETS, then the hooked one at + 18: none from outside at a save
+# (checkpoints every 5), where a node's loss fails the others' save, which ends the job as their error
+FIRST, EVERY, OFFSETS = 20, 20, (2, 6, 11, 14)
 PER_ROUND = 5
 
 
@@ -63,7 +65,7 @@ def test_restarts_once_the_standbys_are_ready_fork_every_rank(slurm, tmp_path, r
                     ),
                 ]
             ):
-                run.wait_step(a + k, base + 2 + 4 * k)
+                run.wait_step(a + k, base + OFFSETS[k])
                 t, _ = fault(a + k)
                 times.setdefault(name, []).append(run.decision(a + k)["trained_at"] - t)
             t, _ = hook_fault(run, a + 4)  # the ncclSystemError hooked at step base + 18
