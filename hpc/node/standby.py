@@ -278,7 +278,7 @@ class Standby:
 
 class StandbyRank:
     """A rank forked by the node's standby, as ``subprocess.Popen`` is used for one: ``pid``, ``send_signal``,
-    ``poll``, ``wait``; the signals this process gets (`FORWARDED`) are passed on to it."""
+    ``wait``; the signals this process gets (`FORWARDED`) are passed on to it."""
 
     def __init__(self, conn: socket.socket, pid: int):
         self.conn, self.pid, self.returncode = conn, pid, None
@@ -297,34 +297,28 @@ class StandbyRank:
             except OSError:
                 pass
 
-    def _read(self, block: bool) -> None:
-        self.conn.setblocking(block)
-        while self.returncode is None and b"\n" not in self._buffer:
+    def wait(self) -> int:
+        """The rank's exit status as ``Popen.wait`` gives it (a signal's: negative); the standby gone (its socket
+        closed) takes the rank with it."""
+        self.conn.setblocking(True)
+        while self.returncode is None:
+            if b"\n" in self._buffer:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                text = line.decode(errors="replace")
+                if text.startswith("exit ") and text[5:].lstrip("-").isdigit():
+                    self.returncode = int(text[5:])
+                continue
             try:
                 data = self.conn.recv(4096)
-            except (BlockingIOError, InterruptedError):
-                return
             except OSError:
                 data = b""
-            if not data:  # the standby is gone: so is the rank
+            if not data:
                 try:
                     os.killpg(self.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
                 self.returncode = -signal.SIGKILL
-                return
             self._buffer += data
-        line = self._buffer.split(b"\n", 1)[0].decode(errors="replace")
-        if line.startswith("exit ") and self.returncode is None:
-            self.returncode = int(line[5:])
-
-    def poll(self) -> Optional[int]:
-        self._read(block=False)
-        return self.returncode
-
-    def wait(self) -> int:
-        while self.returncode is None:
-            self._read(block=True)
         return self.returncode
 
 
