@@ -1,6 +1,6 @@
 """hpc.node.restart at SIGTERM (the job cancelled or requeued): it passes the signal to the ranks' srun, which ends
 cleanly, and exits with the requeue code (75) well within Slurm's KillWait (30 s by default). The srun is a stand-in
-on PATH that records the signal it got."""
+on PATH that records its arguments and the signal it got."""
 
 import os
 import signal
@@ -13,7 +13,7 @@ from hpc.node.contract import EXIT_STOPPED
 
 FAKE_SRUN = """#!/bin/bash
 trap 'kill $!; echo TERM > "$HPC_JOB_DIR/srun-got"; exit 143' TERM
-echo "$@" > "$HPC_JOB_DIR/srun-started"
+echo "$@" >> "$HPC_JOB_DIR/srun-started"
 sleep 60 >/dev/null & wait
 """
 
@@ -38,10 +38,10 @@ def test_sigterm_stops_the_ranks_and_exits_75(tmp_path: Path):
     )
     try:
         deadline = time.monotonic() + 30
-        while not (jobs / "srun-started").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "srun was not started"
+        started = jobs / "srun-started"  # the ranks' srun and the batch host's watch, in either order
+        while not (started.exists() and "--nodelist=n1,n2 " in started.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, "the ranks' srun was not started"
             time.sleep(0.05)
-        assert "--nodelist=n1,n2" in (jobs / "srun-started").read_text()
         time.sleep(0.3)  # srun's trap is set
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
