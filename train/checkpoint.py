@@ -43,6 +43,7 @@ from hpc.node.cli import HpcError
 from hpc.node.contract import CHECKPOINT_META as META
 from hpc.node.contract import CHECKPOINT_PREFIX, EXIT_FAILED, SET_ASIDE, checkpoint_name, checkpoint_step
 from hpc.node.files import META_BYTES, read_json_object
+from hpc.node.hang import collective_failure
 
 # Only trainable parameters are saved: all of them in a full fine-tune, the adapters of a LoRA run (whose frozen
 # base comes from model.path or the seed at every start).
@@ -286,11 +287,21 @@ def start_save(
         else:
             future = dcp.async_save(state, checkpoint_id=tmp, process_group=write_group, async_stager=stager)
     except (Exception, CheckpointException) as e:  # DCP raises the same CheckpointException on every rank
+        collective = _collective_error(e)
+        if collective is not None:  # a peer ended or is silent (its node lost mid-write): the run's hang report
+            raise collective from None
         raise CheckpointError(
             f"checkpoint of step {step} in {tmp} failed: {_one_line(e)}{_free_space(root)}; "
             "the previous checkpoints are kept"
         ) from None
     return PendingSave(future, step, tmp, final, meta, keep_last, stager is not None, time.perf_counter() - t0)
+
+
+def _collective_error(e: BaseException) -> BaseException | None:
+    """The error of a collective that failed under ``e`` (a save's, DCP's own or one rank's in its
+    CheckpointException), which hpc.node.hang names as a peer that ended or timed out; None for any other error."""
+    errors = [exc for exc, _ in e.failures.values()] if isinstance(e, CheckpointException) else [e]
+    return next((x for x in errors if isinstance(x, RuntimeError) and collective_failure(x) is not None), None)
 
 
 def _agree(error: str | None, what: str, root: Path, saving: bool = True, after: str = "") -> None:

@@ -633,19 +633,27 @@ class Trainer:
         self.metrics.restart_clock()
         step_fn = self.straggler.measured(self.train_step)
         self.beat = Heartbeat(self.rank)  # a job with spare nodes: this rank's phase, for hpc.node.restart
-        try:
+        try:  # a peer lost in a step or in the saves and export at the end: the hang report names it
             self._loop(step_fn, stop_requested)
+            self._finish()
         except (RuntimeError, dist.DistError) as e:
             failure = collective_failure(e)
             if failure is None or classify(e).specific:  # a GPU's or NCCL's coded error: the fault table judges it
                 raise
             raise self._report_hang(failure) from None
+        self.metrics.close()
+        self.beat.close()
+        return self.step
+
+    def _finish(self) -> None:
+        """The run's end: the last save and the export (collective)."""
+        cfg = self.cfg
         self.straggler.close()
-        self.beat.enter(SAVE, self.step)  # the last save and the export
+        self.beat.enter(SAVE, self.step)
         saved_at = self._saved_at
         if saved_at != self.step:  # the steps since the last save, saved below
             self._check_steps(weights=True)
-        self.metrics.close()
+        self.metrics.flush()  # every step's record is written before a checkpoint that resumes after it
         self.finish_save()
         if saved_at != self.step:
             self.save()
@@ -661,8 +669,6 @@ class Trainer:
                 export_hf(self.master, self.hf_config, self.tokenizer, str(target))
                 _log0(f"[train] exported Hugging Face model to {target}")
         dist.barrier()  # rank 0 may still be writing; no rank tears the process group down before it
-        self.beat.close()
-        return self.step
 
     def _loop(self, step_fn: Callable[[], dict], stop_requested: Callable[[], bool]) -> None:
         cfg = self.cfg

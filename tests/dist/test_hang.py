@@ -107,3 +107,13 @@ def test_gloo_s_errors_tell_a_peer_that_ended_from_one_that_timed_out(mode, kind
         proc.wait()
     line = next((l for l in out.splitlines() if l.startswith("[collective_failure]")), "")
     assert line.startswith(f"[collective_failure] {kind}: "), out[-3000:]
+
+
+def test_a_peer_lost_in_the_middle_of_a_save_is_a_collective_failure_not_a_save_error(tmp_path):
+    """A node lost while a checkpoint is written: the survivor's save raises the collective's own error (for the
+    hang report that names the missing rank), not the CheckpointError of a failed save (exit 1, the program's)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           str(ROOT / "tests" / "scripts" / "save_peer_lost.py"), str(tmp_path), "10"]
+    r = subprocess.run(cmd, cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
+    line = next((l for l in r.stdout.splitlines() if l.startswith("[save_peer_lost]")), "")
+    assert line.startswith("[save_peer_lost] peer ended: RuntimeError: "), r.stdout[-2000:] + r.stderr[-2000:]
