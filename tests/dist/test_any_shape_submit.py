@@ -1,7 +1,7 @@
 """The README's first step on the clusters we do not have: a shipped profile copied as mycluster.yaml (its paths
 pointed at this machine), then ``python -m hpc.submit --site mycluster --nodes N`` with no config of the user's, at 2
-nodes and at the partition's max_nodes, against the fake sbatch of Slurm 24.11 (tests/slurm_fakes.py): sbatch gets the script alone,
-and the script is the dry run's, for that many nodes."""
+nodes and at the partition's max_nodes, against the fake sbatch of Slurm 24.11 (tests/slurm_fakes.py): sbatch gets the
+script alone, and the script is the dry run's, for that many nodes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """bench/train_bench.py as a process: a bad --cases is one line and exit 2 before any GPU work, without a traceback (the
 other bad arguments are checked in process: tests/unit/test_bench_args.py)."""
+
 from conftest import run_cli
 
 

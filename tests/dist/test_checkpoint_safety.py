@@ -16,18 +16,24 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from train_helpers import ROOT, clean_env, metrics, save_tiny_hf, start_endless, train_cmd
 
 from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, LEASE_FILE
 from train.checkpoint import step_dir
-from train_helpers import ROOT, clean_env, metrics, save_tiny_hf, start_endless, train_cmd
 
 SAVED = ("steps=6", "checkpoint.interval=3", "checkpoint.keep_last=5", "schedule.warmup_steps=2")
 
 
 def run(run_dir, *overrides, timeout=240, **env):
     run_dir.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(train_cmd(1, f"log.dir={run_dir}", *overrides), cwd=ROOT, env=clean_env(**env),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        train_cmd(1, f"log.dir={run_dir}", *overrides),
+        cwd=ROOT,
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def listing(run_dir) -> dict[str, int]:
@@ -56,14 +62,18 @@ def copy_run(saved, tmp_path):
     return tmp_path / "r"
 
 
-def test_a_resubmission_with_other_settings_is_refused_with_nothing_renamed_and_resumes_once_they_are_back(saved, tmp_path):
+def test_a_resubmission_with_other_settings_is_refused_with_nothing_renamed_and_resumes_once_they_are_back(
+    saved, tmp_path
+):
     run_dir = copy_run(saved, tmp_path)
     before = listing(run_dir)
     changed = run(run_dir, *SAVED[1:], "steps=9", "model.dims.hidden_size=128", "master_dtype=bf16")
     assert changed.returncode == EXIT_BAD_INPUT, changed.stdout[-2000:] + changed.stderr[-2000:]
     [line] = error_lines(changed)
-    assert line.startswith(f"train: error: checkpoint.dir {run_dir / 'checkpoints'}: step-00000006 was written with other settings:")
-    assert "master_dtype \"fp32\" (saved) vs \"bf16\" (now); model.dims.hidden_size 64 (saved) vs 128 (now)" in line
+    assert line.startswith(
+        f"train: error: checkpoint.dir {run_dir / 'checkpoints'}: step-00000006 was written with other settings:"
+    )
+    assert 'master_dtype "fp32" (saved) vs "bf16" (now); model.dims.hidden_size 64 (saved) vs 128 (now)' in line
     assert "checkpoint.restart=fresh" in line
     assert listing(run_dir) == before  # nothing renamed, trimmed or written
     back = run(run_dir, *SAVED[1:], "steps=9")
@@ -79,8 +89,10 @@ def test_a_load_that_fails_for_another_reason_than_damage_sets_nothing_aside(sav
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(
         "import torch, torch.distributed.checkpoint as dcp\n"
-        "def load(*a, **k):\n    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB (injected)')\n"
-        "dcp.load = load\n")
+        "def load(*a, **k):\n"
+        "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB (injected)')\n"
+        "dcp.load = load\n"
+    )
     before = listing(run_dir)
     r = run(run_dir, *SAVED[1:], "steps=9", PYTHONPATH=f"{inject}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     assert r.returncode == EXIT_FAILED, r.stdout[-2000:] + r.stderr[-2000:]
@@ -119,7 +131,9 @@ def test_when_nothing_loads_only_a_fresh_restart_trains_from_step_0(saved, tmp_p
         shard.write_bytes(shard.read_bytes()[:100])
     first = run(run_dir, *SAVED)
     assert first.returncode == EXIT_BAD_INPUT, first.stderr[-2000:]
-    assert "were set aside as damaged" in error_lines(first)[-1] and "checkpoint.restart=fresh" in error_lines(first)[-1]
+    assert (
+        "were set aside as damaged" in error_lines(first)[-1] and "checkpoint.restart=fresh" in error_lines(first)[-1]
+    )
     assert sorted(metrics(run_dir)) == list(range(1, 7))  # metrics.jsonl is not emptied
     fresh = run(run_dir, *SAVED, "checkpoint.restart=fresh")
     assert fresh.returncode == EXIT_DONE, fresh.stderr[-2000:]
@@ -201,13 +215,30 @@ def test_every_process_group_of_the_trainer_is_bounded_by_the_dist_timeout(tmp_p
         "import train.loop as loop\n"
         "orig = loop.Trainer.run\n"
         "def run(self, *a, **k):\n    report()\n    return orig(self, *a, **k)\n"
-        "loop.Trainer.run = run\n")
-    env = clean_env(HPC_DIST_TIMEOUT_S="20", PROBE_OUT=str(tmp_path / "groups"),
-                    PYTHONPATH=f"{probe}{os.pathsep}{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        "loop.Trainer.run = run\n"
+    )
+    env = clean_env(
+        HPC_DIST_TIMEOUT_S="20",
+        PROBE_OUT=str(tmp_path / "groups"),
+        PYTHONPATH=f"{probe}{os.pathsep}{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    )
     with (run_dir / "out.log").open("w") as out:
-        proc = subprocess.Popen(train_cmd(4, f"log.dir={run_dir}", "parallel.tp=2", "steps=100000", "log.log_every=100000",
-                                          "checkpoint.async_save=true"),
-                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            train_cmd(
+                4,
+                f"log.dir={run_dir}",
+                "parallel.tp=2",
+                "steps=100000",
+                "log.log_every=100000",
+                "checkpoint.async_save=true",
+            ),
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
             deadline = time.time() + 240
             while not (run_dir / "metrics.jsonl").exists() or len(metrics(run_dir)) < 2:

@@ -1,5 +1,6 @@
 """Containers with processes: a command prefix through bash, --container on the command line, and hpc.node.launch
 keeping a wrapper that does not forward signals alive until the rank program inside has saved."""
+
 import os
 import shlex
 import shutil
@@ -7,35 +8,82 @@ import signal
 import subprocess
 import sys
 import time
-import pytest
 
+import pytest
 from conftest import run_cli, slurm_task_env
-from hpc.render import launch_argv, render_sbatch
 from login_helpers import WORKDIR, profile, spec_for
+
+from hpc.render import launch_argv, render_sbatch
+
 
 def test_command_prefix_fills_placeholders_and_is_quoted(tmp_path, monkeypatch):
     monkeypatch.setenv("USER", "alice")
-    path = profile(tmp_path, {"runtime": "command", "image": "my img", "command": ["wrap", "--in={image}", "--cd", "{workdir}",
-                                                                               "{job_dir}/x", "$(touch /tmp/owned)", "--"]})
+    path = profile(
+        tmp_path,
+        {
+            "runtime": "command",
+            "image": "my img",
+            "command": ["wrap", "--in={image}", "--cd", "{workdir}", "{job_dir}/x", "$(touch /tmp/owned)", "--"],
+        },
+    )
     spec = spec_for(path)
     argv = launch_argv(spec)
-    assert shlex.split(argv[7]) == ["wrap", "--in=my img", "--cd", str(WORKDIR), f"{WORKDIR}/jobs/train/x", "$(touch /tmp/owned)", "--"]
+    assert shlex.split(argv[7]) == [
+        "wrap",
+        "--in=my img",
+        "--cd",
+        str(WORKDIR),
+        f"{WORKDIR}/jobs/train/x",
+        "$(touch /tmp/owned)",
+        "--",
+    ]
     script = tmp_path / "job.sbatch"
     script.write_text(render_sbatch(spec))
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    line = next(l for l in script.read_text().splitlines() if "-m hpc.node.launch" in l).removesuffix(" || rc=$?")
+    line = next(ln for ln in script.read_text().splitlines() if "-m hpc.node.launch" in ln).removesuffix(" || rc=$?")
     assert shlex.split(line)[shlex.split(line).index("--container") + 1] == argv[7]  # one word through the shell
 
 
 def test_container_flag_needs_a_runtime_and_a_place_for_the_image(tmp_path):
-    r = run_cli("-m", "hpc.submit", "--site", "local", "--nodes", "1", "--container", "pt.sif", "--dry-run", "--", "-m", "hpc.node.smoke")
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        "local",
+        "--nodes",
+        "1",
+        "--container",
+        "pt.sif",
+        "--dry-run",
+        "--",
+        "-m",
+        "hpc.node.smoke",
+    )
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr == ("hpc.submit: error: --container pt.sif: site local has no container section for partition debug "
-                        "(add container: with a runtime to the profile)\n")
+    assert r.stderr == (
+        "hpc.submit: error: --container pt.sif: site local has no container section for partition debug "
+        "(add container: with a runtime to the profile)\n"
+    )
     path = profile(tmp_path, {"runtime": "command", "command": ["env", "--"]})
-    r = run_cli("-m", "hpc.submit", "--site", str(path), "--nodes", "1", "--container", "x", "--dry-run", "--", "-m", "hpc.node.smoke")
+    r = run_cli(
+        "-m",
+        "hpc.submit",
+        "--site",
+        str(path),
+        "--nodes",
+        "1",
+        "--container",
+        "x",
+        "--dry-run",
+        "--",
+        "-m",
+        "hpc.node.smoke",
+    )
     assert r.returncode == 2
-    assert r.stderr == "hpc.submit: error: --container x: runtime command of this profile has no {image} in its command, so an image has no place\n"
+    assert (
+        r.stderr == "hpc.submit: error: --container x: runtime command of this profile has no {image} in its command, "
+        "so an image has no place\n"
+    )
 
 
 RANK_PROGRAM = """
@@ -69,10 +117,26 @@ def test_a_stop_signal_reaches_the_rank_behind_a_wrapper_that_does_not_forward_i
     program = tmp_path / "rank.py"
     program.write_text(RANK_PROGRAM)
     record = tmp_path / "stop-record"
-    env = slurm_task_env(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="=lo", HPC_STOP_RECORD=str(record), HPC_STOP_SIGNAL="USR2")
-    proc = subprocess.Popen([sys.executable, "-m", "hpc.node.launch", "--container", f"{bwrap} --dev-bind / / --die-with-parent --",
-                             "--", sys.executable, str(program), str(tmp_path)], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = slurm_task_env(
+        GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="=lo", HPC_STOP_RECORD=str(record), HPC_STOP_SIGNAL="USR2"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hpc.node.launch",
+            "--container",
+            f"{bwrap} --dev-bind / / --die-with-parent --",
+            "--",
+            sys.executable,
+            str(program),
+            str(tmp_path),
+        ],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     tree = []
     try:
         deadline = time.time() + 60
@@ -96,10 +160,13 @@ def test_a_stop_signal_reaches_the_rank_behind_a_wrapper_that_does_not_forward_i
     assert "stopped cleanly (exit 75)" in record.read_text() and "stopped cleanly for a requeue" in out
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--container", "bwrap 'x"], "--container \"bwrap 'x\": not shell words (No closing quotation)"),
-    (["--rank", "--container", "bwrap --"], "--container is for the task's launcher, not for one --rank"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--container", "bwrap 'x"], '--container "bwrap \'x": not shell words (No closing quotation)'),
+        (["--rank", "--container", "bwrap --"], "--container is for the task's launcher, not for one --rank"),
+    ],
+)
 def test_launch_refuses_a_container_it_cannot_use(flags, message):
     r = run_cli("-m", "hpc.node.launch", *flags, "--", "true")
     assert r.returncode == 2 and r.stderr == f"python -m hpc.node.launch: error: {message} (see --help)\n"

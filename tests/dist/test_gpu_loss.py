@@ -24,6 +24,6 @@ def test_cuda_linear_cross_entropy_matches_full_logits(dtype, tol):
     loss = linear_cross_entropy(*inputs, labels.cuda(), chunk=8)
     grads = torch.autograd.grad(0.5 * loss, inputs)
     assert abs(loss.item() - ref.item()) <= tol
-    for g, r in zip(grads, ref_grads):
+    for g, r in zip(grads, ref_grads, strict=True):
         assert g.dtype == dtype
         assert torch.allclose(2 * g.float().cpu(), r, atol=tol), (2 * g.float().cpu() - r).abs().max()

@@ -1,6 +1,8 @@
 """The GPU suite's plumbing on the CPU (``bench/gpu_suite.py --smoke``): the trainer's dense, LoRA and MoE runs
 against transformers' and peft's from the same weights, adapters, data and schedule agree within fp32 rounding, a QLoRA
-run starts and trains, the MLPs in tiles train as the whole sequences do, and the report (JSON, Markdown, plots) is written."""
+run starts and trains, the MLPs in tiles train as the whole sequences do, and the report (JSON, Markdown, plots) is
+written."""
+
 import json
 import subprocess
 
@@ -9,8 +11,14 @@ from train_helpers import FP8_SITE, clean_env
 
 
 def test_the_suite_smoke_run_passes_against_its_oracles(tmp_path):
-    r = subprocess.run(["bash", "scripts/test.sh", "gpu", "--smoke", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=900, env=clean_env(PYTHONPATH=str(FP8_SITE)))
+    r = subprocess.run(
+        ["bash", "scripts/test.sh", "gpu", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=clean_env(PYTHONPATH=str(FP8_SITE)),
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     report = json.loads((tmp_path / "suite.json").read_text())
     results = report["results"]

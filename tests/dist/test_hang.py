@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
+from train_helpers import ROOT, clean_env, free_port, launch
 
 from hpc.node.hang import post_arrival
-from train_helpers import ROOT, clean_env, free_port, launch
 
 TIMEOUT_S = 10
 
@@ -33,7 +33,15 @@ def still_stopped(pid: int) -> bool:
 def test_a_stopped_rank_is_named_and_the_run_ends(tmp_path, monkeypatch):
     run = tmp_path / "hang"
     monkeypatch.setenv("HPC_DIST_TIMEOUT_S", str(TIMEOUT_S))
-    proc = launch(3, run, "steps=20", "global_batch=6", "checkpoint.interval=0", "straggler.test_stop_rank=2", "straggler.test_stop_step=3")
+    proc = launch(
+        3,
+        run,
+        "steps=20",
+        "global_batch=6",
+        "checkpoint.interval=0",
+        "straggler.test_stop_rank=2",
+        "straggler.test_stop_step=3",
+    )
     stopped, t_stop, t_named = None, None, None
     log = run / "launch.log"
     try:
@@ -58,24 +66,45 @@ def test_a_stopped_rank_is_named_and_the_run_ends(tmp_path, monkeypatch):
     assert t_stop is not None, out[-3000:]
     assert not leaked, "torchrun left the stopped rank behind"
     node = re.escape(socket.gethostname())
-    lines = [l for l in out.splitlines() if "did not arrive" in l]
+    lines = [line for line in out.splitlines() if "did not arrive" in line]
     assert len(lines) == 1, out[-3000:]
-    assert re.fullmatch(rf"\[hang\] a collective timed out after step 3 \(after \d+ s\): rank 2 on {node} did not arrive "
-                        r"\(ranks 0, 1 did\)", lines[0]), lines[0]
+    assert re.fullmatch(
+        rf"\[hang\] a collective timed out after step 3 \(after \d+ s\): rank 2 on {node} did not arrive "
+        r"\(ranks 0, 1 did\)",
+        lines[0],
+    ), lines[0]
     assert rc != 0
     assert t_end - t_stop < TIMEOUT_S + 60, out[-3000:]
     events = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r.get("event") == "hang"]
-    assert events == [{"step": 3, "event": "hang", "elapsed_s": events[0]["elapsed_s"],
-                       "missing": [{"rank": 2, "node": socket.gethostname()}], "arrived": [0, 1], "peer_ended": False}]
-    print(f"\n[hang] fault -> named line {t_named - t_stop:.1f} s, fault -> run ended {t_end - t_stop:.1f} s "
-          f"(HPC_DIST_TIMEOUT_S={TIMEOUT_S})")
+    assert events == [
+        {
+            "step": 3,
+            "event": "hang",
+            "elapsed_s": events[0]["elapsed_s"],
+            "missing": [{"rank": 2, "node": socket.gethostname()}],
+            "arrived": [0, 1],
+            "peer_ended": False,
+        }
+    ]
+    print(
+        f"\n[hang] fault -> named line {t_named - t_stop:.1f} s, fault -> run ended {t_end - t_stop:.1f} s "
+        f"(HPC_DIST_TIMEOUT_S={TIMEOUT_S})"
+    )
 
 
 def test_a_stopped_store_host_is_noticed_within_the_store_timeout():
     port = free_port()
-    host = subprocess.Popen([sys.executable, "-c", "import sys, time, datetime, torch.distributed as d; "
-                             f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False); "
-                             "print('up', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    host = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, datetime, torch.distributed as d; "
+            f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False); "
+            "print('up', flush=True); time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert host.stdout.readline().strip() == "up"
         client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
@@ -92,10 +121,25 @@ def test_a_stopped_store_host_is_noticed_within_the_store_timeout():
 def test_gloo_s_errors_tell_a_peer_that_ended_from_one_that_timed_out(mode, kind):
     """Only a timeout marks a node bad: a peer whose process ended (its host closed the connections) is named, but its
     node answered. gloo's own errors, from a real pair of ranks."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(ROOT / "tests" / "scripts" / "collective_failure.py"), mode, "3"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(ROOT / "tests" / "scripts" / "collective_failure.py"),
+        mode,
+        "3",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out = ""
         for line in proc.stdout:
@@ -105,15 +149,23 @@ def test_gloo_s_errors_tell_a_peer_that_ended_from_one_that_timed_out(mode, kind
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the stopped rank too
         proc.wait()
-    line = next((l for l in out.splitlines() if l.startswith("[collective_failure]")), "")
+    line = next((ln for ln in out.splitlines() if ln.startswith("[collective_failure]")), "")
     assert line.startswith(f"[collective_failure] {kind}: "), out[-3000:]
 
 
 def test_a_peer_lost_in_the_middle_of_a_save_is_a_collective_failure_not_a_save_error(tmp_path):
     """A node lost while a checkpoint is written: the survivor's save raises the collective's own error (for the
     hang report that names the missing rank), not the CheckpointError of a failed save (exit 1, the program's)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(ROOT / "tests" / "scripts" / "save_peer_lost.py"), str(tmp_path), "10"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(ROOT / "tests" / "scripts" / "save_peer_lost.py"),
+        str(tmp_path),
+        "10",
+    ]
     r = subprocess.run(cmd, cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
-    line = next((l for l in r.stdout.splitlines() if l.startswith("[save_peer_lost]")), "")
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("[save_peer_lost]")), "")
     assert line.startswith("[save_peer_lost] peer ended: RuntimeError: "), r.stdout[-2000:] + r.stderr[-2000:]

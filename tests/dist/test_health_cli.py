@@ -52,7 +52,9 @@ def test_a_node_fewer_gpus_than_the_partition_fails(tmp_path):
     [
         ("", "nvidia-smi is not on PATH (no NVIDIA driver)"),
         (
-            "#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"\nexit 9\n",
+            "#!/bin/sh\n"
+            'echo "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver."\n'
+            "exit 9\n",
             "nvidia-smi -q failed with exit code 9: NVIDIA-SMI has failed because it couldn't communicate with the "
             "NVIDIA driver.",
         ),

@@ -9,25 +9,23 @@ import contextlib
 import json
 from pathlib import Path
 
+import peft
 import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
-import peft
+from train_helpers import FP8_SITE, TINY, metrics, save_tiny_hf
 from transformers import AutoModelForCausalLM
 
 from train.adapters import PEFT_PREFIX, is_adapter_key
+from train.data.tokenizer import load_tokenizer
 from train.front.config import load_config
-from train.generate import generate
 from train.front.data_sources import DEMO_CORPUS
+from train.front.tokenizer import DEMO_TOKENIZER_DIR
+from train.generate import generate
 from train.loop import Trainer, lr_at
 from train.parallel import ParallelDims, WorldEnv, init_distributed
-from train.data.tokenizer import load_tokenizer
-from train.front.tokenizer import DEMO_TOKENIZER_DIR
-from train_helpers import FP8_SITE, TINY, metrics, save_tiny_hf
-
-
 
 STEPS, R, ALPHA = 20, 8, 16.0
 
@@ -44,9 +42,25 @@ def hf_base(tmp_path_factory):
 def lora_trainer(run_dir, base, *overrides):
     """A one-process LoRA Trainer in this process (fp32, CPU) on the HF directory ``base``."""
     text = Path(base).parent / "text.jsonl"
-    cfg = load_config(TINY, ["model.shape=null", f"model.path={base}", f"data.path={text}", "dtype=fp32", f"steps={STEPS}", "log.log_every=1",
-                             f"log.dir={run_dir}", "checkpoint.interval=0", "export=peft", "lora.enabled=true", f"lora.r={R}",
-                             f"lora.alpha={ALPHA}", "optim.lr=1e-2", *overrides])
+    cfg = load_config(
+        TINY,
+        [
+            "model.shape=null",
+            f"model.path={base}",
+            f"data.path={text}",
+            "dtype=fp32",
+            f"steps={STEPS}",
+            "log.log_every=1",
+            f"log.dir={run_dir}",
+            "checkpoint.interval=0",
+            "export=peft",
+            "lora.enabled=true",
+            f"lora.r={R}",
+            f"lora.alpha={ALPHA}",
+            "optim.lr=1e-2",
+            *overrides,
+        ],
+    )
     env = WorldEnv(0, 0, 1, 1)
     device = init_distributed(env)
     try:
@@ -64,8 +78,15 @@ def trainer(tmp_path, hf_base, monkeypatch):
 
 def _peft_model(hf_base, adapters: dict[str, torch.Tensor]):
     base = AutoModelForCausalLM.from_pretrained(hf_base, dtype=torch.float32)
-    model = peft.get_peft_model(base, peft.LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=[
-        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    model = peft.get_peft_model(
+        base,
+        peft.LoraConfig(
+            r=R,
+            lora_alpha=ALPHA,
+            lora_dropout=0.0,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        ),
+    )
     state = {PEFT_PREFIX + k.replace(".weight", ".default.weight"): v for k, v in adapters.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and not [k for k in missing if "lora_" in k]
@@ -80,7 +101,8 @@ def test_trainer_lora_equals_peft_lora_for_20_steps_and_exports_for_peft(trainer
     batches = [trainer.stream.next_microbatches() for _ in range(STEPS)]
     trainer.stream.load_state_dict(start)
 
-    # the oracle: PEFT on transformers' model, the trainer's optimizer settings, schedule, clipping and loss normalization
+    # the oracle: PEFT on transformers' model, the trainer's optimizer settings, schedule, clipping and loss
+    # normalization
     model = _peft_model(hf_base, initial)
     params = [p for p in model.parameters() if p.requires_grad]
     assert sum(p.numel() for p in params) == sum(v.numel() for v in initial.values())
@@ -112,6 +134,7 @@ def test_trainer_lora_equals_peft_lora_for_20_steps_and_exports_for_peft(trainer
     adapter_cfg = json.loads((export / "adapter_config.json").read_text())
     assert adapter_cfg["r"] == R and adapter_cfg["lora_alpha"] == ALPHA and len(adapter_cfg["target_modules"]) == 7
     from safetensors import safe_open
+
     with safe_open(export / "adapter_model.safetensors", "pt") as f:
         keys = set(f.keys())
     assert "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight" in keys and len(keys) == 28
@@ -122,7 +145,9 @@ def test_trainer_lora_equals_peft_lora_for_20_steps_and_exports_for_peft(trainer
         torch.testing.assert_close(loaded(input_ids=ids).logits, ours, rtol=1e-5, atol=1e-5)
         merged = AutoModelForCausalLM.from_pretrained(export / "merged", dtype=torch.float32)
         torch.testing.assert_close(merged(input_ids=ids).logits, ours, rtol=1e-4, atol=1e-4)
-        assert not torch.allclose(AutoModelForCausalLM.from_pretrained(hf_base, dtype=torch.float32)(input_ids=ids).logits, ours, atol=1e-3)
+        assert not torch.allclose(
+            AutoModelForCausalLM.from_pretrained(hf_base, dtype=torch.float32)(input_ids=ids).logits, ours, atol=1e-3
+        )
     # train.generate loads the adapter directory onto its base (adapter_config.json's base_model_name_or_path)
     assert adapter_cfg["base_model_name_or_path"] == str(hf_base)
     assert generate(export, "ROMEO:", tokens=8) == generate(export / "merged", "ROMEO:", tokens=8)
@@ -161,10 +186,15 @@ def test_qlora_nf4_base_trains_like_lora_on_the_dequantized_base(tmp_path, hf_ba
             if name == "qlora":
                 nf4 = [p for p in t.model.parameters() if isinstance(p, NF4Tensor)]
                 assert len(nf4) == 14
-                packed = sum(p.quantized_data.numel() + p.quantized_scalers.numel() + 4 * p.quantization_factor.numel() for p in nf4)
+                packed = sum(
+                    p.quantized_data.numel() + p.quantized_scalers.numel() + 4 * p.quantization_factor.numel()
+                    for p in nf4
+                )
                 assert packed < sum(p.numel() for p in nf4) * 4 / 7
             t.run()
         losses[name] = [metrics(tmp_path / name)[s]["loss"] for s in range(1, 7)]
     torch.testing.assert_close(torch.tensor(losses["qlora"]), torch.tensor(losses["lora"]), rtol=1e-6, atol=0)
-    saved = dcp.FileSystemReader(tmp_path / "qlora" / "checkpoints" / "step-00000006").read_metadata().state_dict_metadata
+    saved = (
+        dcp.FileSystemReader(tmp_path / "qlora" / "checkpoints" / "step-00000006").read_metadata().state_dict_metadata
+    )
     assert all(is_adapter_key(k) for k in saved if k.startswith("model."))

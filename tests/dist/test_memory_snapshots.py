@@ -18,8 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from hpc.node.contract import SNAPSHOT_DIR_VAR, TEST_FAULTS_VAR
 from train_helpers import REPEATABLE, ROOT, TINY, clean_env, free_port, metrics
+
+from hpc.node.contract import SNAPSHOT_DIR_VAR, TEST_FAULTS_VAR
 
 JOB = "4242"
 COMMON = ("parallel.tp=2", "steps=16", "checkpoint.interval=5", "checkpoint.keep_last=3", "log.log_every=1")
@@ -65,9 +66,11 @@ def test_a_lost_node_resumes_from_the_memory_snapshot_equal_to_an_uninterrupted_
     run = tmp_path / "run"
     first = start(run, shm, "checkpoint.memory_every=3", **{TEST_FAULTS_VAR: "gil@2:13"})
     deadline = time.time() + 240
-    while not (complete_on_every_rank(job, 12) and (run / "node1.log").exists() and "gil after step 13" in (
-        run / "node1.log"
-    ).read_text()):
+    while not (
+        complete_on_every_rank(job, 12)
+        and (run / "node1.log").exists()
+        and "gil after step 13" in (run / "node1.log").read_text()
+    ):
         assert time.time() < deadline and all(p.poll() is None for p in first), (run / "node0.log").read_text()[-3000:]
         time.sleep(0.1)
     for p in first:

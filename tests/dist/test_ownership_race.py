@@ -1,4 +1,5 @@
 """Job isolation under a race: processes of two jobs claim one directory at once; one job wins."""
+
 import multiprocessing
 
 from hpc.node.ownership import OwnershipError, claim

@@ -58,7 +58,6 @@ def run(script: Path, tmp: Path, fail_on: str | None, **env: str) -> tuple[subpr
 def floors() -> dict[str, str]:
     """The >=/== floors of pyproject.toml's torch, transformers, accelerate and submitit, read with packaging."""
     import tomllib
-
     from packaging.requirements import Requirement
 
     out = {}
@@ -121,10 +120,13 @@ def test_demo_chat_succeeds_when_every_step_does(demo, tmp_path):
     assert proc.stdout.count("assistant: Macbeth.") == 2 and len(calls) == 5  # prepare, train, report, 2 answers
 
 
-@pytest.mark.parametrize("fail_on,message,calls_made", [
-    ("train.prepare", "demo_chat.sh: the prepare job failed (exit 1)", 1),
-    ("train.generate", "demo_chat.sh: the exported model did not answer (train.generate exit 1)", 4),
-])
+@pytest.mark.parametrize(
+    "fail_on,message,calls_made",
+    [
+        ("train.prepare", "demo_chat.sh: the prepare job failed (exit 1)", 1),
+        ("train.generate", "demo_chat.sh: the exported model did not answer (train.generate exit 1)", 4),
+    ],
+)
 def test_demo_chat_fails_when_a_step_fails(demo, tmp_path, fail_on, message, calls_made):
     script, env = demo
     proc, calls = run(script, tmp_path, fail_on, **env)

@@ -1,10 +1,10 @@
 """hpc.jobs against other Slurm versions through the fake clients: slurmctld's records of Slurm 24.11 and 26.05 with
 accounting off (sacct exits 1, 'Slurm accounting storage is disabled', as those clusters answered) or no sacct at
 all; status names the cause and the next step, list falls back to squeue (tests/unit/data/slurm/versions)."""
+
 import shutil
 
 import pytest
-
 from conftest import ROOT, run_cli
 from slurm_fakes import FakeSlurm
 
@@ -19,7 +19,9 @@ def test_status_without_accounting_names_cause_and_next_step(tmp_path, version):
     r = run_cli("-m", "hpc.jobs", "status", "8", env=slurm.environ(), timeout=60)
     assert r.returncode == 0, r.stderr
     assert "job 8 (record slurm|outputs = x): NODE_FAIL" in r.stdout
-    node = next(w for w in (VERSIONS / version / "node_fail.scontrol").read_text().split() if w.startswith("NodeList="))[9:]
+    node = next(
+        w for w in (VERSIONS / version / "node_fail.scontrol").read_text().split() if w.startswith("NodeList=")
+    )[9:]
     assert "  cause: a node of the job failed (Slurm lost it)" in r.stdout
     assert f"  next: resubmit with --exclude {node} (and --preflight to check the nodes first); it resumes" in r.stdout
 

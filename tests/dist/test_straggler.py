@@ -20,14 +20,28 @@ WINDOW = ["straggler.every=5", "straggler.windows=3", "checkpoint.interval=0"]
 def test_the_slow_rank_is_named_with_its_node(tmp_path):
     run = tmp_path / "slow"
     # 50%: three ranks on two shared cores are descheduled at random, and a rank descheduled is one the others wait for
-    out = finish(launch(3, run, "steps=15", "global_batch=6", *WINDOW, "straggler.threshold=0.5", "straggler.test_slow_rank=2",
-                        "straggler.test_slow_s=0.05"), run)
+    out = finish(
+        launch(
+            3,
+            run,
+            "steps=15",
+            "global_batch=6",
+            *WINDOW,
+            "straggler.threshold=0.5",
+            "straggler.test_slow_rank=2",
+            "straggler.test_slow_s=0.05",
+        ),
+        run,
+    )
     node = socket.gethostname()
-    lines = [l for l in out.splitlines() if l.startswith("[straggler]")]
+    lines = [line for line in out.splitlines() if line.startswith("[straggler]")]
     assert len(lines) == 1, out[-3000:]
-    assert re.fullmatch(rf"\[straggler\] step 15: rank 2 on {re.escape(node)}, \d+% slower than the median over 3 windows: "
-                        r"its computation is slower \(busy [\d.]+ s per step, others' median [\d.]+ s; compute [\d.]+ s, "
-                        r"others' median [\d.]+ s\)", lines[0]), lines[0]
+    assert re.fullmatch(
+        rf"\[straggler\] step 15: rank 2 on {re.escape(node)}, \d+% slower than the median over 3 windows: "
+        r"its computation is slower \(busy [\d.]+ s per step, others' median [\d.]+ s; compute [\d.]+ s, "
+        r"others' median [\d.]+ s\)",
+        lines[0],
+    ), lines[0]
     records = metrics(run)
     named = records[15]["stragglers"]
     assert [(f["rank"], f["node"], f["windows"], f["cause"]) for f in named] == [(2, node, 3, "compute")]
@@ -40,8 +54,11 @@ def rank_pid(parent: int, rank: int) -> int | None:
     """The pid of torchrun's child process ``parent`` that runs rank ``rank`` (from /proc)."""
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent and \
-                    f"RANK={rank}\0".encode() in b"\0" + (entry / "environ").read_bytes():
+            if (
+                entry.name.isdigit()
+                and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent
+                and f"RANK={rank}\0".encode() in b"\0" + (entry / "environ").read_bytes()
+            ):
                 return int(entry.name)
         except OSError:
             continue
@@ -78,12 +95,20 @@ def test_a_rank_stopped_from_outside_is_named_as_the_one_the_others_wait_for(tmp
     node = socket.gethostname()
     records = metrics(run)
     named = [(s, f) for s, r in sorted(records.items()) for f in r.get("stragglers", [])]
-    print(f"\n[straggler] rank 2 stopped {stops} times for 0.2 s: named at steps {[s for s, _ in named]}; "
-          + "; ".join(f"busy {f['busy_s']:.3f} s vs {f['others_busy_s']:.3f} s, compute {f['compute_s']:.3f} s vs "
-                      f"{f['others_compute_s']:.3f} s" for _, f in named[:1]))
+    print(
+        f"\n[straggler] rank 2 stopped {stops} times for 0.2 s: named at steps {[s for s, _ in named]}; "
+        + "; ".join(
+            f"busy {f['busy_s']:.3f} s vs {f['others_busy_s']:.3f} s, compute {f['compute_s']:.3f} s vs "
+            f"{f['others_compute_s']:.3f} s"
+            for _, f in named[:1]
+        )
+    )
     assert named and {(f["rank"], f["node"], f["cause"]) for _, f in named} == {(2, node, "host")}, out[-3000:]
-    assert re.search(rf"\[straggler\] step \d+: rank 2 on {re.escape(node)}, \d+% slower than the median over 3 windows: the "
-                     r"others wait for it, its computation is not slower", out)
+    assert re.search(
+        rf"\[straggler\] step \d+: rank 2 on {re.escape(node)}, \d+% slower than the median over 3 windows: the "
+        r"others wait for it, its computation is not slower",
+        out,
+    )
 
 
 def test_a_clean_run_names_nobody(tmp_path):
@@ -105,17 +130,46 @@ def test_a_persistent_straggler_stops_the_run_and_marks_its_node(tmp_path):
     checkpoint (each rank through hpc.node.launch --rank, as on a node: the clean stop becomes exit 0 + stop record)."""
     run, marks, record = tmp_path / "run", tmp_path / "marks", tmp_path / "stop-record"
     run.mkdir()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--no-python",
-           sys.executable, "-m", "hpc.node.launch", "--rank", "--", *train_cmd(1, f"log.dir={run}", "steps=30", *WINDOW,
-           "straggler.windows=2", "straggler.stop_after=2", "straggler.test_slow_rank=1", "straggler.test_slow_s=0.05")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "--no-python",
+        sys.executable,
+        "-m",
+        "hpc.node.launch",
+        "--rank",
+        "--",
+        *train_cmd(
+            1,
+            f"log.dir={run}",
+            "steps=30",
+            *WINDOW,
+            "straggler.windows=2",
+            "straggler.stop_after=2",
+            "straggler.test_slow_rank=1",
+            "straggler.test_slow_s=0.05",
+        ),
+    ]
     with (run / "launch.log").open("w") as log:
-        rc = subprocess.run(cmd, cwd=ROOT, env=clean_env(HPC_BAD_NODE_MARKS=str(marks), HPC_STOP_RECORD=str(record)),
-                            stdout=log, stderr=subprocess.STDOUT, timeout=300).returncode
+        rc = subprocess.run(
+            cmd,
+            cwd=ROOT,
+            env=clean_env(HPC_BAD_NODE_MARKS=str(marks), HPC_STOP_RECORD=str(record)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=300,
+        ).returncode
     out = (run / "launch.log").read_text()
     assert rc == 0, out[-3000:]
     node = socket.gethostname()
-    assert re.search(rf"\[preempt\] stopped at step 10 of 30 after a persistent straggler \(rank 1 on {re.escape(node)}, "
-                     r"\d+% slower than the median over 2 windows: its computation is slower\), checkpoint saved", out), out[-3000:]
+    assert re.search(
+        rf"\[preempt\] stopped at step 10 of 30 after a persistent straggler \(rank 1 on {re.escape(node)}, "
+        r"\d+% slower than the median over 2 windows: its computation is slower\), checkpoint saved",
+        out,
+    ), out[-3000:]
     assert sorted(p.name for p in marks.iterdir()) == [node]
     assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step-")) == ["step-00000010"]
     assert "stopped cleanly" in record.read_text()

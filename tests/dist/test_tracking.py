@@ -12,7 +12,6 @@ import sys
 import time
 
 import pytest
-
 from train_helpers import REPEATABLE, ROOT, TINY, clean_env, finish, items, launch, logged, metrics
 
 pytest.importorskip("mlflow")
@@ -23,8 +22,13 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from train.tracking import wandb_records, wandb_run_files
 
 STEPS = 6
-OVERRIDES = (f"steps={STEPS}", "checkpoint.interval=3", "checkpoint.keep_last=3", "log.log_every=2",
-             "log.tracker=[mlflow, wandb, tensorboard]")
+OVERRIDES = (
+    f"steps={STEPS}",
+    "checkpoint.interval=3",
+    "checkpoint.keep_last=3",
+    "log.log_every=2",
+    "log.tracker=[mlflow, wandb, tensorboard]",
+)
 
 
 def tracker_ids(run, step: int) -> dict:
@@ -34,7 +38,8 @@ def tracker_ids(run, step: int) -> dict:
 @pytest.fixture(scope="module")
 def resumed_run(tmp_path_factory):
     """Train 6 steps (checkpoints at 3 and 6), drop the step-6 checkpoint as if the job had died before saving it,
-    run again: the second attempt resumes at step 3 and trains 4-6 anew. Returns (run dir, first attempt's metrics, output)."""
+    run again: the second attempt resumes at step 3 and trains 4-6 anew. Returns (run dir, first attempt's metrics,
+    output)."""
     run = tmp_path_factory.mktemp("tracked") / "run"
     with pytest.MonkeyPatch.context() as mp:
         for var in ("SLURM_JOB_NAME", "PBS_JOBNAME"):  # no batch job: the experiment is named after the run directory
@@ -72,8 +77,12 @@ def test_mlflow_store_holds_every_step_once(resumed_run, monkeypatch):
     tracked = runs[0]
     assert tracked.info.status == "FINISHED" and tracked.info.run_name == run.name
     params = tracked.data.params
-    assert (params["steps"], params["optim.lr"], params["model.shape"], params["log.tracker"]) == \
-           ("6", "0.001", "tiny", '["mlflow", "wandb", "tensorboard"]')
+    assert (params["steps"], params["optim.lr"], params["model.shape"], params["log.tracker"]) == (
+        "6",
+        "0.001",
+        "tiny",
+        '["mlflow", "wandb", "tensorboard"]',
+    )
     want = logged(first)  # the first attempt's values, kept for steps 4-6 (equal where training repeats bit for bit)
     assert {"loss", "grad_norm", "lr", "tokens_per_s", "step_time_s", "samples_consumed", "wait_s"} <= set(want)
     assert "mfu" not in want  # None on CPU: not a number, not logged
@@ -126,12 +135,19 @@ def test_tracker_not_installed_is_one_line_exit_2(tmp_path):
     """A configured tracker whose package is missing (here hidden from import) stops every rank at config validation."""
     hide = "import sys; sys.modules['wandb'] = None; from train.__main__ import main; sys.exit(main())"
     run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-c", hide, "--config", str(TINY), f"log.dir={run}", "log.tracker=[mlflow, wandb]"],
-                       cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", hide, "--config", str(TINY), f"log.dir={run}", "log.tracker=[mlflow, wandb]"],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         f"train: error: {TINY} (with overrides log.dir={run} log.tracker=[mlflow, wandb]): "
-        "log.tracker: wandb is not installed; pip install 'hpc-train[wandb]'"]
+        "log.tracker: wandb is not installed; pip install 'hpc-train[wandb]'"
+    ]
     assert not run.exists()
 
 
@@ -141,9 +157,11 @@ def test_wandb_run_file_reader_across_blocks(tmp_path, monkeypatch):
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     big = "".join(chr(ord("a") + i % 26) for i in range(100_000))
-    run = wandb.init(project="reader", dir=str(tmp_path), config={"big": big}, settings=wandb.Settings(console="off", silent=True))
+    run = wandb.init(
+        project="reader", dir=str(tmp_path), config={"big": big}, settings=wandb.Settings(console="off", silent=True)
+    )
     for step in range(1, 200):
-        run.log({"x": step / 7, "blob": big[:step * 300]}, step=step)
+        run.log({"x": step / 7, "blob": big[: step * 300]}, step=step)
     run.finish()
     wandb.teardown()  # waits until W&B's service process wrote the run file
     files = wandb_run_files(tmp_path, run.id)
@@ -152,7 +170,7 @@ def test_wandb_run_file_reader_across_blocks(tmp_path, monkeypatch):
     (config,) = [items(r.run.config.update) for r in records if r.WhichOneof("record_type") == "run"]
     assert config["big"] == big
     history = [items(r.history.item) for r in records if r.WhichOneof("record_type") == "history"]
-    assert [(h["_step"], h["x"], h["blob"]) for h in history] == [(s, s / 7, big[:s * 300]) for s in range(1, 200)]
+    assert [(h["_step"], h["x"], h["blob"]) for h in history] == [(s, s / 7, big[: s * 300]) for s in range(1, 200)]
 
 
 def test_steps_a_tracker_missed_are_sent_at_the_next_start(tmp_path, monkeypatch):
@@ -177,8 +195,17 @@ def test_steps_a_tracker_missed_are_sent_at_the_next_start(tmp_path, monkeypatch
 
     again = Tracking(cfg, ids, 8)
     assert again.run_ids() == ids
-    log = MetricsLog(tmp_path, True, 10, 12, tokens_per_step=256, flops_per_token=1.0, peak_flops_total=None,
-                     resume_step=8, tracking=again)
+    log = MetricsLog(
+        tmp_path,
+        True,
+        10,
+        12,
+        tokens_per_step=256,
+        flops_per_token=1.0,
+        peak_flops_total=None,
+        resume_step=8,
+        tracking=again,
+    )
     log.log({"step": 9, "loss": 7.0, "lr": 9e-3})
     log.close()
 
@@ -188,7 +215,11 @@ def test_steps_a_tracker_missed_are_sent_at_the_next_start(tmp_path, monkeypatch
     assert sorted(m.step for m in history) == list(range(1, 10))
     assert {m.step: m.value for m in history} == want
     assert client.get_run(ids["mlflow"]).info.status == "KILLED"  # stopped before steps=12
-    steps = [items(r.history.item) for f in wandb_run_files(tmp_path, ids["wandb"]) for r in wandb_records(f)
-             if r.WhichOneof("record_type") == "history"]
+    steps = [
+        items(r.history.item)
+        for f in wandb_run_files(tmp_path, ids["wandb"])
+        for r in wandb_records(f)
+        if r.WhichOneof("record_type") == "history"
+    ]
     assert [h["_step"] for h in steps] == list(range(1, 10))
     assert {h["_step"]: h["loss"] for h in steps} == want

@@ -1,4 +1,5 @@
-"""End to end through `python -m train`: dp2 x tp2 equals one process, resume is exact, checkpoints reshard, export loads.
+"""End to end through `python -m train`: dp2 x tp2 equals one process, resume is exact, checkpoints reshard, export
+loads.
 
 Six launches share one module fixture (each costs ~15 s of imports on 2 cores; pairs run
 concurrently): A = dp2 x tp2 for 20 steps (checkpoints at 10 and 20, written in the background
@@ -12,7 +13,6 @@ from __future__ import annotations
 import pytest
 import torch
 from safetensors.torch import load_file
-
 from train_helpers import finish, launch, metrics, seed_checkpoint
 
 STEPS, SAVE_AT = 20, 10
@@ -33,7 +33,14 @@ def runs(tmp_path_factory) -> dict:
     one = launch(1, dirs["resume_1p"], *common)
     out["resume_same"], out["resume_1p"] = finish(same, dirs["resume_same"]), finish(one, dirs["resume_1p"])
     dp4 = launch(4, dirs["resume_dp4"], *common, "parallel.tp=1", "activation_checkpointing=true")
-    start = launch(1, dirs["from_export"], "model.shape=null", f"model.path={dirs['A'] / 'hf'}", "steps=1", "schedule.warmup_steps=0")
+    start = launch(
+        1,
+        dirs["from_export"],
+        "model.shape=null",
+        f"model.path={dirs['A'] / 'hf'}",
+        "steps=1",
+        "schedule.warmup_steps=0",
+    )
     out["resume_dp4"], out["from_export"] = finish(dp4, dirs["resume_dp4"]), finish(start, dirs["from_export"])
     return {"dirs": dirs, "out": out}
 
@@ -43,10 +50,16 @@ def test_dp2_tp2_matches_single_process(runs):
     assert sorted(a) == sorted(s) == list(range(1, STEPS + 1))
     loss_diff = max(abs(a[k]["loss"] - s[k]["loss"]) for k in a)
     gnorm_diff = max(abs(a[k]["grad_norm"] - s[k]["grad_norm"]) / s[k]["grad_norm"] for k in a)
-    pa, ps = load_file(runs["dirs"]["A"] / "hf" / "model.safetensors"), load_file(runs["dirs"]["S"] / "hf" / "model.safetensors")
+    pa, ps = (
+        load_file(runs["dirs"]["A"] / "hf" / "model.safetensors"),
+        load_file(runs["dirs"]["S"] / "hf" / "model.safetensors"),
+    )
     assert sorted(pa) == sorted(ps)
     param_diff = max((pa[k] - ps[k]).abs().max().item() for k in pa)
-    print(f"dp2xtp2 vs 1 process over {STEPS} steps: max |loss diff| {loss_diff:.2e}, max rel grad-norm diff {gnorm_diff:.2e}, max |param diff| {param_diff:.2e}")
+    print(
+        f"dp2xtp2 vs 1 process over {STEPS} steps: max |loss diff| {loss_diff:.2e}, "
+        f"max rel grad-norm diff {gnorm_diff:.2e}, max |param diff| {param_diff:.2e}"
+    )
     assert loss_diff < TOL and gnorm_diff < TOL and param_diff < TOL
     assert a[STEPS]["loss"] < a[1]["loss"] - 0.3, "loss did not fall"
 
@@ -55,7 +68,10 @@ def test_layout_and_progress_are_reported(runs):
     out = runs["out"]["A"]
     assert "layout dp=2 x tp=2 on 4 ranks, mesh (dp, tp) [[0, 1], [2, 3]]" in out and "params" in out
     assert f"step {STEPS}/{STEPS} | loss" in out and "mfu n/a" in out
-    assert "resumed from" in runs["out"]["resume_same"] and f"(step {SAVE_AT}, saved under dp=2 x tp=2)" in runs["out"]["resume_same"]
+    assert (
+        "resumed from" in runs["out"]["resume_same"]
+        and f"(step {SAVE_AT}, saved under dp=2 x tp=2)" in runs["out"]["resume_same"]
+    )
     assert f"checkpoint of step {SAVE_AT} copied to host memory in" in out and "writing in the background" in out
     assert "saved checkpoint" in runs["out"]["S"] and "writing in the background" not in runs["out"]["S"]
 
@@ -107,14 +123,20 @@ def test_training_starts_from_exported_hf_directory(runs):
     hf, run = runs["dirs"]["A"] / "hf", runs["dirs"]["from_export"]
     model = AutoModelForCausalLM.from_pretrained(hf)
     tokens = load_tokens(DataConfig(), load_tokenizer(str(hf)), cache_dir=str(run / "cache"))
-    batches = TokenStream(tokens, seq_len=32, global_batch=8, micro_batch=2, dp_rank=0, dp_size=1, seed=0).next_microbatches()
+    batches = TokenStream(
+        tokens, seq_len=32, global_batch=8, micro_batch=2, dp_rank=0, dp_size=1, seed=0
+    ).next_microbatches()
     with torch.no_grad():
-        expected = sum(torch.nn.functional.cross_entropy(model(input_ids=x).logits.flatten(0, 1), y.flatten()).item() for x, y in batches) / len(batches)
+        expected = sum(
+            torch.nn.functional.cross_entropy(model(input_ids=x).logits.flatten(0, 1), y.flatten()).item()
+            for x, y in batches
+        ) / len(batches)
     assert abs(metrics(run)[1]["loss"] - expected) < TOL
 
 
 def test_bf16_master_weights_train_checkpoint_and_export(tmp_path):
-    """master_dtype=bf16: parameters, checkpointed optimizer state and the export are bf16; the loss falls as in fp32."""
+    """master_dtype=bf16: parameters, checkpointed optimizer state and the export are bf16; the loss falls as in
+    fp32."""
     from torch.distributed.checkpoint import FileSystemReader
 
     run = tmp_path / "bf16"
@@ -124,7 +146,9 @@ def test_bf16_master_weights_train_checkpoint_and_export(tmp_path):
     meta = FileSystemReader(str(run / "checkpoints" / f"step-{STEPS:08d}")).read_metadata().state_dict_metadata
     dtypes = {k: v.properties.dtype for k, v in meta.items() if hasattr(v, "properties")}
     assert dtypes["model.model.embed_tokens.weight"] == torch.bfloat16
-    assert {d for k, d in dtypes.items() if k.startswith("optim.state.") and k.endswith(("exp_avg", "exp_avg_sq"))} == {torch.bfloat16}
+    assert {d for k, d in dtypes.items() if k.startswith("optim.state.") and k.endswith(("exp_avg", "exp_avg_sq"))} == {
+        torch.bfloat16
+    }
     weights = load_file(run / "hf" / "model.safetensors")
     assert {w.dtype for w in weights.values()} == {torch.bfloat16}
     from transformers import AutoModelForCausalLM
@@ -140,7 +164,7 @@ def test_one_rank_bf16_compute_keeps_fp32_master_weights(tmp_path):
     one, dp2, resumed = tmp_path / "one", tmp_path / "dp2", tmp_path / "resumed"
     common = (f"steps={STEPS}", f"checkpoint.interval={SAVE_AT}", "checkpoint.keep_last=5", "dtype=bf16")
     procs = [launch(1, one, *common), launch(2, dp2, *common)]
-    for proc, run in zip(procs, (one, dp2)):
+    for proc, run in zip(procs, (one, dp2), strict=True):
         finish(proc, run)
     m1, m2 = metrics(one), metrics(dp2)
     diff = max(abs(m1[k]["loss"] - m2[k]["loss"]) for k in m2)
@@ -149,7 +173,9 @@ def test_one_rank_bf16_compute_keeps_fp32_master_weights(tmp_path):
     meta = FileSystemReader(str(one / "checkpoints" / f"step-{SAVE_AT:08d}")).read_metadata().state_dict_metadata
     dtypes = {k: v.properties.dtype for k, v in meta.items() if hasattr(v, "properties")}
     assert dtypes["model.model.embed_tokens.weight"] == torch.float32
-    assert {d for k, d in dtypes.items() if k.startswith("optim.state.") and k.endswith(("exp_avg", "exp_avg_sq"))} == {torch.float32}
+    assert {d for k, d in dtypes.items() if k.startswith("optim.state.") and k.endswith(("exp_avg", "exp_avg_sq"))} == {
+        torch.float32
+    }
     seed_checkpoint(one, SAVE_AT, resumed)
     finish(launch(1, resumed, *common), resumed)
     r = metrics(resumed)

@@ -10,16 +10,22 @@ import subprocess
 import time
 
 import pytest
+from train_helpers import ROOT, clean_env, metrics, start_endless, train_cmd
 
 from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED
 from train.checkpoint import complete_checkpoints, step_dir
-from train_helpers import ROOT, clean_env, metrics, start_endless, train_cmd
 
 
 def run(run_dir, *overrides, timeout=180, **env):
     run_dir.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(train_cmd(1, f"log.dir={run_dir}", *overrides), cwd=ROOT, env=clean_env(**env),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        train_cmd(1, f"log.dir={run_dir}", *overrides),
+        cwd=ROOT,
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_a_finished_run_started_again_with_fewer_steps_is_done(tmp_path):
@@ -82,7 +88,13 @@ def test_a_save_on_a_full_disk_fails_in_one_line_and_keeps_the_previous_checkpoi
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=10m", "tmpfs", str(disk)], check=True)
     try:
-        r = run(tmp_path / "r", "steps=12", "checkpoint.interval=3", "checkpoint.keep_last=5", f"checkpoint.dir={disk / 'ckpt'}")
+        r = run(
+            tmp_path / "r",
+            "steps=12",
+            "checkpoint.interval=3",
+            "checkpoint.keep_last=5",
+            f"checkpoint.dir={disk / 'ckpt'}",
+        )
         kept = [s for s, _ in complete_checkpoints(disk / "ckpt")]
     finally:
         subprocess.run(["umount", str(disk)], check=True)
@@ -100,5 +112,7 @@ def test_directories_of_another_job_are_refused_before_training(tmp_path):
     other = run(tmp_path / "r", "steps=4", "schedule.warmup_steps=1", HPC_JOB_NAME="exp_1")
     assert other.returncode == EXIT_BAD_INPUT
     assert other.stderr.strip().splitlines() == [
-        f"train: error: log.dir {tmp_path / 'r'} belongs to job 'exp 1' (its .owner.json); this job is 'exp_1': pick another job name or directory"]
+        f"train: error: log.dir {tmp_path / 'r'} belongs to job 'exp 1' (its .owner.json); "
+        "this job is 'exp_1': pick another job name or directory"
+    ]
     assert max(metrics(tmp_path / "r")) == 2

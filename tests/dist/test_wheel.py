@@ -1,12 +1,12 @@
 """The built wheel, installed outside the checkout, runs from any directory: templates and shipped profiles are
 package data, the console scripts exist, users' profiles are found on the search path, and its dry run is the
 checkout's."""
+
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import PYTHON, ROOT, run_cli
 from wheel_helpers import build_wheel, install_wheel, installed_env
 
@@ -17,16 +17,28 @@ SCRIPTS = ("hpc-submit", "hpc-jobs", "hpc-preflight", "hpc-plan", "hpc-train", "
 def installed(tmp_path_factory):
     base = tmp_path_factory.mktemp("wheel")
     bin_dir = install_wheel(build_wheel(base), base / "venv")
-    where = subprocess.run([str(bin_dir / "python"), "-c", "import hpc, train; print(hpc.__file__); print(train.__file__)"],
-                           cwd=base, env=installed_env(), check=True, capture_output=True, text=True).stdout.split()
+    where = subprocess.run(
+        [str(bin_dir / "python"), "-c", "import hpc, train; print(hpc.__file__); print(train.__file__)"],
+        cwd=base,
+        env=installed_env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     package_root = Path(where[0]).parent.parent
     assert package_root.is_relative_to(base / "venv") and Path(where[1]).parent.parent == package_root, where
     return bin_dir, package_root
 
 
 def run_installed(bin_dir: Path, *argv: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(bin_dir / argv[0]), *argv[1:]], cwd=cwd, env=installed_env(**env),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(bin_dir / argv[0]), *argv[1:]],
+        cwd=cwd,
+        env=installed_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_console_scripts_are_installed(installed):
@@ -60,9 +72,21 @@ def test_users_profiles_on_the_search_path(installed, tmp_path):
         d.mkdir(parents=True)
         (d / f"{name}.yaml").write_text(yaml.safe_dump({**profile, "name": name}))
     for site in ("here", "mine", str(xdg / "mine.yaml")):
-        r = run_installed(bin_dir, "hpc-plan", "--site", site, "--nodes", "2", "--model", "8B", cwd=work,
-                          XDG_CONFIG_HOME=str(tmp_path / "xdg"))
-        assert r.returncode == 0 and f"on site {Path(site).stem}, partition gpu: 2 node(s) x 8 GPU(s)" in r.stdout, r.stderr
+        r = run_installed(
+            bin_dir,
+            "hpc-plan",
+            "--site",
+            site,
+            "--nodes",
+            "2",
+            "--model",
+            "8B",
+            cwd=work,
+            XDG_CONFIG_HOME=str(tmp_path / "xdg"),
+        )
+        assert r.returncode == 0 and f"on site {Path(site).stem}, partition gpu: 2 node(s) x 8 GPU(s)" in r.stdout, (
+            r.stderr
+        )
     r = run_installed(bin_dir, "hpc-submit", "--site", "nosuch", "--nodes", "1", "--dry-run", cwd=work)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "site 'nosuch' not found" in r.stderr and "here, ib-h200, local" in r.stderr
