@@ -162,6 +162,27 @@ def standby_preload(command: Sequence[str]) -> list[str]:
     return ["torch", "transformers", *(["train.loop"] if trainer else [])]
 
 
+def overlap_step(
+    nodes: Sequence[str], module: Sequence[str], output: Optional[Path] = None, kill_on_bad_exit: bool = True
+) -> list[str]:
+    """``srun`` of one task per node of ``nodes`` beside the ranks' step (``--overlap``): this interpreter running
+    ``python -u -m MODULE ARGS`` (``module``), its output appended to ``output`` (``%t``: each task's own file)."""
+    return [
+        "srun",
+        f"--nodes={len(nodes)}",
+        f"--ntasks={len(nodes)}",
+        "--ntasks-per-node=1",
+        f"--nodelist={','.join(nodes)}",
+        "--overlap",
+        *([] if kill_on_bad_exit else ["--kill-on-bad-exit=0"]),
+        *([] if output is None else ["--open-mode=append", f"--output={output}"]),
+        sys.executable,
+        "-u",
+        "-m",
+        *module,
+    ]
+
+
 def read_log(path: Path, job_id: str) -> list[dict]:
     """This job's decision records of ``restarts.jsonl`` (all its runs), completions merged into their decision; read
     to a bound (its last LOG_BYTES), as a regular file, leniently decoded; a line that is not a record is skipped."""
@@ -534,20 +555,7 @@ class Supervisor:
     def _gpus_pass(self, node: str) -> bool:
         """The health stage's GPU checks on ``node`` (`hpc.node.health`, its lines on this output): whether they pass
         within NODE_CHECK_S."""
-        argv = [
-            "srun",
-            "--nodes=1",
-            "--ntasks=1",
-            "--ntasks-per-node=1",
-            f"--nodelist={node}",
-            "--overlap",
-            sys.executable,
-            "-u",
-            "-m",
-            HEALTH_MODULE,
-            "--gpus",
-            str(self.gpus_per_node),
-        ]
+        argv = overlap_step([node], [HEALTH_MODULE, "--gpus", str(self.gpus_per_node)])
         print(f"[restart] a suspected node fault on {node}: checking its GPUs", flush=True)
         try:
             r = run_tool(argv, timeout_s=NODE_CHECK_S, env=self.environ)
@@ -572,43 +580,16 @@ class Supervisor:
         others = [n for n in self.allocation if n not in self.out and n != here]
         if not others:
             return
-        argv = [
-            "srun",
-            "--nodes=1",
-            "--ntasks=1",
-            "--ntasks-per-node=1",
-            f"--nodelist={others[-1]}",
-            "--overlap",
-            "--open-mode=append",
-            f"--output={self.root / WATCH_LOG}",
-            sys.executable,
-            "-u",
-            "-m",
-            BATCH_HOST_MODULE,
-        ]
+        argv = overlap_step([others[-1]], [BATCH_HOST_MODULE], output=self.root / WATCH_LOG)
         self.watch = subprocess.Popen(argv, env=self.environ, stdin=subprocess.DEVNULL)
 
     def _start_standby(self) -> None:
         """`hpc.node.standby` on every node still in the job, one task each, beside the ranks: the next start of the
         ranks forks from it (each node's own log: STANDBY_LOG)."""
         nodes = [n for n in self.allocation if n not in self.out]
-        argv = [
-            "srun",
-            f"--nodes={len(nodes)}",
-            f"--ntasks={len(nodes)}",
-            "--ntasks-per-node=1",
-            f"--nodelist={','.join(nodes)}",
-            "--overlap",
-            "--kill-on-bad-exit=0",
-            "--open-mode=append",
-            f"--output={self.root / STANDBY_LOG}",
-            sys.executable,
-            "-u",
-            "-m",
-            STANDBY_MODULE,
-            "--preload",
-            *self.preload,
-        ]
+        argv = overlap_step(
+            nodes, [STANDBY_MODULE, "--preload", *self.preload], output=self.root / STANDBY_LOG, kill_on_bad_exit=False
+        )
         print(
             f"[restart] a standby on {','.join(nodes)} imports {', '.join(self.preload)} for the next start", flush=True
         )
