@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -149,6 +151,18 @@ def start_endless(run_dir: Path, out, **env: str) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def kill_torchrun(proc: subprocess.Popen) -> None:
+    """SIGKILL a torchrun started with ``start_new_session`` and every rank it started: torchrun starts its ranks in
+    sessions of their own, so a stopped or frozen rank would outlive its launcher's process group."""
+    ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in ranks:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+    proc.wait()
 
 
 def free_port() -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
-from train_helpers import ROOT, clean_env, free_port, launch
+from train_helpers import ROOT, clean_env, free_port, kill_torchrun, launch
 
 from hpc.node.hang import post_arrival
 
@@ -147,8 +147,7 @@ def test_gloo_s_errors_tell_a_peer_that_ended_from_one_that_timed_out(mode, kind
             if line.startswith("[collective_failure]"):
                 break
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the stopped rank too
-        proc.wait()
+        kill_torchrun(proc)  # the stopped rank too
     line = next((ln for ln in out.splitlines() if ln.startswith("[collective_failure]")), "")
     assert line.startswith(f"[collective_failure] {kind}: "), out[-3000:]
 

@@ -10,15 +10,13 @@ snapshots) bit for bit. At the clean end the job's snapshot directory is gone.""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from train_helpers import REPEATABLE, ROOT, TINY, clean_env, free_port, metrics
+from train_helpers import REPEATABLE, ROOT, TINY, clean_env, free_port, kill_torchrun, metrics
 
 from hpc.node.contract import SNAPSHOT_DIR_VAR, TEST_FAULTS_VAR
 
@@ -74,8 +72,7 @@ def test_a_lost_node_resumes_from_the_memory_snapshot_equal_to_an_uninterrupted_
         assert time.time() < deadline and all(p.poll() is None for p in first), (run / "node0.log").read_text()[-3000:]
         time.sleep(0.1)
     for p in first:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+        kill_torchrun(p)  # the frozen rank too
     assert (run / "checkpoints" / "step-00000010").is_dir() and not (run / "checkpoints" / "step-00000015").exists()
     held = sorted(p.name for p in (job / "node0" / "step-00000012").iterdir())
     assert held == ["done-rank-00000", "done-rank-00001", *(f"rank-0000{r}.pt" for r in range(4))], held
