@@ -215,13 +215,19 @@ def supervise(argv: Sequence[str], env: Mapping[str, str], who: str, wrapped: bo
     return rc if rc >= 0 else 128 - rc  # killed by a signal: the shell's convention
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def parser() -> Parser:
+    """This module's command line (`hpc.node.restart` reads a task's options with it too)."""
     p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
     p.add_argument("--launcher", default=SRUN.name, choices=list(LAUNCHERS))
     p.add_argument("--gpus-per-node", type=whole(1, 100_000), default=None)
     p.add_argument("--rank", action="store_true", help="run CMD as one rank of torchrun / accelerate launch")
     p.add_argument("--container", metavar="ARGV", help="a container runtime's command (shell words) to run CMD behind")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    p = parser()
     a = p.parse_args(argv)
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not command:

@@ -63,6 +63,8 @@ from hpc.node.contract import (
 from hpc.node.files import NotASmallFile, read_range, regular_file_problem
 from hpc.node.hang import GRACE_S, STORE_TIMEOUT_S
 from hpc.node.hang_deadlines import hung, late
+from hpc.node.launch import parser as launch_parser
+from hpc.node.launcher import SRUN
 from hpc.node.lease import slurm_job_id
 from hpc.node.restart_policy import (
     Action,
@@ -145,19 +147,13 @@ def check_places(job_dir: Path, marks: Path, stop_record: Path) -> None:
 def standby_preload(command: Sequence[str]) -> list[str]:
     """What a node's standby imports for the ranks of ``command`` (srun ... hpc.node.launch ... -- RANK PROGRAM): torch
     and transformers, and the trainer for the project's; none where launch does not start the ranks itself (a
-    container's runtime, torchrun or accelerate start them)."""
+    container's runtime, torchrun or accelerate start them). Launch's options are read with its own parser."""
     if LAUNCH_MODULE not in command:
         return []
-    launch_args = command[command.index(LAUNCH_MODULE) + 1 :]
-    launch_args = launch_args[: launch_args.index("--")] if "--" in launch_args else launch_args
-    if any(a.startswith("--container") for a in launch_args):
+    task = launch_parser().parse_args(command[command.index(LAUNCH_MODULE) + 1 :])
+    if task.container or task.launcher != SRUN.name:
         return []
-    launcher = next((a.split("=", 1)[1] for a in launch_args if a.startswith("--launcher=")), None)
-    if "--launcher" in launch_args[:-1]:
-        launcher = launch_args[launch_args.index("--launcher") + 1]
-    if launcher not in (None, "srun"):
-        return []
-    rank = list(command[command.index(LAUNCH_MODULE) + 1 :])
+    rank = task.command[1:] if task.command[:1] == ["--"] else task.command
     trainer = PROJECT_MODULE in rank and rank[rank.index(PROJECT_MODULE) + 1 :][:1] == [TRAINER_MODULE]
     return ["torch", "transformers", *(["train.loop"] if trainer else [])]
 
