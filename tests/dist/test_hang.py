@@ -117,20 +117,12 @@ def test_a_stopped_store_host_is_noticed_within_the_store_timeout():
         host.wait()
 
 
-@pytest.mark.parametrize("mode, kind", [("ended", "peer ended"), ("stopped", "timeout")])
-def test_gloo_s_errors_tell_a_peer_that_ended_from_one_that_timed_out(mode, kind):
-    """Only a timeout marks a node bad: a peer whose process ended (its host closed the connections) is named, but its
-    node answered. gloo's own errors, from a real pair of ranks."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        str(ROOT / "tests" / "scripts" / "collective_failure.py"),
-        mode,
-        "3",
-    ]
+def pair_says(script: str, *args: str) -> tuple[str, str]:
+    """Run tests/scripts/SCRIPT as a pair of gloo ranks under torchrun until a rank prints its ``[NAME]`` line (NAME:
+    the script's stem); that line (empty if none) and the output so far. Every process is killed after."""
+    tag = f"[{Path(script).stem}]"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    cmd += [str(ROOT / "tests" / "scripts" / script), *args]
     proc = subprocess.Popen(
         cmd,
         cwd=ROOT,
@@ -140,31 +132,27 @@ def test_gloo_s_errors_tell_a_peer_that_ended_from_one_that_timed_out(mode, kind
         text=True,
         start_new_session=True,
     )
+    out = ""
     try:
-        out = ""
         for line in proc.stdout:
             out += line
-            if line.startswith("[collective_failure]"):
-                break
+            if line.startswith(tag):
+                return line.strip(), out
+        return "", out
     finally:
-        kill_torchrun(proc)  # the stopped rank too
-    line = next((ln for ln in out.splitlines() if ln.startswith("[collective_failure]")), "")
+        kill_torchrun(proc)  # a stopped rank too
+
+
+@pytest.mark.parametrize("mode, kind", [("ended", "peer ended"), ("stopped", "timeout")])
+def test_gloo_s_errors_tell_a_peer_that_ended_from_one_that_timed_out(mode, kind):
+    """Only a timeout marks a node bad: a peer whose process ended (its host closed the connections) is named, but its
+    node answered. gloo's own errors, from a real pair of ranks."""
+    line, out = pair_says("collective_failure.py", mode, "3")
     assert line.startswith(f"[collective_failure] {kind}: "), out[-3000:]
 
 
 def test_a_peer_lost_in_the_middle_of_a_save_is_a_collective_failure_not_a_save_error(tmp_path):
     """A node lost while a checkpoint is written: the survivor's save raises the collective's own error (for the
     hang report that names the missing rank), not the CheckpointError of a failed save (exit 1, the program's)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        str(ROOT / "tests" / "scripts" / "save_peer_lost.py"),
-        str(tmp_path),
-        "10",
-    ]
-    r = subprocess.run(cmd, cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=120)
-    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("[save_peer_lost]")), "")
-    assert line.startswith("[save_peer_lost] peer ended: RuntimeError: "), r.stdout[-2000:] + r.stderr[-2000:]
+    line, out = pair_says("save_peer_lost.py", str(tmp_path), "10")
+    assert line.startswith("[save_peer_lost] peer ended: RuntimeError: "), out[-3000:]
