@@ -6,7 +6,6 @@ model.path whose safetensors do not fit its config.json is one line."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -16,7 +15,7 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from train_helpers import ROOT, clean_env, metrics, save_tiny_hf, start_endless, train_cmd
+from train_helpers import ROOT, clean_env, kill_torchrun, metrics, save_tiny_hf, start_endless, train_cmd
 
 from hpc.node.contract import EXIT_BAD_INPUT, EXIT_DONE, EXIT_FAILED, EXIT_STOPPED, LEASE_FILE
 from train.checkpoint import step_dir
@@ -252,8 +251,7 @@ def test_every_process_group_of_the_trainer_is_bounded_by_the_dist_timeout(tmp_p
             rc = proc.wait(timeout=180)
             ended = time.time() - t0
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill_torchrun(proc)  # the stopped rank too, if torchrun has not ended it
     for r, by_name in enumerate(groups):
         assert len(by_name) >= 4, by_name  # world, dp, tp, the stop flag's and the writer's
         assert set(by_name.values()) == {20.0}, (r, by_name)
