@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slurm
 FORKED = re.compile(r"forked by the node's standby \(pid (\d+)\)")
 ROUNDS = int(os.environ.get("STANDBY_FAULT_ROUNDS", "1"))  # 5 for the docs' median and max (outside CI)
 # round r's faults come at steps FIRST + EVERY*r + OFFSETS, then the hooked one at + 18: none from outside at a save
-# (checkpoints every 5), where a node's loss fails the others' save, which ends the job as their error
+# step (checkpoints every 5): a kill from outside cannot be aimed inside a save that lasts milliseconds here, and a
+# peer lost inside one is tests/dist/test_hang.py's (test_spares' kill_in_save kills a rank in a save)
 FIRST, EVERY, OFFSETS = 20, 20, (2, 6, 11, 14)
 PER_ROUND = 5
 
