@@ -25,6 +25,7 @@ from train_helpers import free_port
 
 from hpc.node.attempt import read
 from hpc.node.restart import read_log
+from hpc.slurm_query import scontrol_fields
 from slurm.requeue_checks import assert_completed, assert_same_as_baseline, batch_log, restarts, submit, wait_for
 from slurm.spare_checks import (
     Run,
@@ -269,7 +270,8 @@ SLEEPER = "import os, time\nprint(f\"[sleeper] rank {os.environ['RANK']} up\", f
 def test_with_no_healthy_spare_left_the_job_is_requeued_without_the_named_nodes(slurm, tmp_path):
     """A script's rank 1 SIGKILLed twice (each node leaves the job at its first failure, the profile's default): the
     first time the spare takes its node's place, the second time no healthy node is left, and the batch script
-    requeues the job excluding both nodes (here it then waits for nodes the cluster lacks, and is cancelled)."""
+    requeues the job excluding the second node only: excluding both would leave the partition's 4 nodes one short of
+    the job's 3, and the job pending forever."""
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     r = run_cli(
@@ -307,13 +309,13 @@ def test_with_no_healthy_spare_left_the_job_is_requeued_without_the_named_nodes(
         first, second = read_log(run.dir / "restarts.jsonl", run.job)
         assert (first["action"], first["out"], second["action"]) == ("restart", [named[0]], "requeue"), (first, second)
         log = batch_log(run.dir, run.job)
-        excluded = ",".join(sorted(named))
+        marked = ",".join(sorted(named))
         assert "1 healthy node(s) left, the ranks need 2" in second["why"]
-        assert re.search(
-            rf"\[job\] ranks ended with exit code 137: {excluded} marked bad; requeueing job {run.job} excluding "
-            rf"{excluded}",
-            log,
-        ), log[-3000:]
+        assert (
+            f"[job] ranks ended with exit code 137: {marked} marked bad; requeueing job {run.job} excluding {named[1]} "
+            f"({named[0]} not excluded: partition debug has 4 nodes and the job takes 3)\n"
+        ) in log, log[-3000:]
+        assert scontrol_fields(run.job)["ExcNodeList"] == named[1]
     finally:
         subprocess.run(["scancel", run.job], capture_output=True)
 
