@@ -13,7 +13,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from hpc.node.cli import error_line
+from hpc.node.cli import print_error, whole_lines
 from hpc.node.contract import TRAINER_MODULE as PROG
 from hpc.node.fault_exit import exit_code
 from hpc.node.stop_flag import StopBeforeStart, StopFlag
@@ -24,10 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     # before the heavy imports: Slurm may send the pre-stop signal early; a SIGTERM before the run can stop at a step
     # boundary ends the start wherever it is (a start that blocks never outlives the job)
     stop = StopFlag(ends_start=True)
+    whole_lines()  # the ranks of a node share its streams
     try:
         return _run(stop, argv)
     except StopBeforeStart as e:
-        print(error_line(PROG, e), file=sys.stderr)
+        print_error(PROG, e)
         return e.code
 
 
@@ -68,7 +69,7 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
         for directory, key in owned:
             claim(directory, job_name, key)
     except HpcError as e:
-        print(error_line(PROG, e), file=sys.stderr)
+        print_error(PROG, e)
         return e.code
 
     import torch.distributed as dist
@@ -90,7 +91,7 @@ def _run(stop: StopFlag, argv: list[str] | None) -> int:
         step = trainer.run(stop_requested=stop.agreed)
     except HpcError as e:
         if e.code != EXIT_FAILED or env.rank == 0:  # a failed save or load is the same line on every rank
-            print(error_line(PROG, e), file=sys.stderr)
+            print_error(PROG, e)
         if e.code == EXIT_BAD_INPUT and group is None and env.rank == 0:  # refused the lease: unmake what this run made
             unclaim(made, job_name)
         if e.code == EXIT_BAD_INPUT and group is not None:  # bad input found by the run that holds the checkpoint

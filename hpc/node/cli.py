@@ -4,6 +4,7 @@ the argparse types that check numbers and paths where they are read, and the cap
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import re
 import reprlib
@@ -70,11 +71,26 @@ def error_line(prog: str, error: HpcError | str) -> str:
     return line.encode("utf-8", "backslashreplace").decode("utf-8")  # a non-UTF-8 argument arrives as surrogates
 
 
+def whole_lines() -> None:
+    """Make stdout and stderr write each line in one piece. Unbuffered (``PYTHONUNBUFFERED``, ``-u``), a print writes
+    its text and its newline apart, and processes that share a stream (the ranks of a node) split each other's
+    lines."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(line_buffering=True, write_through=False)
+
+
+def print_error(prog: str, error: HpcError | str) -> None:
+    """`error_line` on stderr in one write."""
+    sys.stderr.write(error_line(prog, error) + "\n")
+    sys.stderr.flush()
+
+
 def fail(prog: str, error: HpcError | str, code: int | None = None) -> NoReturn:
     """Print `error_line` on stderr and exit with ``code`` (default: the error's, else 2: bad input)."""
     if code is None:
         code = error.code if isinstance(error, HpcError) else EXIT_BAD_INPUT
-    print(error_line(prog, error), file=sys.stderr, flush=True)
+    print_error(prog, error)
     sys.exit(code)
 
 

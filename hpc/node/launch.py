@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from hpc.node.attempt import record_exit, record_start
-from hpc.node.cli import HpcError, Parser, error_line, fail, shown, whole
+from hpc.node.cli import HpcError, Parser, fail, print_error, shown, whole
 from hpc.node.contract import (
     ATTEMPT_VAR,
     DEFAULT_DIST_TIMEOUT_S,
@@ -204,7 +204,7 @@ def supervise(argv: Sequence[str], env: Mapping[str, str], who: str, wrapped: bo
             started(child.pid)
             rc = child.wait()
     except OSError as e:  # a missing or non-executable program
-        print(error_line(PROG, f"{who}: cannot run {shown(argv[0])}: {e.strerror}"), file=sys.stderr, flush=True)
+        print_error(PROG, f"{who}: cannot run {shown(argv[0])}: {e.strerror}")
         record_exit(env, who, node, EXIT_BAD_INPUT, rank_level=rank)
         return EXIT_BAD_INPUT
     record_exit(env, who, node, rc, rank_level=rank)
