@@ -158,14 +158,24 @@ def run_noticed(
     that came before it caught the signals, and the log says so once when the program does not catch it (it neither
     announced that it does, as `hpc.node.stop_flag.StopFlag` does, nor has a handler of its own)."""
     told: set[int] = set()
+    sigs = stop_signals(env)
     with tempfile.TemporaryDirectory(prefix="hpc-notice-") as tmp:
         notice = Path(tmp) / "notice"
         rank_env = {**env, STOP_NOTICE_VAR: str(notice)}
         note = f"[launch] {who}: forked by the node's standby"
-        child = start_from_standby(argv, rank_env, note) if env.get(STANDBY_VAR) else None
-        if child is None:
-            child = subprocess.Popen(list(argv), env=rank_env)
-        started(child.pid)
+        # A stop signal that comes while the rank starts is held, not lost, until on_stop can pass it on; the
+        # rank itself starts with the mask it would have had (its dispositions are the shield's).
+        signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+        try:
+            child = start_from_standby(argv, rank_env, note) if env.get(STANDBY_VAR) else None
+            if child is None:
+                child = subprocess.Popen(
+                    list(argv), env=rank_env, preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+                )
+            started(child.pid)
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+            raise
 
         def on_stop(signum: int, frame) -> None:
             sig = signal.Signals(signum)
@@ -178,8 +188,9 @@ def run_noticed(
                 told.add(signum)
                 print(ignored_notice_line(who, sig), flush=True)
 
-        for sig in stop_signals(env):
+        for sig in sigs:
             signal.signal(sig, on_stop)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
         return child.wait()
 
 

@@ -36,10 +36,10 @@ sys.exit(3)
 
 
 @pytest.fixture(scope="module")
-def node_env():
-    """A standby of job 9<pid> on node "here" (its import of torch done), and the launch task's environment."""
+def standby():
+    """A standby of job 9<pid> on node "here" (its import of torch done), serving the launch tasks of `node_env`."""
     env = slurm_task_env(SLURM_JOB_ID=f"9{os.getpid()}", HPC_STANDBY="1")
-    standby = subprocess.Popen(
+    proc = subprocess.Popen(
         [PYTHON, "-u", "-m", "hpc.node.standby", "--preload", "torch"],
         cwd=ROOT,
         env=env,
@@ -47,11 +47,18 @@ def node_env():
         stderr=subprocess.STDOUT,
         text=True,
     )
-    line = standby.stdout.readline()
+    line = proc.stdout.readline()
     assert "torch imported in" in line, line
-    yield env
-    standby.terminate()
-    standby.wait(timeout=30)
+    proc.env = env
+    yield proc
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture
+def node_env(standby):
+    """The launch task's environment."""
+    return standby.env
 
 
 def launch(env: dict, cwd: Path, *command: str, **kw) -> subprocess.Popen:
@@ -109,6 +116,35 @@ def test_the_launch_tasks_signals_reach_the_rank_and_a_clean_stop_is_a_stop(node
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0 and "got TERM" in out and record.exists(), out + err
+
+
+def has_socket(pid: int) -> bool:
+    """Whether process ``pid`` holds a socket (its fds come and go while it runs)."""
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if os.readlink(fd).startswith("socket:"):
+                return True
+        except FileNotFoundError:
+            pass
+    return False
+
+
+def test_a_stop_signal_that_comes_while_the_standby_forks_the_rank_is_passed_on(standby, tmp_path):
+    """The standby held stopped while the launch task asks it for the rank: the SIGTERM the task gets then is
+    neither lost nor fatal to the task; the rank gets it once it runs (ended by it, or caught: "got TERM")."""
+    (tmp_path / "rank.py").write_text(RANK)
+    os.kill(standby.pid, signal.SIGSTOP)
+    try:
+        p = launch(standby.env, tmp_path, PYTHON, "-u", "rank.py", "term")
+        deadline = time.monotonic() + 60
+        while p.poll() is None and not has_socket(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert p.poll() is None and has_socket(p.pid), "the launch task never asked the standby"
+        p.send_signal(signal.SIGTERM)
+    finally:
+        os.kill(standby.pid, signal.SIGCONT)
+    out, err = p.communicate(timeout=30)
+    assert (p.returncode, "got TERM" in out) in ((0, True), (128 + signal.SIGTERM, False)), (p.returncode, out + err)
 
 
 def test_a_rank_dies_with_its_launch_task_and_a_killed_rank_is_exit_137(node_env, tmp_path):
