@@ -176,13 +176,15 @@ def run_noticed(
         except BaseException:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
             raise
+        held = set(signal.sigpending()) & set(sigs)  # came before the rank was there to get them from Slurm
 
         def on_stop(signum: int, frame) -> None:
             sig = signal.Signals(signum)
             if not notice.exists():
                 notice.write_text(sig.name)
             caught = Path(str(notice) + STOP_CAUGHT_SUFFIX).exists() or catches(child.pid, sig)
-            if isinstance(child, StandbyRank):  # not in this step: Slurm's signals reach it through here
+            if isinstance(child, StandbyRank) or signum in held:  # a standby's rank is not in this step
+                held.discard(signum)
                 child.send_signal(signum)
             if signum not in told and not caught:
                 told.add(signum)

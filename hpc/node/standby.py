@@ -18,6 +18,7 @@ import importlib
 import json
 import os
 import runpy
+import select
 import selectors
 import shutil
 import signal
@@ -139,6 +140,16 @@ def _peer_uid(conn: socket.socket) -> int:
     return struct.unpack("3i", creds)[1]
 
 
+def _client_gone(conn: socket.socket) -> bool:
+    """Whether the client closed its end of ``conn`` (nothing more to read, ever)."""
+    if not select.select([conn], [], [], 0)[0]:
+        return False
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
 class Standby:
     """The node's standby: serves one rank per connection, reaps its children, kills a child whose client ended."""
 
@@ -199,6 +210,11 @@ class Standby:
             conn.close()
             print(f"[standby] a request could not be read: {e}", flush=True)
             return
+        if _client_gone(conn):  # it gave up waiting (the launch task runs the rank itself)
+            conn.close()
+            for fd in fds:
+                os.close(fd)
+            return
         why = why or _why_not_fork()
         if why:
             conn.sendall(f"refused {why}\n".encode())
@@ -211,10 +227,20 @@ class Standby:
         pid = os.fork()
         if pid == 0:
             _child(conn, self.listener, fds, request, (self.wake_r, self.wake_w))
+        try:  # the child's own group from here on, as the child makes it too: a signal sent at once reaches it
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
         for fd in fds:
             os.close(fd)
         conn.setblocking(False)
-        conn.sendall(f"pid {pid}\n".encode())
+        try:
+            conn.sendall(f"pid {pid}\n".encode())
+        except OSError:  # the launch task gave up waiting and runs the rank itself: this copy must not run
+            conn.close()
+            self._kill(pid)
+            self.children[pid] = None
+            return
         self.children[pid], self.clients[conn] = conn, pid
         self.sel.register(conn, selectors.EVENT_READ, self._from_client)
 

@@ -118,33 +118,64 @@ def test_the_launch_tasks_signals_reach_the_rank_and_a_clean_stop_is_a_stop(node
     assert p.returncode == 0 and "got TERM" in out and record.exists(), out + err
 
 
-def has_socket(pid: int) -> bool:
-    """Whether process ``pid`` holds a socket (its fds come and go while it runs)."""
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            if os.readlink(fd).startswith("socket:"):
-                return True
-        except FileNotFoundError:
-            pass
-    return False
+def connections(where: str) -> int:
+    """The sockets bound to the abstract address ``where``: its listener, and one more for each connection to it
+    (from connect on, accepted or not)."""
+    name = "@" + where[1:]
+    return sum(line.split()[-1] == name for line in Path("/proc/net/unix").read_text().splitlines()[1:])
 
 
 def test_a_stop_signal_that_comes_while_the_standby_forks_the_rank_is_passed_on(standby, tmp_path):
-    """The standby held stopped while the launch task asks it for the rank: the SIGTERM the task gets then is
+    """The standby held stopped while the launch task's request waits for it: the SIGTERM the task gets then is
     neither lost nor fatal to the task; the rank gets it once it runs (ended by it, or caught: "got TERM")."""
     (tmp_path / "rank.py").write_text(RANK)
+    where = address(standby.env)
+    before = connections(where)
     os.kill(standby.pid, signal.SIGSTOP)
     try:
         p = launch(standby.env, tmp_path, PYTHON, "-u", "rank.py", "term")
         deadline = time.monotonic() + 60
-        while p.poll() is None and not has_socket(p.pid) and time.monotonic() < deadline:
+        while connections(where) == before and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert p.poll() is None and has_socket(p.pid), "the launch task never asked the standby"
+        assert connections(where) > before, "the launch task never asked the standby"
         p.send_signal(signal.SIGTERM)
     finally:
         os.kill(standby.pid, signal.SIGCONT)
     out, err = p.communicate(timeout=30)
     assert (p.returncode, "got TERM" in out) in ((0, True), (128 + signal.SIGTERM, False)), (p.returncode, out + err)
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            pass
+    return found
+
+
+def test_a_standby_too_slow_to_answer_leaves_the_rank_to_the_launch_task_and_runs_no_second_copy(standby, tmp_path):
+    """The standby held stopped past the launch task's wait for an answer: the task runs the rank itself; the
+    standby, resumed, finds the request abandoned and forks nothing (no second rank 0), and serves on."""
+    (tmp_path / "rank.py").write_text(RANK)
+    where = address(standby.env)
+    before = connections(where)
+    os.kill(standby.pid, signal.SIGSTOP)
+    try:
+        p = launch(standby.env, tmp_path, PYTHON, "-u", "rank.py", "term")
+        rank_pid = int(wait_for(p, "ready").split()[1])
+    finally:
+        os.kill(standby.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 60
+    while connections(where) > before and time.monotonic() < deadline:  # until the standby has dealt with it
+        time.sleep(0.01)
+    assert standby.poll() is None and connections(where) == before and children(standby.pid) == []
+    os.kill(rank_pid, signal.SIGTERM)  # as Slurm signals every process of the step
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and "got TERM" in out and "forked by" not in out, out + err
 
 
 def test_a_rank_dies_with_its_launch_task_and_a_killed_rank_is_exit_137(node_env, tmp_path):
