@@ -82,8 +82,10 @@ def _why_not_fork() -> Optional[str]:
     return None
 
 
-def _child(conn: socket.socket, listener: socket.socket, fds: list[int], request: dict, wake: tuple) -> None:
-    """In the forked child: become the rank and run its command as ``python`` would; never returns."""
+def _child(conn: socket.socket, listener: socket.socket, fds: list[int], request: dict, wake: tuple, mask: set) -> None:
+    """In the forked child: become the rank and run its command as ``python`` would; never returns. It starts with
+    every signal blocked, and takes ``mask`` back once its signals are the rank's: a signal sent to it at once waits
+    for the rank's disposition instead of running the standby's handler."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
@@ -98,6 +100,7 @@ def _child(conn: socket.socket, listener: socket.socket, fds: list[int], request
                 pass
         if signal.SIGINT not in ignored:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -224,9 +227,11 @@ class Standby:
             return
         sys.stdout.flush()
         sys.stderr.flush()
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         pid = os.fork()
         if pid == 0:
-            _child(conn, self.listener, fds, request, (self.wake_r, self.wake_w))
+            _child(conn, self.listener, fds, request, (self.wake_r, self.wake_w), mask)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         try:  # the child's own group from here on, as the child makes it too: a signal sent at once reaches it
             os.setpgid(pid, pid)
         except OSError:
