@@ -3,6 +3,7 @@ imported, runs as python would run it (its command, environment, working directo
 signals the launch task gets, dies with the launch task; what the standby cannot run runs as before; another user's
 request is not served."""
 
+import contextlib
 import os
 import queue
 import signal
@@ -125,22 +126,29 @@ def connections(where: str) -> int:
     return sum(line.split()[-1] == name for line in Path("/proc/net/unix").read_text().splitlines()[1:])
 
 
+@contextlib.contextmanager
+def held_stopped(standby: subprocess.Popen, cwd: Path):
+    """The standby stopped (SIGSTOP) for the block, `RANK` written to ``cwd``/rank.py; yields the number of sockets
+    on the standby's address before."""
+    (cwd / "rank.py").write_text(RANK)
+    before = connections(address(standby.env))
+    os.kill(standby.pid, signal.SIGSTOP)
+    try:
+        yield before
+    finally:
+        os.kill(standby.pid, signal.SIGCONT)
+
+
 def test_a_stop_signal_that_comes_while_the_standby_forks_the_rank_is_passed_on(standby, tmp_path):
     """The standby held stopped while the launch task's request waits for it: the SIGTERM the task gets then is
     neither lost nor fatal to the task; the rank gets it once it runs (ended by it, or caught: "got TERM")."""
-    (tmp_path / "rank.py").write_text(RANK)
-    where = address(standby.env)
-    before = connections(where)
-    os.kill(standby.pid, signal.SIGSTOP)
-    try:
+    with held_stopped(standby, tmp_path) as before:
         p = launch(standby.env, tmp_path, PYTHON, "-u", "rank.py", "term")
         deadline = time.monotonic() + 60
-        while connections(where) == before and p.poll() is None and time.monotonic() < deadline:
+        while connections(address(standby.env)) == before and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert connections(where) > before, "the launch task never asked the standby"
+        assert connections(address(standby.env)) > before, "the launch task never asked the standby"
         p.send_signal(signal.SIGTERM)
-    finally:
-        os.kill(standby.pid, signal.SIGCONT)
     out, err = p.communicate(timeout=30)
     assert (p.returncode, "got TERM" in out) in ((0, True), (128 + signal.SIGTERM, False)), (p.returncode, out + err)
 
@@ -160,15 +168,10 @@ def children(pid: int) -> list[int]:
 def test_a_standby_too_slow_to_answer_leaves_the_rank_to_the_launch_task_and_runs_no_second_copy(standby, tmp_path):
     """The standby held stopped past the launch task's wait for an answer: the task runs the rank itself; the
     standby, resumed, finds the request abandoned and forks nothing (no second rank 0), and serves on."""
-    (tmp_path / "rank.py").write_text(RANK)
-    where = address(standby.env)
-    before = connections(where)
-    os.kill(standby.pid, signal.SIGSTOP)
-    try:
+    with held_stopped(standby, tmp_path) as before:
         p = launch(standby.env, tmp_path, PYTHON, "-u", "rank.py", "term")
         rank_pid = int(wait_for(p, "ready").split()[1])
-    finally:
-        os.kill(standby.pid, signal.SIGCONT)
+    where = address(standby.env)
     deadline = time.monotonic() + 60
     while connections(where) > before and time.monotonic() < deadline:  # until the standby has dealt with it
         time.sleep(0.01)
