@@ -311,9 +311,9 @@ class StandbyRank:
     """A rank forked by the node's standby, as ``subprocess.Popen`` is used for one: ``pid``, ``send_signal``,
     ``wait``; the signals this process gets (`FORWARDED`) are passed on to it."""
 
-    def __init__(self, conn: socket.socket, pid: int):
+    def __init__(self, conn: socket.socket, pid: int, received: bytes = b""):
         self.conn, self.pid, self.returncode = conn, pid, None
-        self._buffer = b""
+        self._buffer = received
         for sig in FORWARDED:
             if signal.getsignal(sig) in (signal.SIG_DFL, None):
                 signal.signal(sig, self._forward)
@@ -375,11 +375,12 @@ def start(argv: Sequence[str], env: Mapping[str, str], note: str = "") -> Option
     except OSError:
         conn.close()
         return None
-    words = answer.decode(errors="replace").split()
+    line, _, rest = answer.partition(b"\n")  # rest: the rank's exit, when it ended before this read
+    words = line.decode(errors="replace").split()
     if words[:1] != ["pid"] or len(words) < 2 or not words[1].isdigit():
         conn.close()
         return None
-    return StandbyRank(conn, int(words[1]))
+    return StandbyRank(conn, int(words[1]), rest)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -263,3 +263,27 @@ def test_at_the_runs_end_the_standby_removes_this_runs_snapshots_on_its_node_onl
     standby.terminate()
     assert standby.wait(timeout=30) == 0
     assert [d.exists() for d in dirs] == [False, True, True, True]
+
+
+def test_a_ranks_exit_read_with_its_pid_is_its_exit(tmp_path):
+    """A rank that ends before the launch task reads the standby's answer: "pid" and "exit" come in one read, and the
+    exit is the rank's (it was read as the standby gone: killed, 137)."""
+    from hpc.node.standby import start
+
+    env = slurm_task_env(SLURM_JOB_ID=f"6{os.getpid()}")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(address(env))
+    server.listen(1)
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        _, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(b"pid 4999999\nexit 3\n")  # no such pid (above pid_max): nothing to kill
+        conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    rank = start([PYTHON, "-u", "rank.py"], env)
+    assert rank is not None and rank.pid == 4999999 and rank.wait() == 3
+    server.close()
